@@ -1,0 +1,2 @@
+#include <cstdio>
+int main() { std::puts("kiln: not built yet"); return 1; }
