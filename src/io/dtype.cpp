@@ -1,0 +1,48 @@
+#include "io/dtype.h"
+
+namespace kiln {
+
+namespace {
+constexpr DType kAllDTypes[] = {DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64,
+                                DType::I32, DType::I16, DType::I8,  DType::U8,   DType::BOOL};
+}
+
+const char* dtype_name(DType dtype) {
+    switch (dtype) {
+        case DType::F64: return "F64";
+        case DType::F32: return "F32";
+        case DType::F16: return "F16";
+        case DType::BF16: return "BF16";
+        case DType::I64: return "I64";
+        case DType::I32: return "I32";
+        case DType::I16: return "I16";
+        case DType::I8: return "I8";
+        case DType::U8: return "U8";
+        case DType::BOOL: return "BOOL";
+    }
+    return "?";
+}
+
+size_t dtype_size(DType dtype) {
+    switch (dtype) {
+        case DType::F64:
+        case DType::I64: return 8;
+        case DType::F32:
+        case DType::I32: return 4;
+        case DType::F16:
+        case DType::BF16:
+        case DType::I16: return 2;
+        case DType::I8:
+        case DType::U8:
+        case DType::BOOL: return 1;
+    }
+    return 0;
+}
+
+std::optional<DType> dtype_from_name(std::string_view name) {
+    for (DType d : kAllDTypes)
+        if (name == dtype_name(d)) return d;
+    return std::nullopt;
+}
+
+}  // namespace kiln

@@ -1,0 +1,141 @@
+#include "io/dtype_convert.h"
+
+#include <bit>
+#include <cassert>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/half.h"
+
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#define KILN_HAVE_F16C 1
+#endif
+
+namespace kiln {
+
+static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian; add byte swaps for this host");
+
+namespace {
+
+// Below this many elements a conversion is too short for threads to pay for themselves.
+constexpr size_t kParallelMinElements = size_t{1} << 20;
+constexpr size_t kBlockElements = size_t{1} << 16;
+
+template <typename T>
+inline T load(const uint8_t* p) {
+    T v;
+    std::memcpy(&v, p, sizeof(T));  // unaligned-safe; compiles to a plain load
+    return v;
+}
+
+template <typename T>
+void decode_numbers(const uint8_t* src, float* dst, size_t n) {
+    for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(load<T>(src + i * sizeof(T)));
+}
+
+void decode_f64(const uint8_t* src, float* dst, size_t n) {
+    // Converting an out-of-range double to float is undefined in C++; IEEE rounds it to inf from
+    // FLT_MAX plus half an ulp (2^103) upwards, so do exactly that explicitly.
+    constexpr double kOverflow = static_cast<double>(FLT_MAX) + 0x1p103;
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    for (size_t i = 0; i < n; ++i) {
+        double v = load<double>(src + i * 8);
+        dst[i] = std::fabs(v) < kOverflow || std::isnan(v) ? static_cast<float>(v) : (v > 0 ? kInf : -kInf);
+    }
+}
+
+void decode_f16(const uint8_t* src, float* dst, size_t n) {
+    size_t i = 0;
+#ifdef KILN_HAVE_F16C
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i));
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+    }
+#endif
+    for (; i < n; ++i) dst[i] = half_to_float(load<uint16_t>(src + 2 * i));
+}
+
+void decode_bf16(const uint8_t* src, float* dst, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+        uint32_t bits = static_cast<uint32_t>(load<uint16_t>(src + 2 * i)) << 16;
+        std::memcpy(dst + i, &bits, 4);
+    }
+}
+
+void decode_block(DType dtype, const uint8_t* src, float* dst, size_t n) {
+    switch (dtype) {
+        case DType::F64: return decode_f64(src, dst, n);
+        case DType::F32: std::memcpy(dst, src, n * 4); return;
+        case DType::F16: return decode_f16(src, dst, n);
+        case DType::BF16: return decode_bf16(src, dst, n);
+        case DType::I64: return decode_numbers<int64_t>(src, dst, n);
+        case DType::I32: return decode_numbers<int32_t>(src, dst, n);
+        case DType::I16: return decode_numbers<int16_t>(src, dst, n);
+        case DType::I8: return decode_numbers<int8_t>(src, dst, n);
+        case DType::U8: return decode_numbers<uint8_t>(src, dst, n);
+        case DType::BOOL: break;
+    }
+    assert(false && "decode_to_float: BOOL must be rejected by the caller");
+}
+
+void encode_block(DType dtype, const float* src, uint8_t* dst, size_t n) {
+    switch (dtype) {
+        case DType::F32: std::memcpy(dst, src, n * 4); return;
+        case DType::F16:
+            for (size_t i = 0; i < n; ++i) {
+                uint16_t h = float_to_half(src[i]);
+                std::memcpy(dst + 2 * i, &h, 2);
+            }
+            return;
+        case DType::BF16:
+            for (size_t i = 0; i < n; ++i) {
+                uint16_t b = float_to_bf16(src[i]);
+                std::memcpy(dst + 2 * i, &b, 2);
+            }
+            return;
+        default: break;
+    }
+    assert(false && "encode_from_float: only F32, F16 and BF16 are written");
+}
+
+// Runs block_fn over [0, n) in blocks, on all threads when n is large.
+template <typename BlockFn>
+void for_blocks(size_t n, BlockFn block_fn) {
+    if (n == 0) return;  // an empty tensor's data() may be null, which memcpy must never see
+    if (n < kParallelMinElements) {
+        block_fn(0, n);
+        return;
+    }
+    const long long blocks = static_cast<long long>((n + kBlockElements - 1) / kBlockElements);
+#pragma omp parallel for schedule(static)
+    for (long long b = 0; b < blocks; ++b) {
+        size_t begin = static_cast<size_t>(b) * kBlockElements;
+        size_t count = begin + kBlockElements <= n ? kBlockElements : n - begin;
+        block_fn(begin, count);
+    }
+}
+
+}  // namespace
+
+uint16_t float_to_bf16(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // keep NaN a NaN
+    uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);  // ties go to the even neighbour
+    return static_cast<uint16_t>((x + rounding) >> 16);
+}
+
+void decode_to_float(DType dtype, const uint8_t* src, float* dst, size_t n) {
+    const size_t width = dtype_size(dtype);
+    for_blocks(n, [&](size_t begin, size_t count) { decode_block(dtype, src + begin * width, dst + begin, count); });
+}
+
+void encode_from_float(DType dtype, const float* src, uint8_t* dst, size_t n) {
+    const size_t width = dtype_size(dtype);
+    for_blocks(n, [&](size_t begin, size_t count) { encode_block(dtype, src + begin, dst + begin * width, count); });
+}
+
+}  // namespace kiln

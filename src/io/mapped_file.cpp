@@ -1,0 +1,74 @@
+#include "io/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "kiln/error.h"
+
+namespace kiln {
+
+namespace {
+
+// Closes the descriptor on every path out of open(); the mapping outlives it.
+struct FdGuard {
+    int fd;
+    ~FdGuard() {
+        if (fd >= 0) ::close(fd);
+    }
+};
+
+[[noreturn]] void fail_errno(const std::string& path, const char* what) {
+    fail(ErrorKind::IO, path + ": " + what + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+MappedFile MappedFile::open(const std::string& path) {
+    int fd;
+    do {
+        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) fail_errno(path, "cannot open");
+    FdGuard guard{fd};
+
+    struct stat st;
+    if (::fstat(fd, &st) != 0) fail_errno(path, "cannot stat");
+    require(S_ISREG(st.st_mode), ErrorKind::IO, path + ": not a regular file");
+
+    MappedFile file;
+    file.size_ = static_cast<uint64_t>(st.st_size);
+    if (file.size_ == 0) return file;  // mmap rejects a zero length; callers see an empty file
+    require(file.size_ <= SIZE_MAX, ErrorKind::IO, path + ": file too large to map");
+    void* p = ::mmap(nullptr, static_cast<size_t>(file.size_), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) fail_errno(path, "cannot memory-map");
+    file.data_ = static_cast<const uint8_t*>(p);
+    return file;
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+    if (this != &other) {
+        release();
+        data_ = std::exchange(other.data_, nullptr);
+        size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+}
+
+MappedFile::~MappedFile() { release(); }
+
+void MappedFile::release() noexcept {
+    if (data_) ::munmap(const_cast<uint8_t*>(data_), static_cast<size_t>(size_));
+    data_ = nullptr;
+    size_ = 0;
+}
+
+}  // namespace kiln

@@ -1,0 +1,49 @@
+#include "io/safetensors.h"
+
+#include <new>
+
+#include "io/dtype_convert.h"
+#include "kiln/error.h"
+
+namespace kiln {
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+    SafetensorsFile file;
+    file.path_ = path;
+    file.file_ = MappedFile::open(path);
+    file.layout_ = parse_safetensors_layout(file.file_.data(), file.file_.size(), path);
+    return file;
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+    std::vector<std::string> out;
+    out.reserve(layout_.tensors.size());
+    for (const auto& entry : layout_.tensors) out.push_back(entry.first);  // std::map iterates sorted
+    return out;
+}
+
+const TensorInfo& SafetensorsFile::info(const std::string& name) const {
+    auto it = layout_.tensors.find(name);
+    if (it == layout_.tensors.end())
+        fail(ErrorKind::InvalidModel, path_ + ": no tensor named " + quote_name(name));
+    return it->second;
+}
+
+const uint8_t* SafetensorsFile::raw(const std::string& name) const { return file_.data() + info(name).offset; }
+
+Tensor SafetensorsFile::load(const std::string& name) const {
+    const TensorInfo& ti = info(name);
+    require(ti.dtype != DType::BOOL, ErrorKind::Unsupported,
+            path_ + ": tensor " + quote_name(name) + " is BOOL, which kiln does not load as numbers");
+    Tensor t;
+    try {
+        t = Tensor(ti.shape);
+    } catch (const std::bad_alloc&) {
+        fail(ErrorKind::OutOfMemory,
+             path_ + ": no memory for tensor " + quote_name(name) + " of shape " + shape_str(ti.shape));
+    }
+    decode_to_float(ti.dtype, file_.data() + ti.offset, t.data(), static_cast<size_t>(t.numel()));
+    return t;
+}
+
+}  // namespace kiln
