@@ -1,0 +1,187 @@
+#include "models/unet/unet.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kiln/error.h"
+#include "ops/ops.h"
+
+namespace kiln {
+
+namespace {
+
+// torch's "nearest" interpolation to an explicit size (the UNet's up path follows the skip
+// connections' sizes, which are not always twice the input when latents are not multiples of 8).
+Tensor upsample_nearest_to(const Tensor& x, int64_t out_h, int64_t out_w) {
+    const int64_t n = x.dim(0), c = x.dim(1), in_h = x.dim(2), in_w = x.dim(3);
+    if (out_h == 2 * in_h && out_w == 2 * in_w) return ops::upsample_nearest2x(x);
+    // torch computes the scale in float and floors index * scale.
+    const float sh = static_cast<float>(in_h) / out_h, sw = static_cast<float>(in_w) / out_w;
+    std::vector<int64_t> src_x(out_w);
+    for (int64_t j = 0; j < out_w; ++j) src_x[j] = std::min<int64_t>(static_cast<int64_t>(std::floor(j * sw)), in_w - 1);
+    Tensor out({n, c, out_h, out_w});
+    for (int64_t p = 0; p < n * c; ++p) {
+        const float* src = x.data() + p * in_h * in_w;
+        float* dst = out.data() + p * out_h * out_w;
+        for (int64_t i = 0; i < out_h; ++i) {
+            const int64_t si = std::min<int64_t>(static_cast<int64_t>(std::floor(i * sh)), in_h - 1);
+            for (int64_t j = 0; j < out_w; ++j) dst[i * out_w + j] = src[si * in_w + src_x[j]];
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+UNet UNet::load(const WeightSource& source, const UNetConfig& c) {
+    UNet u;
+    u.config_ = c;
+    WeightReader r(source);
+    const int n = c.levels();
+    const int64_t ch0 = c.block_out_channels[0], temb = c.time_embed_dim();
+    require(c.heads.size() == static_cast<size_t>(n) && c.transformer_depth.size() == static_cast<size_t>(n) &&
+                c.level_has_attention.size() == static_cast<size_t>(n),
+            ErrorKind::InvalidModel, "UNet config: per-level lists differ in length");
+
+    u.time_linear_1_.load(r, "time_embedding.linear_1", ch0, temb);
+    u.time_linear_2_.load(r, "time_embedding.linear_2", temb, temb);
+    if (c.addition_time_embed_dim > 0) {
+        u.add_linear_1_.load(r, "add_embedding.linear_1", c.projection_class_embeddings_input_dim, temb);
+        u.add_linear_2_.load(r, "add_embedding.linear_2", temb, temb);
+    }
+    u.conv_in_.load(r, "conv_in", c.in_channels, ch0, 3);
+
+    int64_t out_ch = ch0;
+    for (int i = 0; i < n; ++i) {
+        DownLevel level;
+        const std::string name = "down_blocks." + std::to_string(i);
+        const int64_t in_ch = out_ch;
+        out_ch = c.block_out_channels[i];
+        for (int j = 0; j < c.layers_per_block; ++j) {
+            level.resnets.emplace_back();
+            level.resnets.back().load(r, name + ".resnets." + std::to_string(j), j == 0 ? in_ch : out_ch, out_ch, temb,
+                                      c.norm_groups, c.norm_eps);
+            if (c.level_has_attention[i]) {
+                level.attentions.emplace_back();
+                level.attentions.back().load(r, name + ".attentions." + std::to_string(j), out_ch,
+                                             c.cross_attention_dim, c.heads[i], c.transformer_depth[i], c.norm_groups);
+            }
+        }
+        level.has_downsampler = i != n - 1;
+        if (level.has_downsampler) level.downsampler.load(r, name + ".downsamplers.0.conv", out_ch, out_ch, 3, 2);
+        u.down_.push_back(std::move(level));
+    }
+
+    const int64_t top = c.block_out_channels.back();
+    u.mid_resnet_0_.load(r, "mid_block.resnets.0", top, top, temb, c.norm_groups, c.norm_eps);
+    u.mid_attention_.load(r, "mid_block.attentions.0", top, c.cross_attention_dim, c.heads.back(),
+                          c.mid_transformer_depth, c.norm_groups);
+    u.mid_resnet_1_.load(r, "mid_block.resnets.1", top, top, temb, c.norm_groups, c.norm_eps);
+
+    int64_t prev_out = top;
+    for (int i = 0; i < n; ++i) {
+        const int level_down = n - 1 - i;  // the down level this up level mirrors
+        UpLevel level;
+        const std::string name = "up_blocks." + std::to_string(i);
+        const int64_t up_out = c.block_out_channels[level_down];
+        const int64_t skip_in = c.block_out_channels[std::max(level_down - 1, 0)];
+        for (int j = 0; j <= c.layers_per_block; ++j) {
+            const int64_t skip = j == c.layers_per_block ? skip_in : up_out;
+            const int64_t res_in = j == 0 ? prev_out : up_out;
+            level.resnets.emplace_back();
+            level.resnets.back().load(r, name + ".resnets." + std::to_string(j), res_in + skip, up_out, temb,
+                                      c.norm_groups, c.norm_eps);
+            if (c.level_has_attention[level_down]) {
+                level.attentions.emplace_back();
+                level.attentions.back().load(r, name + ".attentions." + std::to_string(j), up_out,
+                                             c.cross_attention_dim, c.heads[level_down],
+                                             c.transformer_depth[level_down], c.norm_groups);
+            }
+        }
+        level.has_upsampler = i != n - 1;
+        if (level.has_upsampler) level.upsampler.load(r, name + ".upsamplers.0.conv", up_out, up_out, 3);
+        prev_out = up_out;
+        u.up_.push_back(std::move(level));
+    }
+
+    u.norm_out_.load(r, "conv_norm_out", ch0, c.norm_groups, c.norm_eps);
+    u.conv_out_.load(r, "conv_out", ch0, c.out_channels, 3);
+    r.check_all_used();
+    for (const std::string& name : source.names()) u.parameters_ += source.load(name).numel();
+    return u;
+}
+
+Tensor UNet::forward(const UNetInputs& in) const {
+    const UNetConfig& c = config_;
+    require(in.sample && in.context, ErrorKind::InvalidArgument, "UNet: sample and context are required");
+    const Tensor& x = *in.sample;
+    const int64_t batch = x.dim(0);
+    require(x.rank() == 4 && x.dim(1) == c.in_channels, ErrorKind::InvalidArgument,
+            "UNet: sample of shape " + shape_str(x.shape()) + " for a model with " + std::to_string(c.in_channels) +
+                " input channels");
+    require(static_cast<int64_t>(in.timesteps.size()) == batch, ErrorKind::InvalidArgument,
+            "UNet: one timestep per sample expected");
+    require(in.context->rank() == 3 && in.context->dim(0) == batch && in.context->dim(2) == c.cross_attention_dim,
+            ErrorKind::InvalidArgument,
+            "UNet: context of shape " + shape_str(in.context->shape()) + ", expected [" + std::to_string(batch) +
+                ", L, " + std::to_string(c.cross_attention_dim) + "]");
+
+    Tensor emb = ops::timestep_embedding(in.timesteps, c.block_out_channels[0], c.flip_sin_to_cos, c.freq_shift);
+    emb = time_linear_1_(emb);
+    ops::silu_(emb);
+    emb = time_linear_2_(emb);
+    if (c.addition_time_embed_dim > 0) {
+        require(in.text_embeds && in.time_ids, ErrorKind::InvalidArgument,
+                "UNet: this model (SDXL) needs pooled text embeddings and time ids");
+        require(in.time_ids->numel() == batch * 6, ErrorKind::InvalidArgument, "UNet: time ids must be [B, 6]");
+        const int64_t d = c.addition_time_embed_dim, pooled = in.text_embeds->numel() / batch;
+        require(pooled + 6 * d == c.projection_class_embeddings_input_dim, ErrorKind::InvalidArgument,
+                "UNet: pooled text embeddings of width " + std::to_string(pooled) + " do not fit this model");
+        Tensor time_emb = ops::timestep_embedding(in.time_ids->values(), static_cast<int>(d), c.flip_sin_to_cos,
+                                                  c.freq_shift);
+        Tensor add({batch, c.projection_class_embeddings_input_dim});
+        for (int64_t b = 0; b < batch; ++b) {
+            float* dst = add.data() + b * c.projection_class_embeddings_input_dim;
+            std::copy_n(in.text_embeds->data() + b * pooled, pooled, dst);
+            std::copy_n(time_emb.data() + b * 6 * d, 6 * d, dst + pooled);
+        }
+        Tensor aug = add_linear_1_(add);
+        ops::silu_(aug);
+        ops::add_(emb, add_linear_2_(aug));
+    }
+    ops::silu_(emb);  // every resnet applies SiLU before its time projection
+
+    Tensor h = conv_in_(x);
+    std::vector<Tensor> skips;
+    skips.push_back(h);
+    for (const DownLevel& level : down_) {
+        for (size_t j = 0; j < level.resnets.size(); ++j) {
+            h = level.resnets[j](h, emb);
+            if (!level.attentions.empty()) h = level.attentions[j](h, *in.context);
+            skips.push_back(h);
+        }
+        if (level.has_downsampler) {
+            h = level.downsampler(h);
+            skips.push_back(h);
+        }
+    }
+    h = mid_resnet_0_(h, emb);
+    h = mid_attention_(h, *in.context);
+    h = mid_resnet_1_(h, emb);
+    for (const UpLevel& level : up_) {
+        for (size_t j = 0; j < level.resnets.size(); ++j) {
+            h = level.resnets[j](ops::concat_channels(h, skips.back()), emb);
+            skips.pop_back();
+            if (!level.attentions.empty()) h = level.attentions[j](h, *in.context);
+        }
+        if (level.has_upsampler) {
+            h = upsample_nearest_to(h, skips.back().dim(2), skips.back().dim(3));
+            h = level.upsampler(h);
+        }
+    }
+    h = norm_out_(h);
+    ops::silu_(h);
+    return conv_out_(h);
+}
+
+}  // namespace kiln

@@ -1,0 +1,51 @@
+// UNet2DConditionModel for SD 1.x, SD 2.x and SDXL (text_time conditioning), float32 on the CPU.
+#pragma once
+#include <vector>
+
+#include "models/unet/unet_blocks.h"
+#include "models/unet/unet_config.h"
+
+namespace kiln {
+
+struct UNetInputs {
+    const Tensor* sample = nullptr;           // [B, 4, h, w]
+    std::vector<float> timesteps;             // B values
+    const Tensor* context = nullptr;          // [B, 77, cross_attention_dim]
+    const Tensor* text_embeds = nullptr;      // SDXL: [B, pooled dim]
+    const Tensor* time_ids = nullptr;         // SDXL: [B, 6]
+};
+
+class UNet {
+public:
+    static UNet load(const WeightSource& source, const UNetConfig& config);
+    Tensor forward(const UNetInputs& in) const;
+    const UNetConfig& config() const { return config_; }
+    int64_t parameter_count() const { return parameters_; }
+
+private:
+    struct DownLevel {
+        std::vector<ResnetBlock> resnets;
+        std::vector<SpatialTransformer> attentions;
+        bool has_downsampler = false;
+        Conv2d downsampler;
+    };
+    struct UpLevel {
+        std::vector<ResnetBlock> resnets;
+        std::vector<SpatialTransformer> attentions;
+        bool has_upsampler = false;
+        Conv2d upsampler;
+    };
+
+    UNetConfig config_;
+    int64_t parameters_ = 0;
+    Linear time_linear_1_, time_linear_2_;
+    Linear add_linear_1_, add_linear_2_;
+    Conv2d conv_in_, conv_out_;
+    GroupNorm norm_out_;
+    std::vector<DownLevel> down_;
+    ResnetBlock mid_resnet_0_, mid_resnet_1_;
+    SpatialTransformer mid_attention_;
+    std::vector<UpLevel> up_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,130 @@
+#include "models/unet/unet_blocks.h"
+
+#include "kiln/error.h"
+#include "ops/ops.h"
+
+namespace kiln {
+
+void Linear::load(WeightReader& r, const std::string& name, int64_t in, int64_t out, bool has_bias) {
+    weight = r.get(name + ".weight", {out, in});
+    if (has_bias) bias = r.get(name + ".bias", {out});
+}
+
+Tensor Linear::operator()(const Tensor& x) const { return ops::linear(x, weight, bias.empty() ? nullptr : &bias); }
+
+void Conv2d::load(WeightReader& r, const std::string& name, int64_t in, int64_t out, int kernel, int stride_) {
+    weight = r.get(name + ".weight", {out, in, kernel, kernel});
+    bias = r.get(name + ".bias", {out});
+    stride = stride_;
+    padding = kernel / 2;
+}
+
+Tensor Conv2d::operator()(const Tensor& x) const { return ops::conv2d(x, weight, &bias, stride, padding); }
+
+void GroupNorm::load(WeightReader& r, const std::string& name, int64_t channels, int groups_, float eps_) {
+    gamma = r.get(name + ".weight", {channels});
+    beta = r.get(name + ".bias", {channels});
+    groups = groups_;
+    eps = eps_;
+}
+
+Tensor GroupNorm::operator()(const Tensor& x) const { return ops::group_norm(x, groups, gamma, beta, eps); }
+
+void LayerNorm::load(WeightReader& r, const std::string& name, int64_t dim, float eps_) {
+    gamma = r.get(name + ".weight", {dim});
+    beta = r.get(name + ".bias", {dim});
+    eps = eps_;
+}
+
+Tensor LayerNorm::operator()(const Tensor& x) const { return ops::layer_norm(x, gamma, beta, eps); }
+
+void ResnetBlock::load(WeightReader& r, const std::string& name, int64_t in, int64_t out, int64_t temb, int groups,
+                       float eps) {
+    norm1.load(r, name + ".norm1", in, groups, eps);
+    conv1.load(r, name + ".conv1", in, out, 3);
+    time_emb_proj.load(r, name + ".time_emb_proj", temb, out);
+    norm2.load(r, name + ".norm2", out, groups, eps);
+    conv2.load(r, name + ".conv2", out, out, 3);
+    has_shortcut = in != out;
+    if (has_shortcut) shortcut.load(r, name + ".conv_shortcut", in, out, 1);
+}
+
+Tensor ResnetBlock::operator()(const Tensor& x, const Tensor& temb_silu) const {
+    Tensor h = norm1(x);
+    ops::silu_(h);
+    h = conv1(h);
+    ops::add_channel_bias_(h, time_emb_proj(temb_silu));
+    h = norm2(h);
+    ops::silu_(h);
+    h = conv2(h);
+    if (has_shortcut) ops::add_(h, shortcut(x));
+    else ops::add_(h, x);
+    return h;
+}
+
+void Attention::load(WeightReader& r, const std::string& name, int64_t dim, int64_t context_dim, int heads_) {
+    to_q.load(r, name + ".to_q", dim, dim, false);
+    to_k.load(r, name + ".to_k", context_dim, dim, false);
+    to_v.load(r, name + ".to_v", context_dim, dim, false);
+    to_out.load(r, name + ".to_out.0", dim, dim);
+    heads = heads_;
+    require(dim % heads == 0, ErrorKind::InvalidModel,
+            name + ": width " + std::to_string(dim) + " is not a multiple of " + std::to_string(heads) + " heads");
+}
+
+Tensor Attention::operator()(const Tensor& x, const Tensor* context) const {
+    const Tensor& kv = context ? *context : x;
+    return to_out(ops::attention(to_q(x), to_k(kv), to_v(kv), heads));
+}
+
+void TransformerBlock::load(WeightReader& r, const std::string& name, int64_t dim, int64_t context_dim, int heads) {
+    norm1.load(r, name + ".norm1", dim);
+    attn1.load(r, name + ".attn1", dim, dim, heads);
+    norm2.load(r, name + ".norm2", dim);
+    attn2.load(r, name + ".attn2", dim, context_dim, heads);
+    norm3.load(r, name + ".norm3", dim);
+    ff_in.load(r, name + ".ff.net.0.proj", dim, dim * 8);
+    ff_out.load(r, name + ".ff.net.2", dim * 4, dim);
+}
+
+void TransformerBlock::apply(Tensor& x, const Tensor& context) const {
+    ops::add_(x, attn1(norm1(x), nullptr));
+    ops::add_(x, attn2(norm2(x), &context));
+    ops::add_(x, ff_out(ops::geglu(ff_in(norm3(x)))));
+}
+
+namespace {
+
+// Projections are 1x1 convs ([C, C, 1, 1]) in SD 1.x and linear ([C, C]) in SD 2.x / SDXL.
+void load_projection(Linear& l, WeightReader& r, const std::string& name, int64_t channels) {
+    Tensor w = r.get(name + ".weight");
+    require(w.shape() == Shape{channels, channels} || w.shape() == Shape{channels, channels, 1, 1},
+            ErrorKind::InvalidModel,
+            "tensor '" + name + ".weight' has shape " + shape_str(w.shape()) + ", expected " +
+                shape_str({channels, channels}) + " or " + shape_str({channels, channels, 1, 1}));
+    l.weight = std::move(w).reshaped({channels, channels});
+    l.bias = r.get(name + ".bias", {channels});
+}
+
+}  // namespace
+
+void SpatialTransformer::load(WeightReader& r, const std::string& name, int64_t channels, int64_t context_dim,
+                              int heads, int depth, int groups) {
+    norm.load(r, name + ".norm", channels, groups, 1e-6f);
+    load_projection(proj_in, r, name + ".proj_in", channels);
+    blocks.resize(depth);
+    for (int i = 0; i < depth; ++i)
+        blocks[i].load(r, name + ".transformer_blocks." + std::to_string(i), channels, context_dim, heads);
+    load_projection(proj_out, r, name + ".proj_out", channels);
+}
+
+Tensor SpatialTransformer::operator()(const Tensor& x, const Tensor& context) const {
+    const int64_t h = x.dim(2), w = x.dim(3);
+    Tensor tokens = proj_in(ops::nchw_to_nlc(norm(x)));
+    for (const TransformerBlock& b : blocks) b.apply(tokens, context);
+    Tensor out = ops::nlc_to_nchw(proj_out(tokens), h, w);
+    ops::add_(out, x);
+    return out;
+}
+
+}  // namespace kiln

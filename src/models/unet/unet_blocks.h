@@ -1,0 +1,75 @@
+// The UNet's building blocks with their weights: resnet blocks with time embedding, and the spatial
+// transformer (self-attention, cross-attention, GEGLU feed-forward). Names follow diffusers.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "models/weight_source.h"
+
+namespace kiln {
+
+struct Linear {
+    Tensor weight, bias;  // bias empty when the layer has none
+    void load(WeightReader& r, const std::string& name, int64_t in, int64_t out, bool has_bias = true);
+    Tensor operator()(const Tensor& x) const;
+};
+
+struct Conv2d {
+    Tensor weight, bias;
+    int stride = 1, padding = 0;
+    void load(WeightReader& r, const std::string& name, int64_t in, int64_t out, int kernel, int stride = 1);
+    Tensor operator()(const Tensor& x) const;
+};
+
+struct GroupNorm {
+    Tensor gamma, beta;
+    int groups = 32;
+    float eps = 1e-5f;
+    void load(WeightReader& r, const std::string& name, int64_t channels, int groups, float eps);
+    Tensor operator()(const Tensor& x) const;
+};
+
+struct LayerNorm {
+    Tensor gamma, beta;
+    float eps = 1e-5f;
+    void load(WeightReader& r, const std::string& name, int64_t dim, float eps = 1e-5f);
+    Tensor operator()(const Tensor& x) const;
+};
+
+struct ResnetBlock {
+    GroupNorm norm1, norm2;
+    Conv2d conv1, conv2, shortcut;
+    Linear time_emb_proj;
+    bool has_shortcut = false;
+    void load(WeightReader& r, const std::string& name, int64_t in, int64_t out, int64_t temb, int groups, float eps);
+    Tensor operator()(const Tensor& x, const Tensor& temb_silu) const;  // temb already through SiLU
+};
+
+struct Attention {
+    Linear to_q, to_k, to_v, to_out;
+    int heads = 1;
+    void load(WeightReader& r, const std::string& name, int64_t dim, int64_t context_dim, int heads);
+    Tensor operator()(const Tensor& x, const Tensor* context) const;  // [B, L, dim]; context null = self
+};
+
+struct TransformerBlock {
+    LayerNorm norm1, norm2, norm3;
+    Attention attn1, attn2;
+    Linear ff_in, ff_out;  // GEGLU projection to 2 * 4 * dim, then back to dim
+    void load(WeightReader& r, const std::string& name, int64_t dim, int64_t context_dim, int heads);
+    void apply(Tensor& x, const Tensor& context) const;  // x [B, L, dim], updated in place
+};
+
+// Transformer2DModel: group norm, projection in, transformer blocks over the h*w tokens, projection
+// out, residual. A 1x1 conv projection equals a linear one on tokens, so both run as linear.
+struct SpatialTransformer {
+    GroupNorm norm;
+    Linear proj_in, proj_out;
+    std::vector<TransformerBlock> blocks;
+    void load(WeightReader& r, const std::string& name, int64_t channels, int64_t context_dim, int heads, int depth,
+              int groups);
+    Tensor operator()(const Tensor& x, const Tensor& context) const;
+};
+
+}  // namespace kiln

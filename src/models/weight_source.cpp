@@ -1,0 +1,92 @@
+#include "models/weight_source.h"
+
+#include "kiln/error.h"
+
+namespace kiln {
+
+FileSource::FileSource(std::shared_ptr<const SafetensorsFile> file) : file_(std::move(file)) {}
+bool FileSource::has(const std::string& name) const { return file_->has(name); }
+Tensor FileSource::load(const std::string& name) const {
+    require(file_->has(name), ErrorKind::InvalidModel, "missing tensor '" + name + "' in " + file_->path());
+    return file_->load(name);
+}
+std::vector<std::string> FileSource::names() const { return file_->names(); }
+std::string FileSource::describe() const { return file_->path(); }
+
+MappedSource::MappedSource(std::shared_ptr<const SafetensorsFile> file, std::map<std::string, WeightMapping> table,
+                           std::string component)
+    : file_(std::move(file)), table_(std::move(table)), component_(std::move(component)) {}
+
+bool MappedSource::has(const std::string& name) const { return table_.count(name) > 0; }
+
+std::vector<std::string> MappedSource::names() const {
+    std::vector<std::string> out;
+    for (const auto& [name, m] : table_) out.push_back(name);
+    return out;
+}
+
+std::string MappedSource::describe() const { return file_->path() + " (" + component_ + ")"; }
+
+Tensor MappedSource::load(const std::string& name) const {
+    auto it = table_.find(name);
+    require(it != table_.end(), ErrorKind::InvalidModel,
+            "missing tensor for " + component_ + " '" + name + "' in " + file_->path());
+    const WeightMapping& m = it->second;
+    Tensor t = file_->load(m.file_name);
+    switch (m.op) {
+        case WeightMapping::Op::Copy: return t;
+        case WeightMapping::Op::Squeeze: {
+            Shape s;
+            for (int64_t d : t.shape()) if (d != 1) s.push_back(d);
+            return std::move(t).reshaped(s);
+        }
+        case WeightMapping::Op::Transpose: {
+            require(t.rank() == 2, ErrorKind::InvalidModel, "tensor '" + m.file_name + "' in " + file_->path() +
+                                                                " should be 2-d, has shape " + shape_str(t.shape()));
+            const int64_t r = t.dim(0), c = t.dim(1);
+            Tensor out({c, r});
+            for (int64_t i = 0; i < r; ++i)
+                for (int64_t j = 0; j < c; ++j) out[j * r + i] = t[i * c + j];
+            return out;
+        }
+        case WeightMapping::Op::RowSlice: {
+            const int64_t rows = t.dim(0);
+            require(t.rank() >= 1 && rows % m.parts == 0, ErrorKind::InvalidModel,
+                    "fused tensor '" + m.file_name + "' in " + file_->path() + " of shape " + shape_str(t.shape()) +
+                        " does not split into " + std::to_string(m.parts) + " parts");
+            const int64_t n = rows / m.parts, inner = t.numel() / rows;
+            Shape s = t.shape();
+            s[0] = n;
+            std::vector<float> v(t.data() + m.part * n * inner, t.data() + (m.part + 1) * n * inner);
+            return Tensor(s, std::move(v));
+        }
+    }
+    return t;
+}
+
+Tensor WeightReader::get(const std::string& name, const Shape& expected) {
+    Tensor t = get(name);
+    require(t.shape() == expected, ErrorKind::InvalidModel,
+            "tensor '" + name + "' in " + source_.describe() + " has shape " + shape_str(t.shape()) + ", expected " +
+                shape_str(expected));
+    return t;
+}
+
+Tensor WeightReader::get(const std::string& name) {
+    require(source_.has(name), ErrorKind::InvalidModel, "missing tensor '" + name + "' in " + source_.describe());
+    used_.insert(name);
+    return source_.load(name);
+}
+
+void WeightReader::check_all_used(const std::function<bool(const std::string&)>& ignore) const {
+    std::vector<std::string> extra;
+    for (const std::string& n : source_.names())
+        if (!used_.count(n) && !(ignore && ignore(n))) extra.push_back(n);
+    if (extra.empty()) return;
+    std::string list;
+    for (size_t i = 0; i < extra.size() && i < 8; ++i) list += (i ? ", " : "") + extra[i];
+    if (extra.size() > 8) list += ", ... (" + std::to_string(extra.size()) + " in all)";
+    fail(ErrorKind::InvalidModel, "unexpected tensors in " + source_.describe() + ": " + list);
+}
+
+}  // namespace kiln

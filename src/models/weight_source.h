@@ -1,0 +1,85 @@
+// Where a model component gets its weights: by the tensor names diffusers uses (the internal names),
+// whatever the file layout on disk. A diffusers folder is read as is; a single-file checkpoint in the
+// original layout is read through a rename table built from the names the file holds (see *_names.cpp).
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/safetensors.h"
+
+namespace kiln {
+
+// How one internal tensor is made from one tensor in the file.
+struct WeightMapping {
+    enum class Op {
+        Copy,       // same values and shape
+        Squeeze,    // drop size-1 dims: a 1x1 conv stored where diffusers has a linear ([C,C,1,1] -> [C,C])
+        Transpose,  // 2-d transpose: a projection stored as x @ P where diffusers keeps P^T
+        RowSlice,   // rows [part*n/parts, (part+1)*n/parts): one of q,k,v from a fused in_proj
+    };
+    std::string file_name;
+    Op op = Op::Copy;
+    int part = 0, parts = 1;
+};
+
+class WeightSource {
+public:
+    virtual ~WeightSource() = default;
+    virtual bool has(const std::string& name) const = 0;
+    virtual Tensor load(const std::string& name) const = 0;  // float32; missing -> InvalidModel naming it
+    virtual std::vector<std::string> names() const = 0;      // internal names available
+    virtual std::string describe() const = 0;                // the file, for messages
+};
+
+// Every tensor of a safetensors file, by its own name (diffusers folders).
+class FileSource : public WeightSource {
+public:
+    explicit FileSource(std::shared_ptr<const SafetensorsFile> file);
+    bool has(const std::string& name) const override;
+    Tensor load(const std::string& name) const override;
+    std::vector<std::string> names() const override;
+    std::string describe() const override;
+
+private:
+    std::shared_ptr<const SafetensorsFile> file_;
+};
+
+// Internal names mapped onto tensors of a single-file checkpoint.
+class MappedSource : public WeightSource {
+public:
+    MappedSource(std::shared_ptr<const SafetensorsFile> file, std::map<std::string, WeightMapping> table,
+                 std::string component);
+    bool has(const std::string& name) const override;
+    Tensor load(const std::string& name) const override;
+    std::vector<std::string> names() const override;
+    std::string describe() const override;
+
+private:
+    std::shared_ptr<const SafetensorsFile> file_;
+    std::map<std::string, WeightMapping> table_;
+    std::string component_;
+};
+
+// Reads a component's weights with shape checks and remembers what was read, so that a loader can
+// name every missing tensor and every tensor it did not expect.
+class WeightReader {
+public:
+    explicit WeightReader(const WeightSource& source) : source_(source) {}
+    Tensor get(const std::string& name, const Shape& expected);
+    Tensor get(const std::string& name);  // shape checked by the caller
+    bool has(const std::string& name) const { return source_.has(name); }
+    // Throws InvalidModel listing the tensors of the source that were never read (ignoring those
+    // for which `ignore` returns true). Call after loading the whole component.
+    void check_all_used(const std::function<bool(const std::string&)>& ignore = nullptr) const;
+
+private:
+    const WeightSource& source_;
+    std::set<std::string> used_;
+};
+
+}  // namespace kiln

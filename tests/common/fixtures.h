@@ -1,0 +1,37 @@
+// Helpers shared by the conformance tests: paths into tests/data and tensor comparison.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/tensor.h"
+
+namespace kiln::test {
+
+inline std::string data_path(const std::string& rel) { return std::string(KILN_TEST_DATA) + "/" + rel; }
+
+inline nlohmann::json read_json(const std::string& path) {
+    std::ifstream f(path);
+    return nlohmann::json::parse(f);
+}
+
+// max |a - b| / max |b|: the error relative to the reference's scale, which is what float32
+// arithmetic bounds (elementwise relative error is meaningless near zero crossings).
+inline double relative_error(const Tensor& a, const Tensor& b) {
+    EXPECT_EQ(a.shape(), b.shape());
+    if (a.shape() != b.shape()) return INFINITY;
+    double diff = 0, scale = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+        diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+        scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+        if (std::isnan(a[i])) return INFINITY;
+    }
+    return scale > 0 ? diff / scale : diff;
+}
+
+}  // namespace kiln::test
