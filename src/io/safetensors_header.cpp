@@ -82,18 +82,18 @@ json parse_header_json(const char* begin, const char* end, const std::string& pa
         fail_file(path, "header is not valid JSON (" + one_line(e.what(), 300) + ")");
     }
     require(header.is_object(), ErrorKind::InvalidModel,
-            path + ": header is not a JSON object but a " + header.type_name());
+            path + ": header is not a JSON object (got " + header.type_name() + ")");
     if (!duplicate.empty()) fail_tensor(path, duplicate, "named twice in the header");
     return header;
 }
 
 std::map<std::string, std::string> parse_metadata(const json& j, const std::string& path) {
     require(j.is_object(), ErrorKind::InvalidModel,
-            path + ": __metadata__ is not an object of strings but a " + j.type_name());
+            path + ": __metadata__ is not an object of strings (got " + j.type_name() + ")");
     std::map<std::string, std::string> metadata;
     for (const auto& [key, value] : j.items()) {
         require(value.is_string(), ErrorKind::InvalidModel,
-                path + ": __metadata__ entry " + quote_name(key) + " is not a string but a " + value.type_name());
+                path + ": __metadata__ entry " + quote_name(key) + " is not a string (got " + value.type_name() + ")");
         metadata.emplace(key, value.get<std::string>());
     }
     return metadata;
@@ -121,7 +121,7 @@ Shape parse_shape(const json& entry, const std::string& name, const std::string&
 
 TensorInfo parse_tensor(const std::string& name, const json& entry, uint64_t data_start, uint64_t data_size,
                         const std::string& path) {
-    if (!entry.is_object()) fail_tensor(path, name, std::string("entry is not an object but a ") + entry.type_name());
+    if (!entry.is_object()) fail_tensor(path, name, std::string("entry is not an object (got ") + entry.type_name() + ")");
 
     auto dt = entry.find("dtype");
     if (dt == entry.end()) fail_tensor(path, name, "has no dtype");

@@ -5,10 +5,9 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <set>
 
 #include "io/dtype_convert.h"
@@ -31,11 +30,13 @@ constexpr size_t kChunkElements = size_t{1} << 20;  // conversion buffer: 4 MB o
 class TempFile {
 public:
     explicit TempFile(const std::string& target) : target_(target) {
+        // pid + counter is unique within this machine's live processes; the clock makes a clash with
+        // a stale leftover of a dead process unlikely, and O_EXCL makes any clash safe.
         static std::atomic<unsigned> counter{0};
-        std::random_device entropy;
+        const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
         for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
             temp_ = target + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
-                    std::to_string(entropy());
+                    std::to_string(stamp);
             // 0666 lets the umask decide the final permissions, as for any newly created file.
             fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
             if (fd_ < 0 && errno != EEXIST) fail_io(target, "cannot create temporary file " + temp_);

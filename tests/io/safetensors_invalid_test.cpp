@@ -99,6 +99,13 @@ TEST_F(SafetensorsInvalid, UnknownDtypeIsNamed) {
                            {"'w'", "'f32'"});
 }
 
+TEST_F(SafetensorsInvalid, DeeplyNestedJsonIsRejectedWithoutExhaustingTheStack) {
+    const size_t depth = 100000;
+    expect_header_rejected("{\"w\":" + std::string(depth, '[') + std::string(depth, ']') + "}", "",
+                           {"'w'", "not an object"});
+    expect_header_rejected(std::string(depth, '['), "", {"not valid JSON"});
+}
+
 TEST_F(SafetensorsInvalid, DtypeMissingOrNotAString) {
     expect_header_rejected("{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}", k4Bytes, {"'w'", "no dtype"});
     expect_header_rejected("{\"w\":{\"dtype\":4,\"shape\":[1],\"data_offsets\":[0,4]}}", k4Bytes,
