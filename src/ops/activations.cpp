@@ -1,0 +1,66 @@
+// In-place activations and GEGLU: one pass, vectorised through vec_math.h.
+#include "ops/no_trapping_math.h"  // first: see there
+#include "ops/checks.h"
+#include "ops/ops.h"
+#include "ops/parallel.h"
+#include "ops/vec_math.h"
+
+namespace kiln::ops {
+
+namespace {
+
+template <class F>
+void map_inplace(Tensor& x, F f) {
+    float* p = x.data();
+    const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static) if (n >= detail::kParallelMinWork)
+    for (int64_t i = 0; i < n; ++i) p[i] = f(p[i]);
+}
+
+}  // namespace
+
+void silu_(Tensor& x) {
+    OpScope scope(OpKind::Silu);
+    map_inplace(x, [](float v) { return v * vec::sigmoid(v); });
+}
+
+void gelu_(Tensor& x) {
+    OpScope scope(OpKind::Gelu);
+    map_inplace(x, [](float v) { return vec::gelu(v); });
+}
+
+void gelu_tanh_(Tensor& x) {
+    OpScope scope(OpKind::GeluTanh);
+    map_inplace(x, [](float v) { return vec::gelu_tanh(v); });
+}
+
+void quick_gelu_(Tensor& x) {
+    OpScope scope(OpKind::QuickGelu);
+    map_inplace(x, [](float v) { return v * vec::sigmoid(1.702f * v); });
+}
+
+Tensor geglu(const Tensor& x) {
+    using detail::check;
+    using detail::desc;
+    check(x.rank() >= 1 && x.dim(-1) % 2 == 0, "geglu", desc("x", x) + ": the last dim must be even ([..., 2n])");
+    const int64_t n = x.dim(-1) / 2;
+    Shape shape = x.shape();
+    shape.back() = n;
+    Tensor y(shape);
+    OpScope scope(OpKind::Geglu);
+    if (y.empty()) return y;
+    const int64_t rows = y.numel() / n;
+    const float* xp = x.data();
+    float* yp = y.data();
+#pragma omp parallel for schedule(static) if (y.numel() >= detail::kParallelMinWork)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* value = xp + r * 2 * n;
+        const float* gate = value + n;
+        float* dst = yp + r * n;
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) dst[i] = value[i] * vec::gelu(gate[i]);
+    }
+    return y;
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,77 @@
+// conv2d: a 1x1 stride-1 convolution is one sgemm per image; any other goes through im2col in tiles
+// of output pixels, so the column buffer stays under detail::kIm2colBudgetBytes whatever the image size.
+#include <algorithm>
+#include <memory>
+
+#include "ops/blas.h"
+#include "ops/checks.h"
+#include "ops/im2col.h"
+#include "ops/ops.h"
+#include "ops/parallel.h"
+#include "ops/tuning.h"
+
+namespace kiln::ops {
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) {
+    return detail::conv2d_tiled(x, w, b, stride, padding, detail::kIm2colBudgetBytes);
+}
+
+Tensor detail::conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
+                            int64_t im2col_budget_bytes) {
+    using detail::check;
+    using detail::desc;
+    check(x.rank() == 4, "conv2d", desc("x", x) + " must be [N, C, H, W]");
+    check(w.rank() == 4, "conv2d", desc("w", w) + " must be [O, C, kh, kw]");
+    check(w.dim(1) == x.dim(1), "conv2d",
+          desc("x", x) + " and " + desc("w", w) + ": x's channels must equal w's in-channels (dim 1)");
+    check(stride >= 1, "conv2d", "stride " + std::to_string(stride) + " must be >= 1");
+    check(padding >= 0, "conv2d", "padding " + std::to_string(padding) + " must be >= 0");
+    check(w.dim(2) >= 1 && w.dim(3) >= 1, "conv2d", desc("w", w) + " has an empty kernel");
+    const int64_t n_img = x.dim(0), cin = x.dim(1), h = x.dim(2), wd = x.dim(3);
+    const int64_t cout = w.dim(0), kh = w.dim(2), kw = w.dim(3);
+    check(h + 2 * padding >= kh && wd + 2 * padding >= kw, "conv2d",
+          desc("x", x) + " padded by " + std::to_string(padding) + " is smaller than the kernel of " + desc("w", w));
+    if (b)
+        check(b->rank() == 1 && b->dim(0) == cout, "conv2d",
+              desc("b", *b) + " must be [" + std::to_string(cout) + "] for " + desc("w", w));
+
+    const int64_t ho = (h + 2 * padding - kh) / stride + 1, wo = (wd + 2 * padding - kw) / stride + 1;
+    const int64_t pixels = ho * wo, k = cin * kh * kw;
+    Tensor y({n_img, cout, ho, wo});
+    OpScope scope(OpKind::Conv2d, 2.0 * static_cast<double>(n_img * cout) * static_cast<double>(pixels) * k);
+    if (y.empty()) return y;
+
+    float* yp = y.data();
+    float beta = 0.0f;
+    if (b) {  // sgemm accumulates onto the bias (beta = 1)
+        const float* bp = b->data();
+#pragma omp parallel for if (y.numel() >= detail::kParallelMinWork)
+        for (int64_t plane = 0; plane < n_img * cout; ++plane)
+            std::fill(yp + plane * pixels, yp + (plane + 1) * pixels, bp[plane % cout]);
+        beta = 1.0f;
+    }
+
+    const float* xp = x.data();
+    if (kh == 1 && kw == 1 && stride == 1 && padding == 0) {
+        for (int64_t n = 0; n < n_img; ++n)
+            blas::gemm(false, false, cout, pixels, cin, 1.0f, w.data(), cin, xp + n * cin * h * wd, pixels, beta,
+                       yp + n * cout * pixels, pixels);
+        return y;
+    }
+
+    const detail::ConvGeometry g{cin, h, wd, kh, kw, stride, padding, ho, wo};
+    const int64_t tile = std::clamp<int64_t>(im2col_budget_bytes / (k * int64_t(sizeof(float))), 1, pixels);
+    std::unique_ptr<float[]> col(new float[k * tile]);  // uninitialised: im2col writes every element
+    for (int64_t n = 0; n < n_img; ++n) {
+        const float* xn = xp + n * cin * h * wd;
+        float* yn = yp + n * cout * pixels;
+        for (int64_t p0 = 0; p0 < pixels; p0 += tile) {
+            const int64_t p1 = std::min(pixels, p0 + tile);
+            detail::im2col_tile(xn, g, p0, p1, col.get());
+            blas::gemm(false, false, cout, p1 - p0, k, 1.0f, w.data(), k, col.get(), p1 - p0, beta, yn + p0, pixels);
+        }
+    }
+    return y;
+}
+
+}  // namespace kiln::ops

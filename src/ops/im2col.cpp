@@ -1,0 +1,56 @@
+#include "ops/im2col.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "ops/parallel.h"
+
+namespace kiln::ops::detail {
+
+namespace {
+
+// One row of col: tap (c, i, j) for output pixels [p0, p1), which may span several output rows.
+void fill_row(const float* x, const ConvGeometry& g, int64_t c, int64_t i, int64_t j, int64_t p0, int64_t p1,
+              float* dst) {
+    const int64_t s = g.stride;
+    const int64_t off = j - g.padding;  // ix = ox * s + off
+    // Output columns whose tap lands inside the image: 0 <= ox * s + off < width.
+    const int64_t ox_lo = off >= 0 ? 0 : (-off + s - 1) / s;
+    const int64_t ox_hi = g.width - 1 - off < 0 ? 0 : (g.width - 1 - off) / s + 1;
+    int64_t p = p0;
+    while (p < p1) {
+        const int64_t oy = p / g.out_w;
+        const int64_t ox0 = p % g.out_w;
+        const int64_t ox1 = std::min(g.out_w, ox0 + (p1 - p));
+        const int64_t iy = oy * s - g.padding + i;
+        if (iy < 0 || iy >= g.height) {
+            std::fill(dst, dst + (ox1 - ox0), 0.0f);
+        } else {
+            const float* src = x + (c * g.height + iy) * g.width;
+            const int64_t lo = std::clamp(ox_lo, ox0, ox1), hi = std::clamp(ox_hi, lo, ox1);
+            std::fill(dst, dst + (lo - ox0), 0.0f);
+            if (s == 1) {
+                if (hi > lo) std::memcpy(dst + (lo - ox0), src + lo + off, sizeof(float) * (hi - lo));
+            } else {
+                for (int64_t ox = lo; ox < hi; ++ox) dst[ox - ox0] = src[ox * s + off];
+            }
+            std::fill(dst + (hi - ox0), dst + (ox1 - ox0), 0.0f);
+        }
+        dst += ox1 - ox0;
+        p += ox1 - ox0;
+    }
+}
+
+}  // namespace
+
+void im2col_tile(const float* x, const ConvGeometry& g, int64_t p0, int64_t p1, float* col) {
+    const int64_t rows = g.channels * g.kh * g.kw;
+    const int64_t cols = p1 - p0;
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMinWork)
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t c = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
+        fill_row(x, g, c, i, j, p0, p1, col + r * cols);
+    }
+}
+
+}  // namespace kiln::ops::detail

@@ -1,0 +1,19 @@
+// im2col for a range of output pixels, so that a convolution becomes sgemm on a bounded buffer.
+#pragma once
+#include <cstdint>
+
+namespace kiln::ops::detail {
+
+struct ConvGeometry {
+    int64_t channels, height, width;  // input image
+    int64_t kh, kw, stride, padding;
+    int64_t out_h, out_w;
+};
+
+// Writes the columns of output pixels [p0, p1) (row-major pixel index oy * out_w + ox) of one image
+// x [C, H, W] into col [C * kh * kw, p1 - p0]; row (c * kh + i) * kw + j matches w [O, C, kh, kw]
+// flattened to [O, C * kh * kw]. Taps outside the image read as 0 (zero padding).
+// Runs OpenMP threads over the rows; call it outside a parallel region.
+void im2col_tile(const float* x, const ConvGeometry& g, int64_t p0, int64_t p1, float* col);
+
+}  // namespace kiln::ops::detail

@@ -1,0 +1,79 @@
+// Layout changes between the conv world (NCHW) and the transformer world (N, L, C), and channel
+// concatenation. Pure data movement: results are bit-exact copies.
+#include <algorithm>
+#include <cstring>
+
+#include "ops/checks.h"
+#include "ops/ops.h"
+#include "ops/parallel.h"
+
+namespace kiln::ops {
+
+namespace {
+
+// dst[n][j][i] = src[n][i][j] for src [count, rows, cols]: 32x32 tiles so that both the reads and
+// the writes walk memory in lines.
+void transpose_batched(const float* src, float* dst, int64_t count, int64_t rows, int64_t cols) {
+    constexpr int64_t kTile = 32;
+    const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
+    const int64_t tiles = count * row_tiles * col_tiles;
+#pragma omp parallel for schedule(static) if (count * rows * cols >= detail::kParallelMinWork)
+    for (int64_t t = 0; t < tiles; ++t) {
+        const int64_t n = t / (row_tiles * col_tiles);
+        const int64_t i0 = (t / col_tiles) % row_tiles * kTile, j0 = t % col_tiles * kTile;
+        const int64_t i1 = std::min(rows, i0 + kTile), j1 = std::min(cols, j0 + kTile);
+        const float* s = src + n * rows * cols;
+        float* d = dst + n * rows * cols;
+        for (int64_t j = j0; j < j1; ++j)
+            for (int64_t i = i0; i < i1; ++i) d[j * rows + i] = s[i * cols + j];
+    }
+}
+
+}  // namespace
+
+Tensor nchw_to_nlc(const Tensor& x) {
+    detail::check(x.rank() == 4, "nchw_to_nlc", detail::desc("x", x) + " must be [N, C, H, W]");
+    const int64_t n = x.dim(0), c = x.dim(1), l = x.dim(2) * x.dim(3);
+    Tensor y({n, l, c});
+    OpScope scope(OpKind::NchwToNlc);
+    transpose_batched(x.data(), y.data(), n, c, l);
+    return y;
+}
+
+Tensor nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) {
+    detail::check(x.rank() == 3 && h >= 0 && w >= 0 && x.dim(1) == h * w, "nlc_to_nchw",
+                  detail::desc("x", x) + " must be [N, h*w, C] for h = " + std::to_string(h) + ", w = " + std::to_string(w));
+    const int64_t n = x.dim(0), l = x.dim(1), c = x.dim(2);
+    Tensor y({n, c, h, w});
+    OpScope scope(OpKind::NlcToNchw);
+    transpose_batched(x.data(), y.data(), n, l, c);
+    return y;
+}
+
+Tensor concat_channels(const Tensor& a, const Tensor& b) {
+    using detail::desc;
+    bool ok = a.rank() >= 2 && a.rank() == b.rank() && a.dim(0) == b.dim(0);
+    for (int d = 2; ok && d < a.rank(); ++d) ok = a.dim(d) == b.dim(d);
+    detail::check(ok, "concat_channels",
+                  desc("a", a) + " and " + desc("b", b) + " must agree in every dim but dim 1 (rank >= 2)");
+    Shape shape = a.shape();
+    shape[1] += b.dim(1);
+    Tensor y(shape);
+    OpScope scope(OpKind::ConcatChannels);
+    const int64_t n = a.dim(0);
+    if (y.empty()) return y;
+    // Per image, a's block then b's block, each contiguous.
+    const int64_t a_block = a.numel() / n, b_block = b.numel() / n;
+    const float* ap = a.data();
+    const float* bp = b.data();
+    float* yp = y.data();
+#pragma omp parallel for schedule(static) if (y.numel() >= detail::kParallelMinWork)
+    for (int64_t i = 0; i < n; ++i) {
+        float* dst = yp + i * (a_block + b_block);
+        if (a_block) std::memcpy(dst, ap + i * a_block, sizeof(float) * a_block);
+        if (b_block) std::memcpy(dst + a_block, bp + i * b_block, sizeof(float) * b_block);
+    }
+    return y;
+}
+
+}  // namespace kiln::ops

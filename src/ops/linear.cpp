@@ -1,0 +1,41 @@
+// linear: y = x W^T + b as one sgemm over all leading dims of x.
+#include "ops/blas.h"
+#include "ops/checks.h"
+#include "ops/ops.h"
+#include "ops/parallel.h"
+
+namespace kiln::ops {
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) {
+    using detail::check;
+    using detail::desc;
+    check(x.rank() >= 1, "linear", desc("x", x) + " must have at least one dim");
+    check(w.rank() == 2, "linear", desc("w", w) + " must be [out, in]");
+    const int64_t in = x.dim(-1), out = w.dim(0);
+    check(w.dim(1) == in, "linear",
+          desc("x", x) + " and " + desc("w", w) + ": x's last dim must equal w's in-features");
+    if (b)
+        check(b->rank() == 1 && b->dim(0) == out, "linear",
+              desc("b", *b) + " must be [" + std::to_string(out) + "] for " + desc("w", w));
+
+    int64_t rows = 1;
+    for (int d = 0; d + 1 < x.rank(); ++d) rows *= x.dim(d);
+    Shape out_shape = x.shape();
+    out_shape.back() = out;
+    Tensor y(out_shape);
+
+    OpScope scope(OpKind::Linear, 2.0 * static_cast<double>(rows) * static_cast<double>(out) * in);
+    float* yp = y.data();
+    float beta = 0.0f;
+    if (b) {  // start from the bias and let sgemm accumulate onto it (beta = 1): no second pass over y
+        const float* bp = b->data();
+#pragma omp parallel for if (rows * out >= detail::kParallelMinWork)
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t j = 0; j < out; ++j) yp[r * out + j] = bp[j];
+        beta = 1.0f;
+    }
+    blas::gemm(false, true, rows, out, in, 1.0f, x.data(), in, w.data(), in, beta, yp, out);
+    return y;
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,60 @@
+// CPU ops on float32 tensors with PyTorch's semantics (NCHW, row-major, linear(x) = x W^T + b).
+// Matrix products go to OpenBLAS sgemm, everything else runs in OpenMP loops the compiler vectorises.
+// Every shape problem throws kiln::Error (InvalidArgument) naming the op and the shapes.
+// src/ops/ref/ holds plain reference versions of every op, used by the tests.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ops/op_list.h"
+#include "ops/op_observer.h"
+
+namespace kiln::ops {
+
+// x [..., in], w [out, in], b [out] or nullptr -> [..., out].
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b);
+
+// x [N,C,H,W], w [O,C,kh,kw], b [O] or nullptr; zero padding on all four sides -> [N,O,Ho,Wo] with
+// Ho = (H + 2*padding - kh) / stride + 1.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride = 1, int padding = 0);
+
+// x [N,C,...]; statistics over each group of C/groups channels (and all trailing dims); gamma, beta [C].
+Tensor group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps);
+
+// Normalises over the last dim D; gamma, beta [D].
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps);
+
+// q [B,Lq,H*D], k and v [B,Lk,H*D] -> [B,Lq,H*D]: softmax(q k^T / sqrt(D)) v per head, in float32.
+// causal masks key j for query i when j > i (top-left aligned, as torch's is_causal).
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal = false);
+
+// In-place activations.
+void silu_(Tensor& x);        // x * sigmoid(x)
+void gelu_(Tensor& x);        // x * Phi(x), the exact (erf) form
+void gelu_tanh_(Tensor& x);   // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+void quick_gelu_(Tensor& x);  // x * sigmoid(1.702 x), OpenAI CLIP's
+
+// x [..., 2n] -> x[..., :n] * gelu(x[..., n:]) (diffusers' GEGLU after its projection).
+Tensor geglu(const Tensor& x);
+
+// [N,C,H,W] -> [N,C,2H,2W], each pixel repeated 2x2.
+Tensor upsample_nearest2x(const Tensor& x);
+
+// Concatenates along dim 1; a [N,Ca,...] and b [N,Cb,...] agree in every other dim (rank >= 2).
+Tensor concat_channels(const Tensor& a, const Tensor& b);
+
+void add_(Tensor& a, const Tensor& b);                       // a += b, same shape
+void add_channel_bias_(Tensor& x, const Tensor& bias_nc);    // x [N,C,...] += bias [N,C] over the rest
+void scale_(Tensor& x, float s);                             // x *= s
+
+Tensor nchw_to_nlc(const Tensor& x);                         // [N,C,H,W] -> [N,H*W,C]
+Tensor nlc_to_nchw(const Tensor& x, int64_t h, int64_t w);   // [N,h*w,C] -> [N,C,h,w]
+
+Tensor softmax_lastdim(const Tensor& x);
+
+// diffusers' get_timestep_embedding (scale 1): [len(timesteps), dim], float32 arithmetic in torch's order.
+Tensor timestep_embedding(const std::vector<float>& timesteps, int dim, bool flip_sin_to_cos,
+                          float downscale_freq_shift, float max_period = 10000);
+
+}  // namespace kiln::ops

@@ -1,0 +1,41 @@
+// softmax over the last dim, one row per task: max, e^(x - max) with its sum, then scale.
+#include "ops/no_trapping_math.h"  // first: see there
+#include <algorithm>
+
+#include "ops/checks.h"
+#include "ops/ops.h"
+#include "ops/parallel.h"
+#include "ops/vec_math.h"
+
+namespace kiln::ops {
+
+Tensor softmax_lastdim(const Tensor& x) {
+    detail::check(x.rank() >= 1, "softmax_lastdim", detail::desc("x", x) + " must have at least one dim");
+    Tensor y(x.shape());
+    OpScope scope(OpKind::SoftmaxLastdim);
+    if (y.empty()) return y;
+    const int64_t n = x.dim(-1), rows = x.numel() / n;
+    const float* xp = x.data();
+    float* yp = y.data();
+#pragma omp parallel for schedule(static) if (x.numel() >= detail::kParallelMinWork)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* src = xp + r * n;
+        float* dst = yp + r * n;
+        float m = src[0];
+#pragma omp simd reduction(max : m)
+        for (int64_t i = 0; i < n; ++i) m = std::max(m, src[i]);
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t i = 0; i < n; ++i) {
+            const float e = vec::exp(src[i] - m);
+            dst[i] = e;
+            sum += e;
+        }
+        const float inv = 1.0f / sum;
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) dst[i] *= inv;
+    }
+    return y;
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,48 @@
+// diffusers' get_timestep_embedding, step by step in torch's float32 order:
+//   exponent = -log(max_period) * arange(half, float32)   (the python scalar becomes float32)
+//   exponent = exponent / (half - shift)                   (a true float division)
+//   freq = exp(exponent); arg = t * freq                   (float32)
+//   cat(sin(arg), cos(arg)), swapped halves if flip_sin_to_cos, a zero column if dim is odd.
+// exp/sin/cos are evaluated in double and rounded once, i.e. correctly rounded; torch's vectorised
+// versions are within 1 ulp of that.
+#include <cmath>
+
+#include "kiln/error.h"
+#include "ops/ops.h"
+
+namespace kiln::ops {
+
+Tensor timestep_embedding(const std::vector<float>& timesteps, int dim, bool flip_sin_to_cos,
+                          float downscale_freq_shift, float max_period) {
+    require(dim >= 1, ErrorKind::InvalidArgument,
+            "ops::timestep_embedding: dim " + std::to_string(dim) + " must be >= 1");
+    const int half = dim / 2;
+    require(half == 0 || static_cast<float>(half) - downscale_freq_shift != 0.0f, ErrorKind::InvalidArgument,
+            "ops::timestep_embedding: dim " + std::to_string(dim) + " with downscale_freq_shift " +
+                std::to_string(downscale_freq_shift) + " divides by zero (half - shift = 0)");
+    require(max_period > 0.0f, ErrorKind::InvalidArgument, "ops::timestep_embedding: max_period must be > 0");
+
+    const int64_t count = static_cast<int64_t>(timesteps.size());
+    Tensor emb({count, dim});
+    OpScope scope(OpKind::TimestepEmbedding);
+    // torch computes half - shift in python (double) and then uses it as a float32 scalar.
+    const float denominator = static_cast<float>(static_cast<double>(half) - static_cast<double>(downscale_freq_shift));
+    const float neg_log_period = static_cast<float>(-std::log(static_cast<double>(max_period)));
+    std::vector<float> freq(half);
+    for (int i = 0; i < half; ++i) {
+        const float exponent = (neg_log_period * static_cast<float>(i)) / denominator;
+        freq[i] = static_cast<float>(std::exp(static_cast<double>(exponent)));
+    }
+    const int sin_at = flip_sin_to_cos ? half : 0, cos_at = flip_sin_to_cos ? 0 : half;
+    for (int64_t r = 0; r < count; ++r) {
+        float* row = emb.data() + r * dim;
+        for (int i = 0; i < half; ++i) {
+            const double arg = static_cast<double>(timesteps[r] * freq[i]);  // the float32 product
+            row[sin_at + i] = static_cast<float>(std::sin(arg));
+            row[cos_at + i] = static_cast<float>(std::cos(arg));
+        }
+    }
+    return emb;
+}
+
+}  // namespace kiln::ops

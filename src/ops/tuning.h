@@ -1,0 +1,24 @@
+// The ops' tuning knobs, exposed for tests (to force several tiles or blocks on small shapes) and for
+// benchmarks. The public ops in ops.h call these with the defaults below.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace kiln::ops::detail {
+
+// Largest im2col buffer conv2d allocates; bigger convolutions run in tiles of output pixels.
+constexpr int64_t kIm2colBudgetBytes = int64_t(64) << 20;
+
+// conv2d with an explicit im2col budget (at least one column is always allowed).
+Tensor conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
+                    int64_t im2col_budget_bytes);
+
+// Query rows per attention block for these sizes on `threads` threads (the default policy).
+int64_t attention_block_rows(int64_t lq, int64_t lk, int64_t batch_heads, int threads);
+
+// attention with an explicit number of query rows per block; 0 picks attention_block_rows.
+Tensor attention_blocked(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal,
+                         int64_t block_rows);
+
+}  // namespace kiln::ops::detail
