@@ -1,0 +1,126 @@
+#include "models/clip/clip_text_model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/error.h"
+#include "ops/ops.h"
+
+namespace kiln {
+
+ClipTextModel ClipTextModel::load(const WeightSource& source, const ClipTextConfig& config) {
+    config.validate(source.describe());
+    const int64_t h = config.hidden, inner = config.intermediate;
+    WeightReader r(source);
+    ClipTextModel m;
+    m.config_ = config;
+    m.token_embedding_ = r.get("text_model.embeddings.token_embedding.weight", {config.vocab, h});
+    m.position_embedding_ = r.get("text_model.embeddings.position_embedding.weight", {config.max_positions, h});
+    for (int i = 0; i < config.layers; ++i) {
+        const std::string p = "text_model.encoder.layers." + std::to_string(i) + ".";
+        Layer l;
+        l.ln1_w = r.get(p + "layer_norm1.weight", {h});
+        l.ln1_b = r.get(p + "layer_norm1.bias", {h});
+        l.q_w = r.get(p + "self_attn.q_proj.weight", {h, h});
+        l.q_b = r.get(p + "self_attn.q_proj.bias", {h});
+        l.k_w = r.get(p + "self_attn.k_proj.weight", {h, h});
+        l.k_b = r.get(p + "self_attn.k_proj.bias", {h});
+        l.v_w = r.get(p + "self_attn.v_proj.weight", {h, h});
+        l.v_b = r.get(p + "self_attn.v_proj.bias", {h});
+        l.out_w = r.get(p + "self_attn.out_proj.weight", {h, h});
+        l.out_b = r.get(p + "self_attn.out_proj.bias", {h});
+        l.ln2_w = r.get(p + "layer_norm2.weight", {h});
+        l.ln2_b = r.get(p + "layer_norm2.bias", {h});
+        l.fc1_w = r.get(p + "mlp.fc1.weight", {inner, h});
+        l.fc1_b = r.get(p + "mlp.fc1.bias", {inner});
+        l.fc2_w = r.get(p + "mlp.fc2.weight", {h, inner});
+        l.fc2_b = r.get(p + "mlp.fc2.bias", {h});
+        m.layers_.push_back(std::move(l));
+    }
+    m.final_ln_w_ = r.get("text_model.final_layer_norm.weight", {h});
+    m.final_ln_b_ = r.get("text_model.final_layer_norm.bias", {h});
+    if (config.projection_dim > 0) m.projection_ = r.get("text_projection.weight", {config.projection_dim, h});
+    // position_ids is a buffer older exports carry; a plain CLIPTextModel ignores a projection it has
+    // no use for, as transformers does when loading a CLIPTextModelWithProjection file.
+    r.check_all_used([&](const std::string& name) {
+        return name == "text_model.embeddings.position_ids" ||
+               (config.projection_dim == 0 && name == "text_projection.weight");
+    });
+    return m;
+}
+
+Tensor ClipTextModel::run_layer(const Layer& l, const Tensor& x) const {
+    Tensor h = ops::layer_norm(x, l.ln1_w, l.ln1_b, config_.eps);
+    {
+        Tensor q = ops::linear(h, l.q_w, &l.q_b);
+        Tensor k = ops::linear(h, l.k_w, &l.k_b);
+        Tensor v = ops::linear(h, l.v_w, &l.v_b);
+        h = ops::linear(ops::attention(q, k, v, config_.heads, /*causal=*/true), l.out_w, &l.out_b);
+    }
+    Tensor out = x;
+    ops::add_(out, h);
+    h = ops::linear(ops::layer_norm(out, l.ln2_w, l.ln2_b, config_.eps), l.fc1_w, &l.fc1_b);
+    if (config_.act == "gelu")
+        ops::gelu_(h);
+    else
+        ops::quick_gelu_(h);
+    ops::add_(out, ops::linear(h, l.fc2_w, &l.fc2_b));
+    return out;
+}
+
+ClipTextOutput ClipTextModel::encode(const std::vector<int>& ids, int skip) const {
+    return encode(std::vector<std::vector<int>>{ids}, skip);
+}
+
+ClipTextOutput ClipTextModel::encode(const std::vector<std::vector<int>>& ids, int skip) const {
+    const int64_t batch = static_cast<int64_t>(ids.size());
+    require(batch > 0, ErrorKind::InvalidArgument, "CLIP text encoder: no token rows given");
+    const int64_t len = static_cast<int64_t>(ids[0].size());
+    require(len > 0 && len <= config_.max_positions, ErrorKind::InvalidArgument,
+            "CLIP text encoder: a row of " + std::to_string(len) + " tokens; it takes 1 to " +
+                std::to_string(config_.max_positions));
+    require(skip >= 1 && skip <= config_.layers, ErrorKind::InvalidArgument,
+            "CLIP text encoder: clip skip " + std::to_string(skip) + " is out of range 1.." +
+                std::to_string(config_.layers) + " for a " + std::to_string(config_.layers) + "-layer model");
+    const int64_t h = config_.hidden;
+
+    Tensor x({batch, len, h});
+    std::vector<int64_t> eos(batch, 0);
+    for (int64_t b = 0; b < batch; ++b) {
+        require(static_cast<int64_t>(ids[b].size()) == len, ErrorKind::InvalidArgument,
+                "CLIP text encoder: token rows differ in length (" + std::to_string(ids[b].size()) + " vs " +
+                    std::to_string(len) + ")");
+        for (int64_t t = 0; t < len; ++t) {
+            const int id = ids[b][t];
+            require(id >= 0 && id < config_.vocab, ErrorKind::InvalidArgument,
+                    "CLIP text encoder: token id " + std::to_string(id) + " at row " + std::to_string(b) +
+                        ", position " + std::to_string(t) + " is outside the vocabulary of " +
+                        std::to_string(config_.vocab));
+            float* dst = x.data() + (b * len + t) * h;
+            const float* tok = token_embedding_.data() + int64_t(id) * h;
+            const float* pos = position_embedding_.data() + t * h;
+            for (int64_t c = 0; c < h; ++c) dst[c] = tok[c] + pos[c];
+            if (id > ids[b][eos[b]]) eos[b] = t;  // first position of the largest id, as torch.argmax
+        }
+    }
+
+    // hidden_states[i] for i = 0..layers; keep only the two the caller asked for.
+    const int keep_last = config_.layers + 1 - skip, keep_pen = config_.layers - skip;
+    ClipTextOutput out;
+    if (keep_pen == 0) out.penultimate = x;
+    for (int i = 0; i < config_.layers; ++i) {
+        x = run_layer(layers_[i], x);
+        if (i + 1 == keep_pen) out.penultimate = x;
+        if (i + 1 == keep_last && skip > 1) out.last_hidden_state = ops::layer_norm(x, final_ln_w_, final_ln_b_, config_.eps);
+    }
+    Tensor final_state = ops::layer_norm(x, final_ln_w_, final_ln_b_, config_.eps);
+
+    Tensor pooled({batch, h});
+    for (int64_t b = 0; b < batch; ++b)
+        std::memcpy(pooled.data() + b * h, final_state.data() + (b * len + eos[b]) * h, sizeof(float) * h);
+    out.pooled = config_.projection_dim > 0 ? ops::linear(pooled, projection_, nullptr) : std::move(pooled);
+    if (skip == 1) out.last_hidden_state = std::move(final_state);
+    return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,53 @@
+// The SD VAE, computed as diffusers' AutoencoderKL computes it (Encoder -> quant_conv -> diagonal
+// Gaussian; post_quant_conv -> Decoder), in float32.
+#pragma once
+#include <vector>
+
+#include "core/tensor.h"
+#include "models/vae/vae_blocks.h"
+#include "models/vae/vae_config.h"
+#include "models/weight_source.h"
+
+namespace kiln {
+
+class Vae {
+public:
+    // Reads every tensor by its diffusers name (encoder.*, decoder.*, quant_conv.*, post_quant_conv.*),
+    // checking shapes against `config`; a missing, misshapen or unexpected tensor is InvalidModel.
+    static Vae load(const WeightSource& source, const VaeConfig& config);
+
+    const VaeConfig& config() const { return config_; }
+
+    // Raw latents [N, latent_channels, h, w] (no scaling_factor applied) -> image [N, out_channels,
+    // h*f, w*f] in about [-1, 1], f = config().downsample_factor().
+    Tensor decode(const Tensor& latents) const;
+
+    // The posterior of an image [N, in_channels, H, W] in [-1, 1]: mean and std, [N, latent, H/f, W/f].
+    // logvar is clamped to [-30, 20] and std = exp(logvar / 2), as DiagonalGaussianDistribution.
+    struct Posterior {
+        Tensor mean, std;
+    };
+    Posterior encode(const Tensor& image) const;
+
+private:
+    struct Level {
+        std::vector<vae::Resnet> resnets;
+        std::optional<vae::Conv> resample;  // downsampler (encoder) or upsampler (decoder)
+    };
+
+    VaeConfig config_;
+    // Encoder
+    vae::Conv enc_conv_in_, enc_conv_out_;
+    std::vector<Level> down_;
+    vae::MidBlock enc_mid_;
+    vae::Norm enc_norm_out_;
+    std::optional<vae::Conv> quant_conv_;
+    // Decoder
+    std::optional<vae::Conv> post_quant_conv_;
+    vae::Conv dec_conv_in_, dec_conv_out_;
+    vae::MidBlock dec_mid_;
+    std::vector<Level> up_;  // diffusers order: up_[0] works at the lowest resolution
+    vae::Norm dec_norm_out_;
+};
+
+}  // namespace kiln

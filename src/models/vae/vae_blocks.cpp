@@ -1,0 +1,135 @@
+#include "models/vae/vae_blocks.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/error.h"
+#include "ops/ops.h"
+
+namespace kiln::vae {
+
+namespace {
+
+// Score matrices of at most this many floats per attention call (64 MiB).
+constexpr int64_t kAttentionScoreBudget = int64_t(16) << 20;
+
+// Rows [r0, r1) of batch element b of a [N,L,C] tensor, as a [1, r1-r0, C] tensor.
+Tensor token_rows(const Tensor& t, int64_t b, int64_t r0, int64_t r1) {
+    const int64_t len = t.dim(1), c = t.dim(2);
+    const float* src = t.data() + (b * len + r0) * c;
+    return Tensor({1, r1 - r0, c}, std::vector<float>(src, src + (r1 - r0) * c));
+}
+
+}  // namespace
+
+Conv Conv::load(WeightReader& r, const std::string& prefix, int64_t in, int64_t out, int64_t k) {
+    return Conv{r.get(prefix + ".weight", {out, in, k, k}), r.get(prefix + ".bias", {out})};
+}
+
+Norm Norm::load(WeightReader& r, const std::string& prefix, int64_t channels) {
+    return Norm{r.get(prefix + ".weight", {channels}), r.get(prefix + ".bias", {channels})};
+}
+
+Tensor norm_silu(const Tensor& x, const Norm& n, int groups) {
+    Tensor y = ops::group_norm(x, groups, n.w, n.b, kNormEps);
+    ops::silu_(y);
+    return y;
+}
+
+Resnet Resnet::load(WeightReader& r, const std::string& prefix, int64_t in, int64_t out) {
+    Resnet res;
+    res.norm1 = Norm::load(r, prefix + ".norm1", in);
+    res.conv1 = Conv::load(r, prefix + ".conv1", in, out, 3);
+    res.norm2 = Norm::load(r, prefix + ".norm2", out);
+    res.conv2 = Conv::load(r, prefix + ".conv2", out, out, 3);
+    if (in != out) res.shortcut = Conv::load(r, prefix + ".conv_shortcut", in, out, 1);
+    return res;
+}
+
+Tensor Resnet::forward(const Tensor& x, int groups) const {
+    Tensor h = ops::conv2d(norm_silu(x, norm1, groups), conv1.w, &conv1.b, 1, 1);
+    h = ops::conv2d(norm_silu(h, norm2, groups), conv2.w, &conv2.b, 1, 1);
+    if (shortcut)
+        ops::add_(h, ops::conv2d(x, shortcut->w, &shortcut->b));
+    else
+        ops::add_(h, x);
+    return h;
+}
+
+SpatialAttention SpatialAttention::load(WeightReader& r, const std::string& prefix, int64_t c) {
+    SpatialAttention a;
+    a.norm = Norm::load(r, prefix + ".group_norm", c);
+    a.q_w = r.get(prefix + ".to_q.weight", {c, c});
+    a.q_b = r.get(prefix + ".to_q.bias", {c});
+    a.k_w = r.get(prefix + ".to_k.weight", {c, c});
+    a.k_b = r.get(prefix + ".to_k.bias", {c});
+    a.v_w = r.get(prefix + ".to_v.weight", {c, c});
+    a.v_b = r.get(prefix + ".to_v.bias", {c});
+    a.out_w = r.get(prefix + ".to_out.0.weight", {c, c});
+    a.out_b = r.get(prefix + ".to_out.0.bias", {c});
+    return a;
+}
+
+Tensor SpatialAttention::forward(const Tensor& x, int groups) const {
+    const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), w = x.dim(3), len = h * w;
+    Tensor q, k, v;
+    {
+        Tensor tokens = ops::nchw_to_nlc(ops::group_norm(x, groups, norm.w, norm.b, kNormEps));
+        q = ops::linear(tokens, q_w, &q_b);
+        k = ops::linear(tokens, k_w, &k_b);
+        v = ops::linear(tokens, v_w, &v_b);
+    }
+    Tensor mixed;
+    if (n * len * len <= kAttentionScoreBudget) {
+        mixed = ops::attention(q, k, v, 1);
+    } else {
+        // Each query's output depends only on its own row of scores, so chunking queries is exact.
+        mixed = Tensor({n, len, c});
+        const int64_t chunk = std::max<int64_t>(1, kAttentionScoreBudget / len);
+        for (int64_t b = 0; b < n; ++b) {
+            const Tensor kb = token_rows(k, b, 0, len), vb = token_rows(v, b, 0, len);
+            for (int64_t r0 = 0; r0 < len; r0 += chunk) {
+                const int64_t r1 = std::min(len, r0 + chunk);
+                Tensor part = ops::attention(token_rows(q, b, r0, r1), kb, vb, 1);
+                std::memcpy(mixed.data() + (b * len + r0) * c, part.data(), sizeof(float) * part.numel());
+            }
+        }
+    }
+    q = Tensor();
+    k = Tensor();
+    v = Tensor();
+    Tensor out = ops::nlc_to_nchw(ops::linear(mixed, out_w, &out_b), h, w);
+    ops::add_(out, x);
+    return out;
+}
+
+MidBlock MidBlock::load(WeightReader& r, const std::string& prefix, int64_t channels, bool with_attention) {
+    MidBlock m;
+    m.first = Resnet::load(r, prefix + ".resnets.0", channels, channels);
+    if (with_attention) m.attention = SpatialAttention::load(r, prefix + ".attentions.0", channels);
+    m.second = Resnet::load(r, prefix + ".resnets.1", channels, channels);
+    return m;
+}
+
+Tensor MidBlock::forward(const Tensor& x, int groups) const {
+    Tensor h = first.forward(x, groups);
+    if (attention) h = attention->forward(h, groups);
+    return second.forward(h, groups);
+}
+
+Tensor downsample(const Tensor& x, const Conv& conv) {
+    // ops::conv2d pads symmetrically; the one-sided pad is made here.
+    const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), w = x.dim(3);
+    Tensor padded({n, c, h + 1, w + 1});
+    for (int64_t plane = 0; plane < n * c; ++plane)
+        for (int64_t y = 0; y < h; ++y)
+            std::memcpy(padded.data() + (plane * (h + 1) + y) * (w + 1), x.data() + (plane * h + y) * w,
+                        sizeof(float) * w);
+    return ops::conv2d(padded, conv.w, &conv.b, 2, 0);
+}
+
+Tensor upsample(const Tensor& x, const Conv& conv) {
+    return ops::conv2d(ops::upsample_nearest2x(x), conv.w, &conv.b, 1, 1);
+}
+
+}  // namespace kiln::vae

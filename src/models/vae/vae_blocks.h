@@ -1,0 +1,61 @@
+// The building blocks of diffusers' AutoencoderKL Encoder and Decoder: ResnetBlock2D without a time
+// embedding, the mid block's single-head spatial self-attention, and the down/up samplers.
+// Every GroupNorm here uses eps 1e-6 (diffusers passes resnet_eps=1e-6 throughout the VAE).
+#pragma once
+#include <optional>
+#include <string>
+
+#include "core/tensor.h"
+#include "models/weight_source.h"
+
+namespace kiln::vae {
+
+inline constexpr float kNormEps = 1e-6f;
+
+struct Conv {
+    Tensor w, b;
+    // Reads prefix.weight [out,in,k,k] and prefix.bias [out].
+    static Conv load(WeightReader& r, const std::string& prefix, int64_t in, int64_t out, int64_t k);
+};
+
+struct Norm {
+    Tensor w, b;
+    static Norm load(WeightReader& r, const std::string& prefix, int64_t channels);
+};
+
+// GroupNorm(eps 1e-6) then SiLU, the pre-activation every conv of the VAE gets.
+Tensor norm_silu(const Tensor& x, const Norm& n, int groups);
+
+struct Resnet {
+    Norm norm1, norm2;
+    Conv conv1, conv2;
+    std::optional<Conv> shortcut;  // 1x1, when the channel count changes
+    static Resnet load(WeightReader& r, const std::string& prefix, int64_t in, int64_t out);
+    // (x or shortcut(x)) + conv2(silu(norm2(conv1(silu(norm1(x)))))); output_scale_factor is 1.
+    Tensor forward(const Tensor& x, int groups) const;
+};
+
+struct SpatialAttention {
+    Norm norm;
+    Tensor q_w, q_b, k_w, k_b, v_w, v_b, out_w, out_b;  // linears [C,C] (1x1 convs in original files)
+    static SpatialAttention load(WeightReader& r, const std::string& prefix, int64_t channels);
+    // x + to_out(attention(to_q(n), to_k(n), to_v(n))) with n = group_norm(x) over the H*W tokens,
+    // one head of width C. Queries go in chunks so that the score matrix stays small at any size.
+    Tensor forward(const Tensor& x, int groups) const;
+};
+
+struct MidBlock {
+    Resnet first, second;
+    std::optional<SpatialAttention> attention;
+    static MidBlock load(WeightReader& r, const std::string& prefix, int64_t channels, bool with_attention);
+    Tensor forward(const Tensor& x, int groups) const;
+};
+
+// diffusers' Downsample2D as the VAE configures it: pad the right and bottom by one zero, then a 3x3
+// conv of stride 2 without padding (the asymmetric padding of the original LDM code).
+Tensor downsample(const Tensor& x, const Conv& conv);
+
+// Upsample2D: nearest-neighbour 2x, then a 3x3 conv with padding 1.
+Tensor upsample(const Tensor& x, const Conv& conv);
+
+}  // namespace kiln::vae

@@ -1,0 +1,103 @@
+// VAE conformance with diffusers' AutoencoderKL (tests/data/<model>/modules.safetensors): decode of raw
+// latents and the encoder's posterior, loading the weights from both file layouts.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "common/fixtures.h"
+#include "io/safetensors.h"
+#include "kiln/error.h"
+#include "models/vae/vae.h"
+#include "models/vae/vae_single_file.h"
+
+using namespace kiln;
+using kiln::test::data_path;
+using kiln::test::relative_error;
+
+namespace {
+
+// The references are float32 CPU evaluations of the same fp16 weights, so only the order of float32
+// sums differs (unit roundoff 6e-8, growing with the sqrt of each conv's 9*C-term dot products and
+// through ~30 convs and norms): the observed error is at most 5e-6 of the tensor's largest magnitude. 1e-4
+// of that magnitude leaves room for other BLAS kernels, while a real mistake (a wrong tensor, padding,
+// group count, eps or level order) shows as 1e-2 or more.
+constexpr double kTolerance = 1e-4;
+
+const char* const kModels[] = {"sd15-mini", "sd2-mini", "sdxl-mini"};
+
+std::shared_ptr<const SafetensorsFile> open_shared(const std::string& path) {
+    return std::make_shared<const SafetensorsFile>(SafetensorsFile::open(path));
+}
+
+Vae load_diffusers(const std::string& model) {
+    const std::string dir = data_path(model + "/diffusers/vae/");
+    FileSource source(open_shared(dir + "diffusion_pytorch_model.safetensors"));
+    return Vae::load(source, load_vae_config(dir + "config.json"));
+}
+
+Vae load_single_file(const std::string& model) {
+    auto file = open_shared(data_path(model + "/" + model + ".safetensors"));
+    // The scaling factor belongs to the architecture; the diffusers config of the same model says it.
+    const float scale = load_vae_config(data_path(model + "/diffusers/vae/config.json")).scaling_factor;
+    VaeSingleFile layout = ldm_vae_layout(*file, scale);
+    MappedSource source(file, layout.table, "vae");
+    return Vae::load(source, layout.config);
+}
+
+void check_against_reference(const Vae& vae, const std::string& model, const std::string& layout) {
+    SafetensorsFile ref = SafetensorsFile::open(data_path(model + "/modules.safetensors"));
+    for (const std::string shape : {"sq", "wide"}) {
+        const std::string p = "vae." + shape + ".";
+        const double dec = relative_error(vae.decode(ref.load(p + "latent")), ref.load(p + "decoded"));
+        const Vae::Posterior post = vae.encode(ref.load(p + "image"));
+        const double mean = relative_error(post.mean, ref.load(p + "enc_mean"));
+        const double std = relative_error(post.std, ref.load(p + "enc_std"));
+        EXPECT_LT(dec, kTolerance) << model << " " << shape << " " << layout;
+        EXPECT_LT(mean, kTolerance) << model << " " << shape << " " << layout;
+        EXPECT_LT(std, kTolerance) << model << " " << shape << " " << layout;
+        std::printf("[ measure  ] %s vae.%s (%s): decoded %.2e, enc_mean %.2e, enc_std %.2e\n", model.c_str(),
+                    shape.c_str(), layout.c_str(), dec, mean, std);
+    }
+}
+
+}  // namespace
+
+TEST(Vae, MatchesDiffusersFromDiffusersFolders) {
+    for (const char* m : kModels) check_against_reference(load_diffusers(m), m, "diffusers folder");
+}
+
+TEST(Vae, MatchesDiffusersFromSingleFiles) {
+    for (const char* m : kModels) check_against_reference(load_single_file(m), m, "single file");
+}
+
+TEST(Vae, BatchedDecodeMatchesOneByOne) {
+    const Vae vae = load_diffusers("sd15-mini");
+    SafetensorsFile ref = SafetensorsFile::open(data_path("sd15-mini/modules.safetensors"));
+    const Tensor one = ref.load("vae.wide.latent");
+    std::vector<float> two = one.values();
+    for (float v : one.values()) two.push_back(-v);
+    const Tensor out = vae.decode(Tensor({2, 4, 12, 20}, two));
+    const Tensor first = vae.decode(one);
+    std::vector<float> head(out.data(), out.data() + first.numel());
+    // Not bitwise: BLAS blocks a product differently for another row count, so sums run in another order.
+    EXPECT_LT(relative_error(Tensor(first.shape(), head), first), kTolerance);
+}
+
+TEST(Vae, BadInputsAreInvalidArgument) {
+    const Vae vae = load_diffusers("sdxl-mini");
+    auto expect_invalid = [](auto&& call, const std::string& fragment) {
+        try {
+            call();
+            ADD_FAILURE() << "no error for " << fragment;
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+        }
+    };
+    expect_invalid([&] { vae.decode(Tensor({1, 3, 8, 8})); }, "[1, 3, 8, 8]");
+    expect_invalid([&] { vae.decode(Tensor({4, 8, 8})); }, "[4, 8, 8]");
+    expect_invalid([&] { vae.decode(Tensor({1, 4, 0, 8})); }, "[1, 4, 0, 8]");
+    expect_invalid([&] { vae.encode(Tensor({1, 4, 64, 64})); }, "[1, 4, 64, 64]");
+    expect_invalid([&] { vae.encode(Tensor({1, 3, 4, 64})); }, "smaller than");
+}
