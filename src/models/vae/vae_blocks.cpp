@@ -1,26 +1,11 @@
 #include "models/vae/vae_blocks.h"
 
-#include <algorithm>
 #include <cstring>
 
 #include "kiln/error.h"
 #include "ops/ops.h"
 
 namespace kiln::vae {
-
-namespace {
-
-// Score matrices of at most this many floats per attention call (64 MiB).
-constexpr int64_t kAttentionScoreBudget = int64_t(16) << 20;
-
-// Rows [r0, r1) of batch element b of a [N,L,C] tensor, as a [1, r1-r0, C] tensor.
-Tensor token_rows(const Tensor& t, int64_t b, int64_t r0, int64_t r1) {
-    const int64_t len = t.dim(1), c = t.dim(2);
-    const float* src = t.data() + (b * len + r0) * c;
-    return Tensor({1, r1 - r0, c}, std::vector<float>(src, src + (r1 - r0) * c));
-}
-
-}  // namespace
 
 Conv Conv::load(WeightReader& r, const std::string& prefix, int64_t in, int64_t out, int64_t k) {
     return Conv{r.get(prefix + ".weight", {out, in, k, k}), r.get(prefix + ".bias", {out})};
@@ -71,7 +56,7 @@ SpatialAttention SpatialAttention::load(WeightReader& r, const std::string& pref
 }
 
 Tensor SpatialAttention::forward(const Tensor& x, int groups) const {
-    const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), w = x.dim(3), len = h * w;
+    const int64_t h = x.dim(2), w = x.dim(3);
     Tensor q, k, v;
     {
         Tensor tokens = ops::nchw_to_nlc(ops::group_norm(x, groups, norm.w, norm.b, kNormEps));
@@ -79,22 +64,8 @@ Tensor SpatialAttention::forward(const Tensor& x, int groups) const {
         k = ops::linear(tokens, k_w, &k_b);
         v = ops::linear(tokens, v_w, &v_b);
     }
-    Tensor mixed;
-    if (n * len * len <= kAttentionScoreBudget) {
-        mixed = ops::attention(q, k, v, 1);
-    } else {
-        // Each query's output depends only on its own row of scores, so chunking queries is exact.
-        mixed = Tensor({n, len, c});
-        const int64_t chunk = std::max<int64_t>(1, kAttentionScoreBudget / len);
-        for (int64_t b = 0; b < n; ++b) {
-            const Tensor kb = token_rows(k, b, 0, len), vb = token_rows(v, b, 0, len);
-            for (int64_t r0 = 0; r0 < len; r0 += chunk) {
-                const int64_t r1 = std::min(len, r0 + chunk);
-                Tensor part = ops::attention(token_rows(q, b, r0, r1), kb, vb, 1);
-                std::memcpy(mixed.data() + (b * len + r0) * c, part.data(), sizeof(float) * part.numel());
-            }
-        }
-    }
+    // ops::attention works through blocks of query rows, so the [L, L] score matrix never exists whole.
+    Tensor mixed = ops::attention(q, k, v, 1);
     q = Tensor();
     k = Tensor();
     v = Tensor();

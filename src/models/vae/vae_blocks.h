@@ -40,7 +40,7 @@ struct SpatialAttention {
     Tensor q_w, q_b, k_w, k_b, v_w, v_b, out_w, out_b;  // linears [C,C] (1x1 convs in original files)
     static SpatialAttention load(WeightReader& r, const std::string& prefix, int64_t channels);
     // x + to_out(attention(to_q(n), to_k(n), to_v(n))) with n = group_norm(x) over the H*W tokens,
-    // one head of width C. Queries go in chunks so that the score matrix stays small at any size.
+    // one head of width C.
     Tensor forward(const Tensor& x, int groups) const;
 };
 
