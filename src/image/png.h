@@ -19,14 +19,14 @@ struct Image {
 
 using TextChunks = std::vector<std::pair<std::string, std::string>>;  // (keyword, text), UTF-8
 
+inline constexpr uint64_t kMaxPngPixels = uint64_t(1) << 28;  // 16384 x 16384
+
 // Any PNG (gray, gray+alpha, RGB, RGBA, palette; 1 to 16 bits; interlaced or not) as 8-bit RGB.
 // Alpha, including palette/tRNS transparency, is dropped (not composited), as PIL's
 // convert("RGB") does; 16-bit samples are scaled to 8 bits with rounding; no gamma correction.
 // Throws kiln::Error naming the file: IO when it cannot be read, InvalidArgument when it is not a
 // PNG, is corrupt or truncated, or is larger than kMaxPngPixels.
 Image read_png(const std::string& path);
-
-inline constexpr uint64_t kMaxPngPixels = uint64_t(1) << 28;  // 16384 x 16384
 
 // Writes `image` (channels 1-4) with one text chunk per (keyword, text): tEXt (Latin-1 bytes) when
 // the text only uses code points up to U+00FF, otherwise iTXt (UTF-8), both uncompressed, before
