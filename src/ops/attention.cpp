@@ -30,7 +30,7 @@ float softmax_row_unnormalised(float* row, int64_t valid, int64_t keys) {
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < valid; ++j) {
-        const float e = vec::exp(row[j] - m);
+        const float e = vec::exp_nonpositive(row[j] - m);
         row[j] = e;
         sum += e;
     }

@@ -27,7 +27,7 @@ Tensor softmax_lastdim(const Tensor& x) {
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
         for (int64_t i = 0; i < n; ++i) {
-            const float e = vec::exp(src[i] - m);
+            const float e = vec::exp_nonpositive(src[i] - m);
             dst[i] = e;
             sum += e;
         }

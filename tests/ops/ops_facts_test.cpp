@@ -35,6 +35,21 @@ TEST(VecMath, ExpSpecialValues) {
     EXPECT_TRUE(std::isnan(vec::exp(std::numeric_limits<float>::quiet_NaN())));
 }
 
+TEST(VecMath, ExpNonpositiveWithinThreeUlp) {
+    double worst = 0.0;
+    for (double x = -87.0; x <= 0.0; x += 0.000377) {
+        const float xf = static_cast<float>(x);
+        const double exact = std::exp(static_cast<double>(xf));
+        worst = std::max(worst, std::fabs(vec::exp_nonpositive(xf) - exact) / exact);
+    }
+    EXPECT_LT(worst, 3 * kU) << "worst relative error " << worst / kU << " u";
+    EXPECT_EQ(vec::exp_nonpositive(0.0f), 1.0f);
+    EXPECT_EQ(vec::exp_nonpositive(-0.0f), 1.0f);
+    EXPECT_EQ(vec::exp_nonpositive(-INFINITY), 0.0f);
+    EXPECT_EQ(vec::exp_nonpositive(-90.0f), 0.0f);
+    EXPECT_TRUE(std::isnan(vec::exp_nonpositive(std::numeric_limits<float>::quiet_NaN())));
+}
+
 TEST(VecMath, GeluAgainstErfWithinTheAbramowitzStegunBound) {
     // |gelu - exact| <= |x| (0.75e-7 + 8u) + 4u |y| (see ops_vs_reference_test.cpp).
     for (double x = -12.0; x <= 12.0; x += 0.0013) {
