@@ -7,8 +7,10 @@
 
 namespace kiln::ops::detail {
 
-// Largest im2col buffer conv2d allocates; bigger convolutions run in tiles of output pixels.
-constexpr int64_t kIm2colBudgetBytes = int64_t(64) << 20;
+// Largest im2col buffer conv2d allocates; bigger convolutions run in tiles of output pixels. 16 MB
+// (an L3's worth) measured ~10% faster than one 47 MB buffer for SD's 3x3 320-channel 64x64 conv,
+// and smaller tiles lose again to per-call sgemm overhead.
+constexpr int64_t kIm2colBudgetBytes = int64_t(16) << 20;
 
 // conv2d with an explicit im2col budget (at least one column is always allowed).
 Tensor conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
