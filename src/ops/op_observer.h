@@ -1,6 +1,8 @@
 // A hook for the profiler: every op reports when it starts and ends. With no observer set the cost is
 // one load and a not-taken branch per op call.
 #pragma once
+#include <atomic>
+
 #include "ops/op_list.h"
 
 namespace kiln::ops {
@@ -13,10 +15,16 @@ struct OpObserver {
     virtual void end(OpKind kind) = 0;
 };
 
+namespace detail {
+// Atomic so that a profiler may attach while another thread runs ops; release/acquire makes the
+// observer's construction visible to the thread that calls it. Inline so that the check is one load.
+inline std::atomic<OpObserver*> g_op_observer{nullptr};
+}  // namespace detail
+
 // Process-wide; nullptr turns observation off. The observer must outlive the ops that report to it.
 // Ops run their own threads internally but report only from the calling thread.
-void set_op_observer(OpObserver* observer);
-OpObserver* op_observer();
+inline void set_op_observer(OpObserver* observer) { detail::g_op_observer.store(observer, std::memory_order_release); }
+inline OpObserver* op_observer() { return detail::g_op_observer.load(std::memory_order_acquire); }
 
 // Brackets one op call; end() runs on every exit, exceptions included.
 class OpScope {
