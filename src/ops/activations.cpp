@@ -12,9 +12,10 @@ namespace {
 template <class F>
 void map_inplace(Tensor& x, F f) {
     float* p = x.data();
-    const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static) if (n >= detail::kParallelMinWork)
-    for (int64_t i = 0; i < n; ++i) p[i] = f(p[i]);
+    detail::parallel_for(x.numel(), 1, [&](int64_t begin, int64_t end) {
+#pragma omp simd
+        for (int64_t i = begin; i < end; ++i) p[i] = f(p[i]);
+    });
 }
 
 }  // namespace
@@ -52,14 +53,15 @@ Tensor geglu(const Tensor& x) {
     const int64_t rows = y.numel() / n;
     const float* xp = x.data();
     float* yp = y.data();
-#pragma omp parallel for schedule(static) if (y.numel() >= detail::kParallelMinWork)
-    for (int64_t r = 0; r < rows; ++r) {
-        const float* value = xp + r * 2 * n;
-        const float* gate = value + n;
-        float* dst = yp + r * n;
+    detail::parallel_for(rows, 3 * n, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+            const float* value = xp + r * 2 * n;
+            const float* gate = value + n;
+            float* dst = yp + r * n;
 #pragma omp simd
-        for (int64_t i = 0; i < n; ++i) dst[i] = value[i] * vec::gelu(gate[i]);
-    }
+            for (int64_t i = 0; i < n; ++i) dst[i] = value[i] * vec::gelu(gate[i]);
+        }
+    });
     return y;
 }
 

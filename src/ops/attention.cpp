@@ -96,7 +96,7 @@ Tensor detail::attention_blocked(const Tensor& q, const Tensor& k, const Tensor&
     {
         float* s = scores.get() + block_floats * omp_get_thread_num();
         float* inv = inv_sums.get() + rows_per_block * omp_get_thread_num();
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)  // tasks are ~1 ms; dynamic rides out a descheduled thread
         for (int64_t task = 0; task < tasks; ++task) {
             const int64_t blk = task % blocks, bh = task / blocks;
             const int64_t b = bh / heads, h = bh % heads;

@@ -45,9 +45,10 @@ Tensor detail::conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, i
     float beta = 0.0f;
     if (b) {  // sgemm accumulates onto the bias (beta = 1)
         const float* bp = b->data();
-#pragma omp parallel for if (y.numel() >= detail::kParallelMinWork)
-        for (int64_t plane = 0; plane < n_img * cout; ++plane)
-            std::fill(yp + plane * pixels, yp + (plane + 1) * pixels, bp[plane % cout]);
+        detail::parallel_for(n_img * cout, pixels, [&](int64_t begin, int64_t end) {
+            for (int64_t plane = begin; plane < end; ++plane)
+                std::fill(yp + plane * pixels, yp + (plane + 1) * pixels, bp[plane % cout]);
+        });
         beta = 1.0f;
     }
 

@@ -11,9 +11,10 @@ void add_(Tensor& a, const Tensor& b) {
     OpScope scope(OpKind::Add);
     float* ap = a.data();
     const float* bp = b.data();
-    const int64_t n = a.numel();
-#pragma omp parallel for simd schedule(static) if (n >= detail::kParallelMinWork)
-    for (int64_t i = 0; i < n; ++i) ap[i] += bp[i];
+    detail::parallel_for(a.numel(), 1, [&](int64_t begin, int64_t end) {
+#pragma omp simd
+        for (int64_t i = begin; i < end; ++i) ap[i] += bp[i];
+    });
 }
 
 void add_channel_bias_(Tensor& x, const Tensor& bias_nc) {
@@ -26,21 +27,23 @@ void add_channel_bias_(Tensor& x, const Tensor& bias_nc) {
     const int64_t spatial = x.numel() / planes;
     float* xp = x.data();
     const float* bp = bias_nc.data();
-#pragma omp parallel for schedule(static) if (x.numel() >= detail::kParallelMinWork)
-    for (int64_t p = 0; p < planes; ++p) {
-        const float v = bp[p];
-        float* row = xp + p * spatial;
+    detail::parallel_for(planes, spatial, [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) {
+            const float v = bp[p];
+            float* row = xp + p * spatial;
 #pragma omp simd
-        for (int64_t i = 0; i < spatial; ++i) row[i] += v;
-    }
+            for (int64_t i = 0; i < spatial; ++i) row[i] += v;
+        }
+    });
 }
 
 void scale_(Tensor& x, float s) {
     OpScope scope(OpKind::Scale);
     float* p = x.data();
-    const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static) if (n >= detail::kParallelMinWork)
-    for (int64_t i = 0; i < n; ++i) p[i] *= s;
+    detail::parallel_for(x.numel(), 1, [&](int64_t begin, int64_t end) {
+#pragma omp simd
+        for (int64_t i = begin; i < end; ++i) p[i] *= s;
+    });
 }
 
 }  // namespace kiln::ops

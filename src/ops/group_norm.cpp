@@ -30,55 +30,61 @@ Tensor group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor
     if (planes == 0) return y;
     const int64_t spatial = x.numel() / planes;
     const int64_t per_group = channels / groups;
-    const bool parallel = x.numel() >= detail::kParallelMinWork;
 
-    // Sum and sum of squares in double: E[x^2] - E[x]^2 then loses about count * 2^-53 * (mean/std)^2
-    // of the variance, far below float32's 2^-24 for any activations a network produces.
-    std::vector<double> sum(planes), sum_sq(planes);
     const float* xp = x.data();
-#pragma omp parallel for if (parallel)
-    for (int64_t p = 0; p < planes; ++p) {
-        const float* row = xp + p * spatial;
-        double s = 0.0, s2 = 0.0;
-#pragma omp simd reduction(+ : s, s2)
-        for (int64_t i = 0; i < spatial; ++i) {
-            const double v = row[i];
-            s += v;
-            s2 += v * v;
-        }
-        sum[p] = s;
-        sum_sq[p] = s2;
-    }
-
-    // Per channel: y = x * scale + shift with scale = gamma * rstd, shift = beta - mean * scale.
-    std::vector<float> scale(planes), shift(planes);
-    const double count = static_cast<double>(per_group * spatial);
-    for (int64_t n = 0; n < n_img; ++n) {
-        for (int64_t g = 0; g < groups; ++g) {
-            double s = 0.0, s2 = 0.0;
-            const int64_t c0 = g * per_group;
-            for (int64_t c = c0; c < c0 + per_group; ++c) {
-                s += sum[n * channels + c];
-                s2 += sum_sq[n * channels + c];
-            }
-            const double mean = s / count;
-            const double var = std::max(0.0, s2 / count - mean * mean);  // biased, as torch
-            const double rstd = 1.0 / std::sqrt(var + static_cast<double>(eps));
-            for (int64_t c = c0; c < c0 + per_group; ++c) {
-                const double a = static_cast<double>(gamma[c]) * rstd;
-                scale[n * channels + c] = static_cast<float>(a);
-                shift[n * channels + c] = static_cast<float>(static_cast<double>(beta[c]) - mean * a);
-            }
-        }
-    }
-
     float* yp = y.data();
-#pragma omp parallel for if (parallel)
-    for (int64_t p = 0; p < planes; ++p) {
-        const float a = scale[p], c = shift[p];
-        const float* src = xp + p * spatial;
-        float* dst = yp + p * spatial;
-        for (int64_t i = 0; i < spatial; ++i) dst[i] = src[i] * a + c;
+    const double count = static_cast<double>(per_group * spatial);
+    std::vector<double> sum(planes), sum_sq(planes);
+    std::vector<float> scale(planes), shift(planes);
+    const int64_t grain = detail::chunk_items(planes, spatial);
+    // One parallel region for the three phases: on some VMs every fork/join costs a scheduler tick.
+#pragma omp parallel if (detail::worth_threads(planes, spatial))
+    {
+        // Sum and sum of squares in double: E[x^2] - E[x]^2 then loses about count * 2^-53 * (mean/std)^2
+        // of the variance, far below float32's 2^-24 for any activations a network produces.
+#pragma omp for schedule(dynamic, grain)
+        for (int64_t p = 0; p < planes; ++p) {
+            const float* row = xp + p * spatial;
+            double s = 0.0, s2 = 0.0;
+#pragma omp simd reduction(+ : s, s2)
+            for (int64_t i = 0; i < spatial; ++i) {
+                const double v = row[i];
+                s += v;
+                s2 += v * v;
+            }
+            sum[p] = s;
+            sum_sq[p] = s2;
+        }
+
+        // Per channel: y = x * scale + shift with scale = gamma * rstd, shift = beta - mean * scale.
+#pragma omp single
+        for (int64_t n = 0; n < n_img; ++n) {
+            for (int64_t g = 0; g < groups; ++g) {
+                double s = 0.0, s2 = 0.0;
+                const int64_t c0 = g * per_group;
+                for (int64_t c = c0; c < c0 + per_group; ++c) {
+                    s += sum[n * channels + c];
+                    s2 += sum_sq[n * channels + c];
+                }
+                const double mean = s / count;
+                const double var = std::max(0.0, s2 / count - mean * mean);  // biased, as torch
+                const double rstd = 1.0 / std::sqrt(var + static_cast<double>(eps));
+                for (int64_t c = c0; c < c0 + per_group; ++c) {
+                    const double a = static_cast<double>(gamma[c]) * rstd;
+                    scale[n * channels + c] = static_cast<float>(a);
+                    shift[n * channels + c] = static_cast<float>(static_cast<double>(beta[c]) - mean * a);
+                }
+            }
+        }
+
+#pragma omp for schedule(dynamic, grain)
+        for (int64_t p = 0; p < planes; ++p) {
+            const float a = scale[p], c = shift[p];
+            const float* src = xp + p * spatial;
+            float* dst = yp + p * spatial;
+#pragma omp simd
+            for (int64_t i = 0; i < spatial; ++i) dst[i] = src[i] * a + c;
+        }
     }
     return y;
 }

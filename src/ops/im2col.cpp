@@ -46,11 +46,12 @@ void fill_row(const float* x, const ConvGeometry& g, int64_t c, int64_t i, int64
 void im2col_tile(const float* x, const ConvGeometry& g, int64_t p0, int64_t p1, float* col) {
     const int64_t rows = g.channels * g.kh * g.kw;
     const int64_t cols = p1 - p0;
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMinWork)
-    for (int64_t r = 0; r < rows; ++r) {
-        const int64_t c = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
-        fill_row(x, g, c, i, j, p0, p1, col + r * cols);
-    }
+    parallel_for(rows, cols, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+            const int64_t c = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
+            fill_row(x, g, c, i, j, p0, p1, col + r * cols);
+        }
+    });
 }
 
 }  // namespace kiln::ops::detail

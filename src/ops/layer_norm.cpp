@@ -27,24 +27,25 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
     const float* gp = gamma.data();
     const float* bp = beta.data();
     float* yp = y.data();
-#pragma omp parallel for if (x.numel() >= detail::kParallelMinWork)
-    for (int64_t r = 0; r < rows; ++r) {
-        const float* src = xp + r * d;
-        float* dst = yp + r * d;
-        // Double sums, see group_norm: E[x^2] - E[x]^2 is safe at 53 bits.
-        double s = 0.0, s2 = 0.0;
+    detail::parallel_for(rows, 2 * d, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+            const float* src = xp + r * d;
+            float* dst = yp + r * d;
+            // Double sums, see group_norm: E[x^2] - E[x]^2 is safe at 53 bits.
+            double s = 0.0, s2 = 0.0;
 #pragma omp simd reduction(+ : s, s2)
-        for (int64_t i = 0; i < d; ++i) {
-            const double v = src[i];
-            s += v;
-            s2 += v * v;
+            for (int64_t i = 0; i < d; ++i) {
+                const double v = src[i];
+                s += v;
+                s2 += v * v;
+            }
+            const double mean = s / static_cast<double>(d);
+            const double var = std::max(0.0, s2 / static_cast<double>(d) - mean * mean);
+            const float rstd = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
+            const float m = static_cast<float>(mean);
+            for (int64_t i = 0; i < d; ++i) dst[i] = (src[i] - m) * rstd * gp[i] + bp[i];
         }
-        const double mean = s / static_cast<double>(d);
-        const double var = std::max(0.0, s2 / static_cast<double>(d) - mean * mean);
-        const float rstd = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
-        const float m = static_cast<float>(mean);
-        for (int64_t i = 0; i < d; ++i) dst[i] = (src[i] - m) * rstd * gp[i] + bp[i];
-    }
+    });
     return y;
 }
 

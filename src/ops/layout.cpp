@@ -17,16 +17,17 @@ void transpose_batched(const float* src, float* dst, int64_t count, int64_t rows
     constexpr int64_t kTile = 32;
     const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
     const int64_t tiles = count * row_tiles * col_tiles;
-#pragma omp parallel for schedule(static) if (count * rows * cols >= detail::kParallelMinWork)
-    for (int64_t t = 0; t < tiles; ++t) {
-        const int64_t n = t / (row_tiles * col_tiles);
-        const int64_t i0 = (t / col_tiles) % row_tiles * kTile, j0 = t % col_tiles * kTile;
-        const int64_t i1 = std::min(rows, i0 + kTile), j1 = std::min(cols, j0 + kTile);
-        const float* s = src + n * rows * cols;
-        float* d = dst + n * rows * cols;
-        for (int64_t j = j0; j < j1; ++j)
-            for (int64_t i = i0; i < i1; ++i) d[j * rows + i] = s[i * cols + j];
-    }
+    detail::parallel_for(tiles, kTile * kTile, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+            const int64_t n = t / (row_tiles * col_tiles);
+            const int64_t i0 = (t / col_tiles) % row_tiles * kTile, j0 = t % col_tiles * kTile;
+            const int64_t i1 = std::min(rows, i0 + kTile), j1 = std::min(cols, j0 + kTile);
+            const float* s = src + n * rows * cols;
+            float* d = dst + n * rows * cols;
+            for (int64_t j = j0; j < j1; ++j)
+                for (int64_t i = i0; i < i1; ++i) d[j * rows + i] = s[i * cols + j];
+        }
+    });
 }
 
 }  // namespace
@@ -67,12 +68,13 @@ Tensor concat_channels(const Tensor& a, const Tensor& b) {
     const float* ap = a.data();
     const float* bp = b.data();
     float* yp = y.data();
-#pragma omp parallel for schedule(static) if (y.numel() >= detail::kParallelMinWork)
-    for (int64_t i = 0; i < n; ++i) {
-        float* dst = yp + i * (a_block + b_block);
-        if (a_block) std::memcpy(dst, ap + i * a_block, sizeof(float) * a_block);
-        if (b_block) std::memcpy(dst + a_block, bp + i * b_block, sizeof(float) * b_block);
-    }
+    detail::parallel_for(n, a_block + b_block, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            float* dst = yp + i * (a_block + b_block);
+            if (a_block) std::memcpy(dst, ap + i * a_block, sizeof(float) * a_block);
+            if (b_block) std::memcpy(dst + a_block, bp + i * b_block, sizeof(float) * b_block);
+        }
+    });
     return y;
 }
 

@@ -1,4 +1,6 @@
 // linear: y = x W^T + b as one sgemm over all leading dims of x.
+#include <algorithm>
+
 #include "ops/blas.h"
 #include "ops/checks.h"
 #include "ops/ops.h"
@@ -29,9 +31,9 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) {
     float beta = 0.0f;
     if (b) {  // start from the bias and let sgemm accumulate onto it (beta = 1): no second pass over y
         const float* bp = b->data();
-#pragma omp parallel for if (rows * out >= detail::kParallelMinWork)
-        for (int64_t r = 0; r < rows; ++r)
-            for (int64_t j = 0; j < out; ++j) yp[r * out + j] = bp[j];
+        detail::parallel_for(rows, out, [&](int64_t begin, int64_t end) {
+            for (int64_t r = begin; r < end; ++r) std::copy(bp, bp + out, yp + r * out);
+        });
         beta = 1.0f;
     }
     blas::gemm(false, true, rows, out, in, 1.0f, x.data(), in, w.data(), in, beta, yp, out);

@@ -17,24 +17,25 @@ Tensor softmax_lastdim(const Tensor& x) {
     const int64_t n = x.dim(-1), rows = x.numel() / n;
     const float* xp = x.data();
     float* yp = y.data();
-#pragma omp parallel for schedule(static) if (x.numel() >= detail::kParallelMinWork)
-    for (int64_t r = 0; r < rows; ++r) {
-        const float* src = xp + r * n;
-        float* dst = yp + r * n;
-        float m = src[0];
+    detail::parallel_for(rows, 2 * n, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+            const float* src = xp + r * n;
+            float* dst = yp + r * n;
+            float m = src[0];
 #pragma omp simd reduction(max : m)
-        for (int64_t i = 0; i < n; ++i) m = std::max(m, src[i]);
-        float sum = 0.0f;
+            for (int64_t i = 0; i < n; ++i) m = std::max(m, src[i]);
+            float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t i = 0; i < n; ++i) {
-            const float e = vec::exp_nonpositive(src[i] - m);
-            dst[i] = e;
-            sum += e;
-        }
-        const float inv = 1.0f / sum;
+            for (int64_t i = 0; i < n; ++i) {
+                const float e = vec::exp_nonpositive(src[i] - m);
+                dst[i] = e;
+                sum += e;
+            }
+            const float inv = 1.0f / sum;
 #pragma omp simd
-        for (int64_t i = 0; i < n; ++i) dst[i] *= inv;
-    }
+            for (int64_t i = 0; i < n; ++i) dst[i] *= inv;
+        }
+    });
     return y;
 }
 

@@ -12,14 +12,15 @@ Tensor upsample_nearest2x(const Tensor& x) {
     OpScope scope(OpKind::UpsampleNearest2x);
     const float* xp = x.data();
     float* yp = y.data();
-    // One task per input row: it writes two identical output rows.
-#pragma omp parallel for schedule(static) if (y.numel() >= detail::kParallelMinWork)
-    for (int64_t r = 0; r < planes * h; ++r) {
-        const float* src = xp + r * w;
-        float* dst = yp + r * 4 * w;
-        for (int64_t j = 0; j < w; ++j) dst[2 * j] = dst[2 * j + 1] = src[j];
-        for (int64_t j = 0; j < 2 * w; ++j) dst[2 * w + j] = dst[j];
-    }
+    // One item per input row: it writes two identical output rows.
+    detail::parallel_for(planes * h, 5 * w, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+            const float* src = xp + r * w;
+            float* dst = yp + r * 4 * w;
+            for (int64_t j = 0; j < w; ++j) dst[2 * j] = dst[2 * j + 1] = src[j];
+            for (int64_t j = 0; j < 2 * w; ++j) dst[2 * w + j] = dst[j];
+        }
+    });
     return y;
 }
 
