@@ -78,14 +78,15 @@ Tensor detail::attention_blocked(const Tensor& q, const Tensor& k, const Tensor&
 
     const int threads = omp_get_max_threads();
     const int64_t rows_per_block =
-        block_rows > 0 ? std::min(block_rows, lq) : attention_block_rows(lq, lk, batch * heads, threads);
+        block_rows > 0 ? std::min({block_rows, lq, int64_t(1) << 16})  // keeps sgemm's m in int range
+                       : attention_block_rows(lq, lk, batch * heads, threads);
     const int64_t blocks = (lq + rows_per_block - 1) / rows_per_block;
     const int64_t tasks = batch * heads * blocks;
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-    // Allocated here: an exception (bad_alloc) must not escape an OpenMP region.
+    // Allocated here: an exception must not escape an OpenMP region.
     const int64_t block_floats = rows_per_block * lk;
-    std::unique_ptr<float[]> scores(new float[block_floats * threads]);
-    std::unique_ptr<float[]> inv_sums(new float[rows_per_block * threads]);
+    const std::unique_ptr<float[]> scores = detail::scratch_floats(block_floats * threads, "attention");
+    const std::unique_ptr<float[]> inv_sums = detail::scratch_floats(rows_per_block * threads, "attention");
 
     const float* qp = q.data();
     const float* kp = k.data();

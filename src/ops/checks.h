@@ -1,6 +1,9 @@
 // Shape checks shared by the ops: every failure is a kiln::Error (InvalidArgument) whose message
 // starts with the op's name and shows the shapes involved.
 #pragma once
+#include <cstdint>
+#include <memory>
+#include <new>
 #include <string>
 
 #include "core/tensor.h"
@@ -14,5 +17,16 @@ inline void check(bool ok, const char* op, const std::string& what) {
 
 // "name [2, 3]", for messages.
 inline std::string desc(const char* name, const Tensor& t) { return std::string(name) + " " + shape_str(t.shape()); }
+
+// Uninitialised scratch of n floats; an allocation failure is kiln::Error OutOfMemory (recoverable:
+// a caller may retry with smaller work) rather than std::bad_alloc.
+inline std::unique_ptr<float[]> scratch_floats(int64_t n, const char* op) {
+    try {
+        return std::unique_ptr<float[]>(new float[static_cast<size_t>(n)]);
+    } catch (const std::bad_alloc&) {
+        fail(ErrorKind::OutOfMemory, std::string("ops::") + op + ": cannot allocate " +
+                                         std::to_string(n * int64_t(sizeof(float))) + " bytes of scratch");
+    }
+}
 
 }  // namespace kiln::ops::detail

@@ -2,6 +2,7 @@
 // of output pixels, so the column buffer stays under detail::kIm2colBudgetBytes whatever the image size.
 #include <algorithm>
 #include <memory>
+#include <string>
 
 #include "ops/blas.h"
 #include "ops/checks.h"
@@ -28,14 +29,14 @@ Tensor detail::conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, i
     check(padding >= 0, "conv2d", "padding " + std::to_string(padding) + " must be >= 0");
     check(w.dim(2) >= 1 && w.dim(3) >= 1, "conv2d", desc("w", w) + " has an empty kernel");
     const int64_t n_img = x.dim(0), cin = x.dim(1), h = x.dim(2), wd = x.dim(3);
-    const int64_t cout = w.dim(0), kh = w.dim(2), kw = w.dim(3);
-    check(h + 2 * padding >= kh && wd + 2 * padding >= kw, "conv2d",
+    const int64_t cout = w.dim(0), kh = w.dim(2), kw = w.dim(3), pad = padding;
+    check(h + 2 * pad >= kh && wd + 2 * pad >= kw, "conv2d",
           desc("x", x) + " padded by " + std::to_string(padding) + " is smaller than the kernel of " + desc("w", w));
     if (b)
         check(b->rank() == 1 && b->dim(0) == cout, "conv2d",
               desc("b", *b) + " must be [" + std::to_string(cout) + "] for " + desc("w", w));
 
-    const int64_t ho = (h + 2 * padding - kh) / stride + 1, wo = (wd + 2 * padding - kw) / stride + 1;
+    const int64_t ho = (h + 2 * pad - kh) / stride + 1, wo = (wd + 2 * pad - kw) / stride + 1;
     const int64_t pixels = ho * wo, k = cin * kh * kw;
     Tensor y({n_img, cout, ho, wo});
     OpScope scope(OpKind::Conv2d, 2.0 * static_cast<double>(n_img * cout) * static_cast<double>(pixels) * k);
@@ -61,8 +62,9 @@ Tensor detail::conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, i
     }
 
     const detail::ConvGeometry g{cin, h, wd, kh, kw, stride, padding, ho, wo};
-    const int64_t tile = std::clamp<int64_t>(im2col_budget_bytes / (k * int64_t(sizeof(float))), 1, pixels);
-    std::unique_ptr<float[]> col(new float[k * tile]);  // uninitialised: im2col writes every element
+    const int64_t tile =
+        std::clamp<int64_t>(im2col_budget_bytes / (std::max<int64_t>(k, 1) * int64_t(sizeof(float))), 1, pixels);
+    const std::unique_ptr<float[]> col = detail::scratch_floats(k * tile, "conv2d");  // im2col writes it all
     for (int64_t n = 0; n < n_img; ++n) {
         const float* xn = xp + n * cin * h * wd;
         float* yn = yp + n * cout * pixels;

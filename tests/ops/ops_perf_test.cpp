@@ -71,6 +71,9 @@ TEST(OpsPerf, DISABLED_PerfMemoryBound) {
                  best_seconds([&] { group_norm(x, 32, gamma, beta, 1e-5f); }));
     Tensor y = x;
     report_bytes("silu_ [2,320,64,64]", 2 * bytes, best_seconds([&] { silu_(y); }));
+    // For scale: what a fresh output tensor of the same size costs (allocation, zero fill, page faults),
+    // which every op returning a new tensor pays unless the allocator keeps memory around.
+    report_bytes("fresh Tensor [2,320,64,64] (allocate + zero)", bytes, best_seconds([&] { Tensor t(x.shape()); }));
     const Tensor h = random_tensor({2, 4096, 2560}, 16);
     report_bytes("geglu [2,4096,2560] -> [2,4096,1280]", 4.0 * h.numel() * 1.5, best_seconds([&] { geglu(h); }));
     report_bytes("nchw_to_nlc [2,320,64,64]", 2 * bytes, best_seconds([&] { nchw_to_nlc(x); }));

@@ -110,6 +110,9 @@ CaseList cases_conv2d() {
         {"tiled_5_columns_3x3_s2_p1_13x7",
          [] { return conv_check({1, 33, 13, 7, 31, 3, 3, 2, 1}, true, 33 * 9 * 5 * 4, 32); }},
         {"tiled_1_column", [] { return conv_check({1, 2, 5, 5, 3, 3, 3, 1, 1}, false, 1, 33); }},
+        {"zero_in_channels_gives_bias", [] { return conv_check({2, 0, 5, 4, 3, 3, 3, 1, 1}, true, kDefault, 34); }},
+        {"zero_in_channels_1x1", [] { return conv_check({1, 0, 3, 3, 2, 1, 1, 1, 0}, true, kDefault, 35); }},
+        {"empty_batch", [] { return conv_check({0, 3, 5, 5, 2, 3, 3, 1, 1}, true, kDefault, 36); }},
     };
 }
 
