@@ -2,6 +2,12 @@
 // Matrix products go to OpenBLAS sgemm, everything else runs in OpenMP loops the compiler vectorises.
 // Every shape problem throws kiln::Error (InvalidArgument) naming the op and the shapes.
 // src/ops/ref/ holds plain reference versions of every op, used by the tests.
+//
+// Threads: linear and conv2d run sgemm on OpenBLAS's pool; everything else, attention included (whose
+// blocks call sgemm with OpenBLAS set to one thread), runs on OpenMP's (OMP_NUM_THREADS). The two never
+// run at once. Call the ops from one thread at a time. On virtual machines whose host deschedules
+// spinning vCPUs, libgomp's default spin-then-sleep wait can cost a scheduler tick (~4 ms) per parallel
+// region; OMP_WAIT_POLICY=passive avoids that (measured on the 2-core development VM).
 #pragma once
 #include <cstdint>
 #include <vector>
