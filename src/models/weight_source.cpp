@@ -75,7 +75,9 @@ Tensor WeightReader::get(const std::string& name, const Shape& expected) {
 Tensor WeightReader::get(const std::string& name) {
     require(source_.has(name), ErrorKind::InvalidModel, "missing tensor '" + name + "' in " + source_.describe());
     used_.insert(name);
-    return source_.load(name);
+    Tensor t = source_.load(name);
+    parameters_ += t.numel();
+    return t;
 }
 
 void WeightReader::check_all_used(const std::function<bool(const std::string&)>& ignore) const {

@@ -2,6 +2,7 @@
 // whatever the file layout on disk. A diffusers folder is read as is; a single-file checkpoint in the
 // original layout is read through a rename table built from the names the file holds (see *_names.cpp).
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -73,6 +74,7 @@ public:
     Tensor get(const std::string& name, const Shape& expected);
     Tensor get(const std::string& name);  // shape checked by the caller
     bool has(const std::string& name) const { return source_.has(name); }
+    int64_t parameters_read() const { return parameters_; }
     // Throws InvalidModel listing the tensors of the source that were never read (ignoring those
     // for which `ignore` returns true). Call after loading the whole component.
     void check_all_used(const std::function<bool(const std::string&)>& ignore = nullptr) const;
@@ -80,6 +82,7 @@ public:
 private:
     const WeightSource& source_;
     std::set<std::string> used_;
+    int64_t parameters_ = 0;
 };
 
 }  // namespace kiln

@@ -107,7 +107,7 @@ UNet UNet::load(const WeightSource& source, const UNetConfig& c) {
     u.norm_out_.load(r, "conv_norm_out", ch0, c.norm_groups, c.norm_eps);
     u.conv_out_.load(r, "conv_out", ch0, c.out_channels, 3);
     r.check_all_used();
-    for (const std::string& name : source.names()) u.parameters_ += source.load(name).numel();
+    u.parameters_ = r.parameters_read();
     return u;
 }
 

@@ -1,0 +1,112 @@
+// `kiln txt2img` and `kiln img2img`.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include "commands.h"
+#include "image/infotext.h"
+#include "image/png.h"
+#include "image/sha256.h"
+#include "kiln/error.h"
+#include "pipeline/generate.h"
+#include "progress_bar.h"
+#include "sampling/sampler_names.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln::cli {
+
+namespace {
+
+std::string output_path(const std::string& base, int index, int count) {
+    if (count == 1) return base;
+    const fs::path p(base);
+    return (p.parent_path() / (p.stem().string() + "-" + std::to_string(index + 1) + p.extension().string())).string();
+}
+
+// AUTOMATIC1111 writes integral guidance scales without a fraction ("7") and others as Python does.
+std::string format_cfg(double cfg) {
+    if (cfg == static_cast<double>(static_cast<int64_t>(cfg))) return format_number(static_cast<int64_t>(cfg));
+    return format_number(cfg);
+}
+
+}  // namespace
+
+int run_generate(const GenerateOptions& o, bool img2img) {
+    GenerationRequest req;
+    req.prompt = o.prompt;
+    req.negative_prompt = o.negative;
+    req.width = o.width;
+    req.height = o.height;
+    req.steps = o.steps;
+    req.cfg_scale = static_cast<float>(o.cfg_scale);
+    req.clip_skip = o.clip_skip;
+    req.rng = o.rng;
+    req.strength = o.strength;
+    if (!o.timestep_spacing.empty()) req.timestep_spacing = o.timestep_spacing;
+    require(o.batch_count >= 1 && o.batch_count <= 10000, ErrorKind::InvalidArgument,
+            "batch count must be between 1 and 10000");
+    if (!o.sampler.empty()) req.sampler = parse_sampler(o.sampler, o.schedule);
+    else require(o.schedule.empty(), ErrorKind::InvalidArgument, "--scheduler needs --sampler");
+
+    Tensor init;
+    if (img2img) {
+        Image image = read_png(o.init_image);
+        if (o.width == 512 && o.height == 512) {  // defaults: take the init image's size
+            req.width = image.width;
+            req.height = image.height;
+        }
+        require(image.width == req.width && image.height == req.height, ErrorKind::InvalidArgument,
+                "init image " + o.init_image + " is " + std::to_string(image.width) + "x" +
+                    std::to_string(image.height) + ", not the requested " + std::to_string(req.width) + "x" +
+                    std::to_string(req.height) + " (kiln does not resize)");
+        init = tensor_from_image(image);
+        req.init_image = &init;
+    }
+    validate_request(req);  // before the (slow) model load
+
+    LoadOptions load;
+    if (!o.prediction.empty()) load.prediction = (o.prediction[0] == 'v') ? "v_prediction" : "epsilon";
+    StableDiffusionModel model = load_model(o.model, load);
+    const std::string hash = model.layout == FileLayout::SingleFile ? model_hash(o.model) : "";
+    const std::string sampler = req.sampler.empty() ? default_sampler(model) : req.sampler;
+
+    uint64_t seed = static_cast<uint64_t>(o.seed);
+    if (o.seed < 0) seed = std::random_device{}() % 4294967295u;
+
+    const bool show = !o.quiet && isatty(STDERR_FILENO);
+    for (int i = 0; i < o.batch_count; ++i) {
+        req.seed = seed + i;
+        ProgressBar bar(o.batch_count > 1 ? "image " + std::to_string(i + 1) : "sampling", show);
+        req.progress = [&](int done, int total) { bar.update(done, total); };
+        GenerationResult result = generate(model, req);
+        bar.finish();
+
+        GenerationParameters params;
+        params.prompt = o.prompt;
+        params.negative_prompt = o.negative.value_or("");
+        const A1111SamplerLabel label = a1111_sampler_label(sampler);
+        params.params = {{"Steps", std::to_string(req.steps)}, {"Sampler", label.sampler}};
+        if (!label.schedule_type.empty()) params.params.push_back({"Schedule type", label.schedule_type});
+        params.params.push_back({"CFG scale", format_cfg(o.cfg_scale)});
+        params.params.push_back({"Seed", std::to_string(req.seed)});
+        params.params.push_back({"Size", std::to_string(req.width) + "x" + std::to_string(req.height)});
+        if (!hash.empty()) params.params.push_back({"Model hash", hash});
+        params.params.push_back({"Model", model.name});
+        if (img2img) params.params.push_back({"Denoising strength", format_number(req.strength)});
+        if (req.clip_skip > 1) params.params.push_back({"Clip skip", std::to_string(req.clip_skip)});
+        if (req.rng == "cpu") params.params.push_back({"RNG", "CPU"});
+        if (req.timestep_spacing) params.params.push_back({"Timestep spacing", *req.timestep_spacing});
+        params.params.push_back({"Version", kVersion});
+
+        const std::string path = output_path(o.output, i, o.batch_count);
+        write_png(path, image_from_tensor(result.image), {{"parameters", format_infotext(params)}});
+        std::printf("%s\n", path.c_str());
+    }
+    return 0;
+}
+
+}  // namespace kiln::cli

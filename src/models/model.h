@@ -1,0 +1,50 @@
+// A Stable Diffusion checkpoint as users have it, loaded: architecture, text encoders with their
+// tokenizers, UNet, VAE, and the scheduler configuration diffusers would use with it.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "models/clip/clip_text_model.h"
+#include "models/unet/unet.h"
+#include "models/vae/vae.h"
+#include "text/clip_tokenizer.h"
+
+namespace kiln {
+
+enum class Architecture { SD1, SD2, SDXL };
+enum class FileLayout { DiffusersFolder, SingleFile };
+const char* architecture_name(Architecture a);  // "SD 1.x", "SD 2.x", "SDXL"
+const char* layout_name(FileLayout l);
+
+struct TextEncoder {
+    ClipTokenizer tokenizer;
+    ClipTextModel model;
+};
+
+struct LoadOptions {
+    std::optional<std::string> prediction;  // "epsilon" | "v_prediction": needed for SD 2.x single files
+};
+
+struct StableDiffusionModel {
+    Architecture arch = Architecture::SD1;
+    FileLayout layout = FileLayout::SingleFile;
+    std::string path;                     // what the user named
+    std::string name;                     // file or folder name without extension (PNG metadata)
+    std::vector<TextEncoder> text_encoders;  // one, or two for SDXL
+    std::unique_ptr<UNet> unet;
+    std::unique_ptr<Vae> vae;
+    float vae_scale = 0.18215f;
+    nlohmann::json scheduler_config;      // diffusers' scheduler_config.json for this model
+    bool force_zeros_for_empty_prompt = false;  // SDXL: an empty negative prompt means zero embeddings
+};
+
+StableDiffusionModel load_model(const std::string& path, const LoadOptions& options = {});
+
+// Which architecture a single-file checkpoint holds, from its tensor names.
+Architecture detect_single_file_architecture(const SafetensorsFile& file);
+
+}  // namespace kiln

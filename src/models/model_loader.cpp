@@ -1,0 +1,219 @@
+// Loads a checkpoint from either layout users have: a diffusers folder, or a single file in the
+// original (LDM) layout whose architecture is read from its tensor names.
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "kiln/error.h"
+#include "models/clip/clip_single_file.h"
+#include "models/model.h"
+#include "models/vae/vae_single_file.h"
+#include "sampling/scheduler_config.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln {
+
+namespace {
+
+// The scheduler configurations diffusers uses for each architecture's reference checkpoints
+// (SD 1.5, SD 2.1, SDXL base 1.0); single files carry none.
+const char* kSd1Scheduler = R"({"_class_name": "PNDMScheduler", "beta_end": 0.012, "beta_schedule": "scaled_linear",
+  "beta_start": 0.00085, "clip_sample": false, "num_train_timesteps": 1000, "prediction_type": "epsilon",
+  "set_alpha_to_one": false, "skip_prk_steps": true, "steps_offset": 1, "trained_betas": null})";
+const char* kSdxlScheduler = R"({"_class_name": "EulerDiscreteScheduler", "beta_end": 0.012,
+  "beta_schedule": "scaled_linear", "beta_start": 0.00085, "clip_sample": false, "interpolation_type": "linear",
+  "num_train_timesteps": 1000, "prediction_type": "epsilon", "sample_max_value": 1.0, "set_alpha_to_one": false,
+  "skip_prk_steps": true, "steps_offset": 1, "timestep_spacing": "leading", "trained_betas": null,
+  "use_karras_sigmas": false})";
+
+// Tensors that real single-file checkpoints carry and inference does not use.
+bool ignorable_single_file_tensor(const std::string& name) {
+    static const std::set<std::string> ddpm = {
+        "betas", "alphas_cumprod", "alphas_cumprod_prev", "sqrt_alphas_cumprod", "sqrt_one_minus_alphas_cumprod",
+        "log_one_minus_alphas_cumprod", "sqrt_recip_alphas_cumprod", "sqrt_recipm1_alphas_cumprod",
+        "posterior_variance", "posterior_log_variance_clipped", "posterior_mean_coef1", "posterior_mean_coef2",
+        "model_ema.decay", "model_ema.num_updates", "logvar"};
+    if (ddpm.count(name)) return true;
+    auto ends = [&](const std::string& s) {
+        return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    };
+    return name.rfind("model_ema.", 0) == 0 || ends("position_ids") || ends("logit_scale");
+}
+
+nlohmann::json read_json_file(const fs::path& p) {
+    std::ifstream f(p);
+    require(f.good(), ErrorKind::IO, "cannot read " + p.string());
+    try {
+        return nlohmann::json::parse(f);
+    } catch (const nlohmann::json::exception& e) {
+        fail(ErrorKind::InvalidModel, p.string() + " is not valid JSON: " + e.what());
+    }
+}
+
+std::shared_ptr<const SafetensorsFile> open_shared(const fs::path& p) {
+    return std::make_shared<const SafetensorsFile>(SafetensorsFile::open(p.string()));
+}
+
+// A component's weights in a diffusers folder; the fp16 variant is accepted when it is the only one.
+fs::path component_weights(const fs::path& dir, const std::string& stem) {
+    for (const std::string& name : {stem + ".safetensors", stem + ".fp16.safetensors"})
+        if (fs::exists(dir / name)) return dir / name;
+    fail(ErrorKind::InvalidModel, "no " + stem + ".safetensors in " + dir.string() +
+                                      " (kiln reads safetensors weights only; .bin/.ckpt pickles are not loaded)");
+}
+
+void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const LoadOptions& options) {
+    const nlohmann::json index = read_json_file(dir / "model_index.json");
+    const std::string cls = index.value("_class_name", "");
+    require(cls == "StableDiffusionPipeline" || cls == "StableDiffusionXLPipeline" ||
+                cls == "StableDiffusionImg2ImgPipeline" || cls == "StableDiffusionXLImg2ImgPipeline",
+            ErrorKind::Unsupported, "diffusers pipeline '" + cls + "' in " + dir.string());
+    const bool xl = cls.find("XL") != std::string::npos;
+    m.force_zeros_for_empty_prompt = index.value("force_zeros_for_empty_prompt", xl);
+
+    for (const std::string suffix : xl ? std::vector<std::string>{"", "_2"} : std::vector<std::string>{""}) {
+        const fs::path tdir = dir / ("tokenizer" + suffix), edir = dir / ("text_encoder" + suffix);
+        ClipTokenizer tok = ClipTokenizer::from_folder(tdir.string());
+        auto file = open_shared(component_weights(edir, "model"));
+        ClipTextConfig config = load_clip_text_config((edir / "config.json").string());
+        m.text_encoders.push_back(TextEncoder{std::move(tok), ClipTextModel::load(FileSource(file), config)});
+    }
+    const std::string act = m.text_encoders[0].model.config().act;
+    m.arch = xl ? Architecture::SDXL : (act == "gelu" ? Architecture::SD2 : Architecture::SD1);
+
+    auto unet_file = open_shared(component_weights(dir / "unet", "diffusion_pytorch_model"));
+    m.unet = std::make_unique<UNet>(
+        UNet::load(FileSource(unet_file), unet_config_from_json(read_json_file(dir / "unet" / "config.json"))));
+    auto vae_file = open_shared(component_weights(dir / "vae", "diffusion_pytorch_model"));
+    VaeConfig vae_config = load_vae_config((dir / "vae" / "config.json").string());
+    m.vae_scale = vae_config.scaling_factor;
+    m.vae = std::make_unique<Vae>(Vae::load(FileSource(vae_file), vae_config));
+    {
+        const fs::path sched = dir / "scheduler" / "scheduler_config.json";
+        std::ifstream f(sched);
+        require(f.good(), ErrorKind::IO, "cannot read " + sched.string());
+        std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+        m.scheduler_config = parse_scheduler_config_text(text, sched.string());  // may hold -Infinity
+    }
+    if (options.prediction) m.scheduler_config["prediction_type"] = *options.prediction;
+}
+
+void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadOptions& options) {
+    auto file = open_shared(path);
+    m.arch = detect_single_file_architecture(*file);
+    // Each component's table builder rejects what it cannot place under its own prefix; tensors
+    // under no component's prefix are collected here.
+    std::vector<std::string> unknown;
+
+    auto add_clip = [&](ClipSingleFile clip, const char* pad_token) {
+        MappedSource src(file, std::move(clip.table), "text encoder");
+        ClipTokenizer tok = ClipTokenizer::builtin();
+        tok.set_pad_token(pad_token);
+        m.text_encoders.push_back(TextEncoder{std::move(tok), ClipTextModel::load(src, clip.config)});
+    };
+    // OpenAI CLIP pads with <|endoftext|>, OpenCLIP with "!" (id 0).
+    auto add_hf_clip = [&](const char* prefix) { add_clip(clip_hf_layout(*file, prefix), "<|endoftext|>"); };
+    auto add_open_clip = [&](const char* prefix) { add_clip(openclip_layout(*file, prefix), "!"); };
+
+    switch (m.arch) {
+        case Architecture::SD1:
+            add_hf_clip(kSd1ClipPrefix);
+            m.scheduler_config = nlohmann::json::parse(kSd1Scheduler);
+            break;
+        case Architecture::SD2:
+            require(options.prediction.has_value(), ErrorKind::InvalidArgument,
+                    "SD 2.x single-file checkpoints do not record whether the model predicts noise or velocity: "
+                    "pass --prediction v (768px models such as SD 2.1) or --prediction eps (512px base models)");
+            add_open_clip(kSd2OpenClipPrefix);
+            m.scheduler_config = nlohmann::json::parse(kSd1Scheduler);
+            break;
+        case Architecture::SDXL:
+            add_hf_clip(kSdxlClipPrefix);
+            add_open_clip(kSdxlOpenClipPrefix);
+            m.scheduler_config = nlohmann::json::parse(kSdxlScheduler);
+            m.force_zeros_for_empty_prompt = true;
+            break;
+    }
+    if (options.prediction) m.scheduler_config["prediction_type"] = *options.prediction;
+
+    auto unet_table = unet_table_from_ldm(*file, "model.diffusion_model.", &unknown);
+    MappedSource unet_src(file, std::move(unet_table), "UNet");
+    const int pooled = m.arch == Architecture::SDXL ? m.text_encoders[1].model.config().projection_dim : 0;
+    UNetConfig unet_config =
+        unet_config_from_ldm(unet_src, m.arch == Architecture::SD1 ? HeadRule::FixedCount : HeadRule::FixedWidth,
+                             pooled);
+    m.unet = std::make_unique<UNet>(UNet::load(unet_src, unet_config));
+
+    m.vae_scale = m.arch == Architecture::SDXL ? 0.13025f : 0.18215f;
+    VaeSingleFile vae = ldm_vae_layout(*file, m.vae_scale);
+    MappedSource vae_src(file, std::move(vae.table), "VAE");
+    m.vae = std::make_unique<Vae>(Vae::load(vae_src, vae.config));
+
+    const char* component_prefixes[] = {"model.diffusion_model.", "first_stage_model.", "cond_stage_model.",
+                                         "conditioner.embedders."};
+    for (const std::string& name : file->names()) {
+        bool in_component = false;
+        for (const char* p : component_prefixes) in_component = in_component || name.rfind(p, 0) == 0;
+        if (!in_component && !ignorable_single_file_tensor(name)) unknown.push_back(name);
+    }
+    if (!unknown.empty()) {
+        std::string list;
+        for (size_t i = 0; i < unknown.size() && i < 8; ++i) list += (i ? ", " : "") + unknown[i];
+        if (unknown.size() > 8) list += ", ... (" + std::to_string(unknown.size()) + " in all)";
+        fail(ErrorKind::InvalidModel, "unexpected tensors in " + path.string() + ": " + list);
+    }
+}
+
+}  // namespace
+
+const char* architecture_name(Architecture a) {
+    switch (a) {
+        case Architecture::SD1: return "SD 1.x";
+        case Architecture::SD2: return "SD 2.x";
+        case Architecture::SDXL: return "SDXL";
+    }
+    return "?";
+}
+
+const char* layout_name(FileLayout l) {
+    return l == FileLayout::DiffusersFolder ? "diffusers folder" : "single file (original layout)";
+}
+
+Architecture detect_single_file_architecture(const SafetensorsFile& file) {
+    if (file.has("conditioner.embedders.1.model.ln_final.weight")) {
+        require(file.has("conditioner.embedders.0.transformer.text_model.final_layer_norm.weight"),
+                ErrorKind::Unsupported, file.path() + " looks like an SDXL refiner, which kiln does not run yet");
+        return Architecture::SDXL;
+    }
+    if (file.has("cond_stage_model.model.ln_final.weight")) return Architecture::SD2;
+    if (file.has("cond_stage_model.transformer.text_model.final_layer_norm.weight")) return Architecture::SD1;
+    if (file.has("model.diffusion_model.input_blocks.0.0.weight"))
+        fail(ErrorKind::InvalidModel, file.path() + " has a UNet but no text encoder kiln knows");
+    fail(ErrorKind::InvalidModel, file.path() + " is not a Stable Diffusion checkpoint (no UNet or text encoder tensors)");
+}
+
+StableDiffusionModel load_model(const std::string& path, const LoadOptions& options) {
+    StableDiffusionModel m;
+    m.path = path;
+    const fs::path p(path);
+    require(fs::exists(p), ErrorKind::IO, "no such file or folder: " + path);
+    if (options.prediction)
+        require(*options.prediction == "epsilon" || *options.prediction == "v_prediction", ErrorKind::InvalidArgument,
+                "prediction type must be epsilon or v_prediction");
+    if (fs::is_directory(p)) {
+        require(fs::exists(p / "model_index.json"), ErrorKind::InvalidModel,
+                path + " is a folder but not a diffusers model (no model_index.json)");
+        m.layout = FileLayout::DiffusersFolder;
+        m.name = fs::absolute(p).lexically_normal().filename().string();
+        if (m.name.empty()) m.name = fs::absolute(p).parent_path().filename().string();
+        load_diffusers_folder(m, p, options);
+    } else {
+        m.layout = FileLayout::SingleFile;
+        m.name = p.stem().string();
+        load_single_file(m, p, options);
+    }
+    return m;
+}
+
+}  // namespace kiln

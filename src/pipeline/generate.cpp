@@ -1,0 +1,127 @@
+#include "pipeline/generate.h"
+
+#include <algorithm>
+
+#include "kiln/error.h"
+#include "ops/ops.h"
+#include "pipeline/conditioning.h"
+#include "rng/noise_generator_factory.h"
+#include "sampling/sampler_names.h"
+#include "sampling/sampling_loop.h"
+
+namespace kiln {
+
+namespace {
+
+// Beyond this the activations of one UNet call no longer fit any machine kiln runs on.
+constexpr int kMaxSide = 8192;
+
+Tensor batch_of_two(const Tensor& x) {
+    Shape s = x.shape();
+    s[0] *= 2;
+    std::vector<float> v(x.values());
+    v.insert(v.end(), x.values().begin(), x.values().end());
+    return Tensor(s, std::move(v));
+}
+
+}  // namespace
+
+void validate_request(const GenerationRequest& r) {
+    for (auto [name, v] : {std::pair{"width", r.width}, std::pair{"height", r.height}}) {
+        require(v > 0 && v % 8 == 0, ErrorKind::InvalidArgument,
+                std::string(name) + " " + std::to_string(v) + " is not a positive multiple of 8");
+        require(v <= kMaxSide, ErrorKind::InvalidArgument,
+                std::string(name) + " " + std::to_string(v) + " is larger than kiln's limit of " +
+                    std::to_string(kMaxSide));
+    }
+    require(r.steps >= 1 && r.steps <= 1000, ErrorKind::InvalidArgument,
+            "steps must be between 1 and 1000, not " + std::to_string(r.steps));
+    require(r.cfg_scale >= 0 && r.cfg_scale < 1000, ErrorKind::InvalidArgument, "CFG scale out of range");
+    require(r.clip_skip >= 1 && r.clip_skip <= 12, ErrorKind::InvalidArgument, "clip skip must be between 1 and 12");
+    require(r.rng == "cpu" || r.rng == "cuda", ErrorKind::InvalidArgument, "rng must be cpu or cuda, not " + r.rng);
+    if (r.init_image)
+        require(r.strength > 0 && r.strength <= 1, ErrorKind::InvalidArgument,
+                "strength must be in (0, 1], not " + std::to_string(r.strength));
+}
+
+std::string default_sampler(const StableDiffusionModel& model) {
+    const std::string cls = model.scheduler_config.value("_class_name", std::string("PNDMScheduler"));
+    static const std::pair<const char*, const char*> kByClass[] = {
+        {"DDIMScheduler", "ddim"}, {"PNDMScheduler", "pndm"}, {"EulerDiscreteScheduler", "euler"},
+        {"EulerAncestralDiscreteScheduler", "euler_a"}, {"HeunDiscreteScheduler", "heun"},
+        {"LMSDiscreteScheduler", "lms"}, {"DPMSolverMultistepScheduler", "dpmpp_2m"},
+        {"UniPCMultistepScheduler", "unipc"}, {"LCMScheduler", "lcm"}};
+    for (const auto& [c, name] : kByClass)
+        if (cls == c) {
+            const bool karras = model.scheduler_config.value("use_karras_sigmas", false);
+            return karras && std::string(name) == "dpmpp_2m" ? "dpmpp_2m_karras" : name;
+        }
+    fail(ErrorKind::Unsupported, "the model's scheduler " + cls + " (choose one with --sampler)");
+}
+
+GenerationResult generate(const StableDiffusionModel& model, const GenerationRequest& r) {
+    validate_request(r);
+    SamplingRequest sampling;
+    sampling.sampler = r.sampler.empty() ? default_sampler(model) : r.sampler;
+    sampling.steps = r.steps;
+    sampling.timestep_spacing = r.timestep_spacing.value_or("");
+    std::unique_ptr<NoiseGenerator> rng = make_noise_generator(r.rng, r.seed);
+
+    // diffusers guides only when guidance_scale > 1.
+    const bool cfg = r.cfg_scale > 1.0f;
+    Conditioning cond =
+        encode_conditioning(model, r.prompt, r.negative_prompt, cfg, r.clip_skip, r.width, r.height);
+    const Shape latent_shape{1, 4, r.height / 8, r.width / 8};
+
+    Denoiser denoise = [&](const Tensor& x, float t) {
+        UNetInputs in;
+        Tensor input = cfg ? batch_of_two(x) : x;
+        in.sample = &input;
+        in.timesteps.assign(cfg ? 2 : 1, t);
+        in.context = &cond.context;
+        if (!cond.text_embeds.empty()) {
+            in.text_embeds = &cond.text_embeds;
+            in.time_ids = &cond.time_ids;
+        }
+        Tensor out = model.unet->forward(in);
+        if (!cfg) return out;
+        const int64_t n = x.numel();
+        Tensor guided(x.shape());
+        for (int64_t i = 0; i < n; ++i) guided[i] = out[i] + r.cfg_scale * (out[n + i] - out[i]);
+        return guided;
+    };
+
+    GenerationResult result;
+    if (!r.init_image) {
+        Tensor noise = rng->randn(latent_shape);
+        result.final_latent = sample_latents(sampling, model.scheduler_config, noise, *rng, denoise, r.progress);
+    } else {
+        const Tensor& img = *r.init_image;
+        require(img.rank() == 4 && img.dim(0) == 1 && img.dim(1) == 3 && img.dim(2) == r.height &&
+                    img.dim(3) == r.width,
+                ErrorKind::InvalidArgument,
+                "init image of shape " + shape_str(img.shape()) + " does not match " + std::to_string(r.width) + "x" +
+                    std::to_string(r.height));
+        Tensor scaled(img.shape());
+        for (int64_t i = 0; i < img.numel(); ++i) scaled[i] = img[i] * 2.0f - 1.0f;
+        // diffusers draws the posterior sample first, then the noise added at the first timestep.
+        Vae::Posterior posterior = model.vae->encode(scaled);
+        Tensor eps = rng->randn(posterior.mean.shape());
+        Tensor init_latents(posterior.mean.shape());
+        for (int64_t i = 0; i < eps.numel(); ++i)
+            init_latents[i] = (posterior.mean[i] + posterior.std[i] * eps[i]) * model.vae_scale;
+        sampling.img2img = true;
+        sampling.strength = r.strength;
+        result.final_latent =
+            sample_latents(sampling, model.scheduler_config, init_latents, *rng, denoise, r.progress);
+    }
+
+    Tensor latents = result.final_latent;
+    ops::scale_(latents, 1.0f / model.vae_scale);
+    Tensor decoded = model.vae->decode(latents);
+    for (int64_t i = 0; i < decoded.numel(); ++i) decoded[i] = std::clamp(decoded[i] / 2.0f + 0.5f, 0.0f, 1.0f);
+    result.image = std::move(decoded);
+    return result;
+}
+
+}  // namespace kiln

@@ -1,0 +1,42 @@
+// txt2img and img2img: a loaded model, a request, and the image diffusers would give.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "core/tensor.h"
+#include "models/model.h"
+
+namespace kiln {
+
+struct GenerationRequest {
+    std::string prompt;
+    std::optional<std::string> negative_prompt;  // absent: "" (SDXL: zero embeddings, as diffusers)
+    int width = 512, height = 512;
+    int steps = 20;
+    float cfg_scale = 7.5f;
+    std::string sampler;                         // kiln name (see parse_sampler); empty = the model's own
+    std::optional<std::string> timestep_spacing; // leading | linspace | trailing
+    uint64_t seed = 0;
+    std::string rng = "cpu";                     // cpu | cuda (torch's generators)
+    int clip_skip = 1;                           // 1 = last layer, 2 = penultimate (AUTOMATIC1111's count)
+    const Tensor* init_image = nullptr;          // img2img: [1, 3, H, W] in [0, 1]
+    double strength = 0.75;  // double, as Python's float in diffusers' get_timesteps
+    std::function<void(int step, int total)> progress;
+};
+
+struct GenerationResult {
+    Tensor final_latent;    // before VAE scaling
+    Tensor image;           // [1, 3, H, W] in [0, 1]
+};
+
+// Checks what can be checked before a model is loaded; throws InvalidArgument naming the problem.
+void validate_request(const GenerationRequest& request);
+
+GenerationResult generate(const StableDiffusionModel& model, const GenerationRequest& request);
+
+// The sampler diffusers uses with this model by default (from its scheduler config's class).
+std::string default_sampler(const StableDiffusionModel& model);
+
+}  // namespace kiln
