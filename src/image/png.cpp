@@ -339,9 +339,11 @@ void write_png(const std::string& path, const Image& image, const TextChunks& te
     const PngWriteJob job{png,        info,           file.get(),    png_uint_32(image.width), png_uint_32(image.height),
                           color_type_for(image.channels), rows.data(), chunks.data(), static_cast<int>(chunks.size())};
     require(write_all(&job), ErrorKind::IO, "cannot write " + path + ": " + sink.message);
-    require(std::fclose(file.release()) == 0, ErrorKind::IO, "cannot write " + path + ": " + errno_text());
-    require(std::rename(temp.c_str(), path.c_str()) == 0, ErrorKind::IO,
-            "cannot write " + path + " (renaming the finished temporary file failed): " + errno_text());
+    // The call comes first and errno is read after it: as arguments of one require() call, the
+    // message (and errno) could be evaluated before the call sets errno.
+    if (std::fclose(file.release()) != 0) fail(ErrorKind::IO, "cannot write " + path + ": " + errno_text());
+    if (std::rename(temp.c_str(), path.c_str()) != 0)
+        fail(ErrorKind::IO, "cannot write " + path + " (renaming the finished temporary file failed): " + errno_text());
     guard.committed = true;
 }
 
