@@ -1,6 +1,7 @@
 #include "sampling/sampling_loop.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "kiln/error.h"
 #include "sampling/sampler_names.h"
@@ -33,6 +34,13 @@ Tensor denoise_from(Scheduler& scheduler, int begin, Tensor x, const Denoiser& d
     return x;
 }
 
+// A strength as users typed it ("0.2", not std::to_string's "0.200000").
+std::string strength_str(double strength) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", strength);
+    return buf;
+}
+
 void require_latents(const Tensor& t, const char* what) {
     require(!t.empty(), ErrorKind::InvalidArgument, std::string(what) + " is empty");
 }
@@ -52,14 +60,14 @@ Img2ImgStart img2img_start(int steps, double strength, int order) {
     require(steps >= 1, ErrorKind::InvalidArgument,
             "number of sampling steps must be at least 1, got " + std::to_string(steps));
     require(strength > 0.0 && strength <= 1.0, ErrorKind::InvalidArgument,
-            "img2img strength must be in (0, 1], got " + std::to_string(strength));
+            "img2img strength must be in (0, 1], got " + strength_str(strength));
     const int init_timestep = std::min(static_cast<int>(static_cast<double>(steps) * strength), steps);
     Img2ImgStart start;
     start.t_start = std::max(steps - init_timestep, 0);
     start.begin_index = start.t_start * order;
     require(steps - start.t_start >= 1, ErrorKind::InvalidArgument,
-            "img2img strength " + std::to_string(strength) + " with " + std::to_string(steps) +
-                " steps leaves no denoising step; raise the strength or the step count");
+            "img2img strength " + strength_str(strength) + " with " + std::to_string(steps) +
+                " steps leaves no denoising step (int(steps x strength) = 0); raise the strength or the step count");
     return start;
 }
 
