@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <png.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -39,14 +40,30 @@ void on_png_warning(png_structp, png_const_charp) {}
 
 std::string errno_text() { return std::strerror(errno); }
 
+// Reads a PNG file whole. O_NONBLOCK: opening a FIFO must not wait for a writer (kiln would hang);
+// anything but a regular file is refused. A file that does not start with the PNG signature is not
+// read further: `-i model.safetensors` by mistake gets "not a PNG file" at once, not gigabytes read.
 std::vector<uint8_t> read_whole_file(const std::string& path) {
-    std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), std::fclose);
-    require(file != nullptr, ErrorKind::IO, "cannot open " + path + ": " + errno_text());
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) fail(ErrorKind::IO, "cannot open " + path + ": " + errno_text());
+    std::unique_ptr<FILE, int (*)(FILE*)> file(::fdopen(fd, "rb"), std::fclose);
+    if (!file) {
+        const int error = errno;
+        ::close(fd);
+        fail(ErrorKind::IO, "cannot open " + path + ": " + std::strerror(error));
+    }
+    struct stat st;
+    if (::fstat(fd, &st) != 0) fail(ErrorKind::IO, "cannot read " + path + ": " + errno_text());
+    if (S_ISDIR(st.st_mode)) fail(ErrorKind::IO, "cannot read " + path + ": " + std::strerror(EISDIR));
+    require(S_ISREG(st.st_mode), ErrorKind::IO, "cannot read " + path + ": not a regular file");
     std::vector<uint8_t> bytes;
     uint8_t buffer[1 << 16];
     size_t n = 0;
-    while ((n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) bytes.insert(bytes.end(), buffer, buffer + n);
-    require(!std::ferror(file.get()), ErrorKind::IO, "cannot read " + path + ": " + errno_text());
+    while ((n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0) {
+        bytes.insert(bytes.end(), buffer, buffer + n);
+        if (bytes.size() >= 8 && png_sig_cmp(bytes.data(), 0, 8) != 0) break;  // the caller reports "not a PNG"
+    }
+    if (std::ferror(file.get())) fail(ErrorKind::IO, "cannot read " + path + ": " + errno_text());
     return bytes;
 }
 
