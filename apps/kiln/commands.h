@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kiln::cli {
 
@@ -16,9 +17,23 @@ struct GenerateOptions {
     std::string sampler, schedule, timestep_spacing, rng = "cpu", prediction;
     int64_t seed = -1;
     bool quiet = false;
+    bool profile = false;  // --profile: stage / op / memory tables on stderr at the end
+    std::string trace;     // --trace FILE: Chrome trace
+};
+
+struct BenchOptions {
+    std::vector<std::string> suites;  // unet | text | vae-decode | vae-encode | txt2img
+    std::string arch, model, prediction;
+    int width = 512, height = 512, batch = 1, steps = 20, warmup = 2, repeats = 10, threads = 0;
+    std::string device = "cpu", precision = "fp32";
+    std::string json;                 // --json FILE
+    std::vector<std::string> compare; // --compare OLD NEW
+    bool profile = false;
+    std::string trace;
 };
 
 int run_generate(const GenerateOptions& options, bool img2img);
 int run_info(const std::string& path);
+int run_bench(const BenchOptions& options);
 
 }  // namespace kiln::cli

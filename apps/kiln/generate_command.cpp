@@ -12,7 +12,9 @@
 #include "image/sha256.h"
 #include "kiln/error.h"
 #include "pipeline/generate.h"
+#include "profile_session.h"
 #include "progress_bar.h"
+#include "runtime/profiler.h"
 #include "sampling/sampler_names.h"
 
 namespace fs = std::filesystem;
@@ -68,10 +70,16 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     }
     validate_request(req);  // before the (slow) model load
 
+    ProfileSession session(o.profile, o.trace);
     LoadOptions load;
     if (!o.prediction.empty()) load.prediction = (o.prediction[0] == 'v') ? "v_prediction" : "epsilon";
-    StableDiffusionModel model = load_model(o.model, load);
-    const std::string hash = model.layout == FileLayout::SingleFile ? model_hash(o.model) : "";
+    StableDiffusionModel model;
+    std::string hash;
+    {
+        StageScope zone(Stage::Load);
+        model = load_model(o.model, load);
+        hash = model.layout == FileLayout::SingleFile ? model_hash(o.model) : "";
+    }
     const std::string sampler = req.sampler.empty() ? default_sampler(model) : req.sampler;
 
     uint64_t seed = static_cast<uint64_t>(o.seed);
@@ -103,9 +111,13 @@ int run_generate(const GenerateOptions& o, bool img2img) {
         params.params.push_back({"Version", kVersion});
 
         const std::string path = output_path(o.output, i, o.batch_count);
-        write_png(path, image_from_tensor(result.image), {{"parameters", format_infotext(params)}});
+        {
+            StageScope zone(Stage::ImageWrite);
+            write_png(path, image_from_tensor(result.image), {{"parameters", format_infotext(params)}});
+        }
         std::printf("%s\n", path.c_str());
     }
+    session.finish();
     return 0;
 }
 

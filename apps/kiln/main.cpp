@@ -1,4 +1,4 @@
-// The kiln command line: txt2img, img2img, info.
+// The kiln command line: txt2img, img2img, info, bench.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
             ->check(CLI::IsMember({"eps", "epsilon", "v", "v_prediction"}));
         cmd->add_option("-o,--output", gen.output, "output PNG")->capture_default_str();
         cmd->add_flag("-q,--quiet", gen.quiet, "no progress bar");
+        cmd->add_flag("--profile", gen.profile, "print time per stage and per op kind, and memory, to stderr at the end");
+        cmd->add_option("--trace", gen.trace, "write a Chrome trace (Perfetto, chrome://tracing) of the run to FILE");
         if (img2img) {
             cmd->add_option("-i,--init-img", gen.init_image, "the image to start from (PNG)")->required();
             cmd->add_option("--strength", gen.strength, "how much to change the image, (0, 1]")->capture_default_str();
@@ -56,6 +58,29 @@ int main(int argc, char** argv) {
     add_generation_options(txt2img, false);
     CLI::App* img2img = app.add_subcommand("img2img", "generate an image from a prompt and a starting image");
     add_generation_options(img2img, true);
+
+    kiln::cli::BenchOptions bench_opts;
+    CLI::App* bench = app.add_subcommand("bench", "time the standard suites (synthetic full-size models or -m MODEL)");
+    bench->add_option("--suite", bench_opts.suites, "unet, text, vae-decode, vae-encode, txt2img (comma-separated)")
+        ->delimiter(',');
+    bench->add_option("--arch", bench_opts.arch, "sd15 | sd21 | sdxl: deterministic random weights (default sd15)");
+    bench->add_option("-m,--model", bench_opts.model, "a real checkpoint instead (.safetensors file or diffusers folder)");
+    bench->add_option("--prediction", bench_opts.prediction, "eps | v: what an SD 2.x single file predicts")
+        ->check(CLI::IsMember({"eps", "epsilon", "v", "v_prediction"}));
+    bench->add_option("-W,--width", bench_opts.width, "image width in pixels")->capture_default_str();
+    bench->add_option("-H,--height", bench_opts.height, "image height in pixels")->capture_default_str();
+    bench->add_option("--batch", bench_opts.batch, "unet: the UNet batch (2 = one image with guidance); text/vae: rows")
+        ->capture_default_str();
+    bench->add_option("--steps", bench_opts.steps, "txt2img sampling steps")->capture_default_str();
+    bench->add_option("--warmup", bench_opts.warmup, "untimed runs first")->capture_default_str();
+    bench->add_option("--repeats", bench_opts.repeats, "timed runs")->capture_default_str();
+    bench->add_option("--threads", bench_opts.threads, "CPU threads (default: OpenMP's)");
+    bench->add_option("--device", bench_opts.device, "cpu (the only backend so far)")->capture_default_str();
+    bench->add_option("--precision", bench_opts.precision, "fp32 (the CPU backend's only one)")->capture_default_str();
+    bench->add_option("--json", bench_opts.json, "write the results (or the comparison) as JSON to FILE");
+    bench->add_option("--compare", bench_opts.compare, "OLD.json NEW.json: print ratios new/old")->expected(2);
+    bench->add_flag("--profile", bench_opts.profile, "print time per stage and op kind, and memory, to stderr");
+    bench->add_option("--trace", bench_opts.trace, "write a Chrome trace of the whole bench to FILE");
 
     std::string info_path;
     CLI::App* info = app.add_subcommand("info", "describe a model (architecture, components) or a PNG's parameters");
@@ -71,6 +96,7 @@ int main(int argc, char** argv) {
         if (txt2img->parsed()) return kiln::cli::run_generate(gen, false);
         if (img2img->parsed()) return kiln::cli::run_generate(gen, true);
         if (info->parsed()) return kiln::cli::run_info(info_path);
+        if (bench->parsed()) return kiln::cli::run_bench(bench_opts);
     } catch (const kiln::Error& e) {
         std::fprintf(stderr, "kiln: error: %s\n", e.what());
         return 1;

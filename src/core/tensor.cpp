@@ -19,9 +19,11 @@ int64_t shape_numel(const Shape& shape) {
     return n;
 }
 
-Tensor::Tensor(Shape shape) : shape_(std::move(shape)), data_(shape_numel(shape_), 0.0f) {}
+Tensor::Tensor(Shape shape)
+    : shape_(std::move(shape)), data_(shape_numel(shape_), 0.0f), lease_(int64_t(data_.size() * sizeof(float))) {}
 
-Tensor::Tensor(Shape shape, std::vector<float> values) : shape_(std::move(shape)), data_(std::move(values)) {
+Tensor::Tensor(Shape shape, std::vector<float> values)
+    : shape_(std::move(shape)), data_(std::move(values)), lease_(int64_t(data_.size() * sizeof(float))) {
     require(shape_numel(shape_) == static_cast<int64_t>(data_.size()), ErrorKind::InvalidArgument,
             "tensor of shape " + shape_str(shape_) + " given " + std::to_string(data_.size()) + " values");
 }
@@ -33,6 +35,17 @@ Tensor Tensor::filled(Shape shape, float value) {
 }
 
 Tensor Tensor::reshaped(Shape shape) const& { return Tensor(std::move(shape), data_); }
-Tensor Tensor::reshaped(Shape shape) && { return Tensor(std::move(shape), std::move(data_)); }
+// The storage changes hands without a copy, so its count keeps its category (weights reshaped while
+// loading stay weights).
+Tensor Tensor::reshaped(Shape shape) && {
+    require(shape_numel(shape) == static_cast<int64_t>(data_.size()), ErrorKind::InvalidArgument,
+            "tensor of shape " + shape_str(shape) + " given " + std::to_string(data_.size()) + " values");
+    Tensor out;
+    out.shape_ = std::move(shape);
+    out.data_ = std::move(data_);
+    out.lease_ = std::move(lease_);
+    data_.clear();
+    return out;
+}
 
 }  // namespace kiln

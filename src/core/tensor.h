@@ -1,10 +1,16 @@
 // A dense float32 tensor on the host in PyTorch's dimension order (row-major, N,C,H,W).
 // This is the currency between models, samplers and the CPU backend.
+// Its storage counts itself in the memory accounting (core/memory.h): numel * 4 bytes on "cpu", in the
+// category current on the creating thread (Activations unless a MemoryCategoryScope says otherwise).
+// A copy counts in the copier's category, a move keeps the count's category. Growing values() in place
+// is not re-counted: make a new tensor instead.
 #pragma once
 #include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <vector>
+
+#include "core/memory.h"
 
 namespace kiln {
 
@@ -40,6 +46,7 @@ public:
 private:
     Shape shape_;
     std::vector<float> data_;
+    MemoryLease lease_;  // after data_: counted only once the storage exists
 };
 
 }  // namespace kiln

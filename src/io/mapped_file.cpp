@@ -9,6 +9,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/memory.h"
 #include "kiln/error.h"
 
 namespace kiln {
@@ -48,6 +49,7 @@ MappedFile MappedFile::open(const std::string& path) {
     void* p = ::mmap(nullptr, static_cast<size_t>(file.size_), PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) fail_errno(path, "cannot memory-map");
     file.data_ = static_cast<const uint8_t*>(p);
+    record_allocation(kCpuDevice, MemoryCategory::MappedFile, static_cast<int64_t>(file.size_));
     return file;
 }
 
@@ -66,7 +68,10 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 MappedFile::~MappedFile() { release(); }
 
 void MappedFile::release() noexcept {
-    if (data_) ::munmap(const_cast<uint8_t*>(data_), static_cast<size_t>(size_));
+    if (data_) {
+        ::munmap(const_cast<uint8_t*>(data_), static_cast<size_t>(size_));
+        record_release(kCpuDevice, MemoryCategory::MappedFile, static_cast<int64_t>(size_));
+    }
     data_ = nullptr;
     size_ = 0;
 }

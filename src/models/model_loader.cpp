@@ -4,6 +4,7 @@
 #include <fstream>
 #include <set>
 
+#include "core/memory.h"
 #include "kiln/error.h"
 #include "models/clip/clip_single_file.h"
 #include "models/model.h"
@@ -201,6 +202,8 @@ StableDiffusionModel load_model(const std::string& path, const LoadOptions& opti
     if (options.prediction)
         require(*options.prediction == "epsilon" || *options.prediction == "v_prediction", ErrorKind::InvalidArgument,
                 "prediction type must be epsilon or v_prediction");
+    // The component loads below make only weights (memory accounting by category).
+    MemoryCategoryScope weights(MemoryCategory::Weights);
     if (fs::is_directory(p)) {
         require(fs::exists(p / "model_index.json"), ErrorKind::InvalidModel,
                 path + " is a folder but not a diffusers model (no model_index.json)");

@@ -65,7 +65,10 @@ Tensor MappedSource::load(const std::string& name) const {
 }
 
 Tensor WeightReader::get(const std::string& name, const Shape& expected) {
-    Tensor t = get(name);
+    require(source_.has(name), ErrorKind::InvalidModel, "missing tensor '" + name + "' in " + source_.describe());
+    used_.insert(name);
+    Tensor t = source_.load_expecting(name, expected);
+    parameters_ += t.numel();
     require(t.shape() == expected, ErrorKind::InvalidModel,
             "tensor '" + name + "' in " + source_.describe() + " has shape " + shape_str(t.shape()) + ", expected " +
                 shape_str(expected));

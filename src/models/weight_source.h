@@ -35,6 +35,13 @@ public:
     virtual Tensor load(const std::string& name) const = 0;  // float32; missing -> InvalidModel naming it
     virtual std::vector<std::string> names() const = 0;      // internal names available
     virtual std::string describe() const = 0;                // the file, for messages
+    // What WeightReader calls when it knows the shape it expects. Sources that make tensors instead of
+    // reading them (synthetic_weights.h, for benchmarks) use the shape; the default reads load(name),
+    // so file sources behave exactly as before.
+    virtual Tensor load_expecting(const std::string& name, const Shape& expected) const {
+        (void)expected;
+        return load(name);
+    }
 };
 
 // Every tensor of a safetensors file, by its own name (diffusers folders).

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kiln/error.h"
+#include "runtime/profiler.h"
 
 namespace kiln {
 
@@ -30,6 +31,11 @@ Tensor concat_features(const Tensor& a, const Tensor& b) {
     return out;
 }
 
+std::vector<int> tokenize(const TextEncoder& te, const std::string& text) {
+    StageScope zone(Stage::Tokenize);
+    return te.tokenizer.encode_padded(text, te.tokenizer.pad_id());
+}
+
 struct Encoded {
     Tensor context, pooled;
 };
@@ -44,14 +50,17 @@ Encoded encode_one(const StableDiffusionModel& model, const std::string& text, i
         require(clip_skip <= te.model.config().layers, ErrorKind::InvalidArgument,
                 "clip skip " + std::to_string(clip_skip) + " is deeper than the text encoder's " +
                     std::to_string(te.model.config().layers) + " layers");
-        e.context = te.model.encode(te.tokenizer.encode_padded(text, te.tokenizer.pad_id()), clip_skip)
-                        .last_hidden_state;
+        const std::vector<int> ids = tokenize(te, text);
+        StageScope zone(Stage::TextEncode);
+        e.context = te.model.encode(ids, clip_skip).last_hidden_state;
         return e;
     }
     for (const TextEncoder& te : model.text_encoders) {
         require(clip_skip < te.model.config().layers, ErrorKind::InvalidArgument,
                 "clip skip " + std::to_string(clip_skip) + " is too deep for the text encoders");
-        ClipTextOutput out = te.model.encode(te.tokenizer.encode_padded(text, te.tokenizer.pad_id()), clip_skip);
+        const std::vector<int> ids = tokenize(te, text);
+        StageScope zone(Stage::TextEncode);
+        ClipTextOutput out = te.model.encode(ids, clip_skip);
         e.context = e.context.empty() ? std::move(out.penultimate) : concat_features(e.context, out.penultimate);
         e.pooled = std::move(out.pooled);  // the last encoder's
     }

@@ -6,6 +6,7 @@
 #include "ops/ops.h"
 #include "pipeline/conditioning.h"
 #include "rng/noise_generator_factory.h"
+#include "runtime/profiler.h"
 #include "sampling/sampler_names.h"
 #include "sampling/sampling_loop.h"
 
@@ -74,6 +75,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     const Shape latent_shape{1, 4, r.height / 8, r.width / 8};
 
     Denoiser denoise = [&](const Tensor& x, float t) {
+        StageScope zone(Stage::DenoiseStep);  // one UNet evaluation (Heun makes two per step)
         UNetInputs in;
         Tensor input = cfg ? batch_of_two(x) : x;
         in.sample = &input;
@@ -105,7 +107,10 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         Tensor scaled(img.shape());
         for (int64_t i = 0; i < img.numel(); ++i) scaled[i] = img[i] * 2.0f - 1.0f;
         // diffusers draws the posterior sample first, then the noise added at the first timestep.
-        Vae::Posterior posterior = model.vae->encode(scaled);
+        Vae::Posterior posterior = [&] {
+            StageScope zone(Stage::VaeEncode);
+            return model.vae->encode(scaled);
+        }();
         Tensor eps = rng->randn(posterior.mean.shape());
         Tensor init_latents(posterior.mean.shape());
         for (int64_t i = 0; i < eps.numel(); ++i)
@@ -116,11 +121,14 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
             sample_latents(sampling, model.scheduler_config, init_latents, *rng, denoise, r.progress);
     }
 
-    Tensor latents = result.final_latent;
-    ops::scale_(latents, 1.0f / model.vae_scale);
-    Tensor decoded = model.vae->decode(latents);
-    for (int64_t i = 0; i < decoded.numel(); ++i) decoded[i] = std::clamp(decoded[i] / 2.0f + 0.5f, 0.0f, 1.0f);
-    result.image = std::move(decoded);
+    {
+        StageScope zone(Stage::VaeDecode);
+        Tensor latents = result.final_latent;
+        ops::scale_(latents, 1.0f / model.vae_scale);
+        Tensor decoded = model.vae->decode(latents);
+        for (int64_t i = 0; i < decoded.numel(); ++i) decoded[i] = std::clamp(decoded[i] / 2.0f + 0.5f, 0.0f, 1.0f);
+        result.image = std::move(decoded);
+    }
     return result;
 }
 

@@ -1,0 +1,31 @@
+// The standard `kiln bench` suites: what one timed run of each is, and the loop that times it.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+#include "models/synthetic_weights.h"
+#include "runtime/bench_report.h"
+
+namespace kiln::cli {
+
+enum class BenchSuite { Unet, Text, VaeDecode, VaeEncode, Txt2img };
+// "unet", "text", "vae-decode", "vae-encode", "txt2img"; anything else is InvalidArgument.
+BenchSuite parse_bench_suite(const std::string& name);
+const char* bench_suite_name(BenchSuite suite);
+
+// The model components the suites need (a synthetic model builds only those).
+SyntheticParts parts_for(const std::vector<BenchSuite>& suites);
+
+struct SuiteSettings {
+    int width = 512, height = 512;  // image size; latents are 1/8 of it
+    int batch = 1;                  // unet: the UNet's batch (2 = one image with guidance); text/vae: rows
+    int steps = 20;                 // txt2img
+    int warmup = 2, repeats = 10;
+};
+
+// Checks the settings for this suite (InvalidArgument naming the option), makes the inputs, runs
+// `warmup` untimed and `repeats` timed runs, and measures time, FLOPs (reported by the ops) and memory.
+BenchSuiteResult run_bench_suite(const StableDiffusionModel& model, BenchSuite suite, const SuiteSettings& settings);
+
+}  // namespace kiln::cli

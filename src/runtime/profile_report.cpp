@@ -1,0 +1,73 @@
+#include "runtime/profile_report.h"
+
+#include <cmath>
+
+#include "runtime/process_memory.h"
+#include "runtime/text_table.h"
+
+namespace kiln {
+
+namespace {
+
+std::string percent(double part, double whole) { return whole > 0 ? fixed(100.0 * part / whole, 1) + "%" : "-"; }
+
+}  // namespace
+
+std::string format_memory_report(const DeviceMemoryStats& d) {
+    TextTable t({"memory (" + d.device + ")", "current MiB", "peak MiB"});
+    for (int k = 0; k < kMemoryCategoryCount; ++k)
+        t.add_row({memory_category_name(static_cast<MemoryCategory>(k)), mebibytes(d.categories[k].current),
+                   mebibytes(d.categories[k].peak)});
+    t.add_row({"total", mebibytes(d.total.current), mebibytes(d.total.peak)});
+    return t.str() + "process resident set: " + mebibytes(process_rss_bytes()) + " MiB now, " +
+           mebibytes(process_peak_rss_bytes()) + " MiB peak\n";
+}
+
+std::string format_profile_report(const ProfileSummary& s, const MemoryStats& memory, int top_ops) {
+    const double wall = s.wall_us;
+    std::string out = "profile (" + s.device + "): wall " + fixed(wall / 1000.0, 1) + " ms, ops " +
+                      fixed(s.op_us / 1000.0, 1) + " ms (" + percent(s.op_us, wall) + ")\n\n";
+
+    TextTable stages({"stage", "calls", "total ms", "mean ms", "share", "op ms", "peak MiB"});
+    for (const StageStats& st : s.stages) {
+        const bool zones = st.calls > 0;
+        stages.add_row({stage_name(st.stage), std::to_string(st.calls), fixed(st.total_us / 1000.0, 1),
+                        zones ? fixed(st.total_us / 1000.0 / static_cast<double>(st.calls), 2) : "-",
+                        percent(st.total_us, wall), fixed(st.op_us / 1000.0, 1),
+                        zones ? mebibytes(st.peak_bytes) : "-"});
+    }
+    out += stages.str();
+    out += "(other: time outside every stage zone, and ops outside them)\n\n";
+
+    TextTable ops({"op kind", "calls", "total ms", "mean us", "share", "GFLOP", "GFLOP/s"});
+    size_t shown = 0;
+    OpKindStats rest;
+    int rest_kinds = 0;
+    for (const OpKindStats& k : s.ops) {
+        if (top_ops > 0 && shown >= static_cast<size_t>(top_ops)) {
+            rest.calls += k.calls;
+            rest.total_us += k.total_us;
+            rest.flops += k.flops;
+            ++rest_kinds;
+            continue;
+        }
+        ++shown;
+        const bool counted = k.flops > 0;
+        ops.add_row({ops::op_name(k.kind), std::to_string(k.calls), fixed(k.total_us / 1000.0, 1),
+                     fixed(k.total_us / static_cast<double>(k.calls), 1), percent(k.total_us, wall),
+                     counted ? fixed(k.flops / 1e9, 1) : "-",
+                     counted && k.total_us > 0 ? fixed(k.flops / (k.total_us * 1e3), 1) : "-"});
+    }
+    if (rest_kinds > 0)
+        ops.add_row({"(" + std::to_string(rest_kinds) + " more)", std::to_string(rest.calls),
+                     fixed(rest.total_us / 1000.0, 1), "-", percent(rest.total_us, wall),
+                     rest.flops > 0 ? fixed(rest.flops / 1e9, 1) : "-", "-"});
+    out += ops.str();
+    out += "(share: of the wall time; GFLOP/s: FLOPs the op reports over its time, a multiply-add counting 2)\n";
+    if (s.dropped_spans > 0)
+        out += "(" + std::to_string(s.dropped_spans) + " op calls beyond the span limit are in the totals, not in the trace)\n";
+    out += "\n" + format_memory_report(memory.device(s.device.empty() ? "cpu" : s.device));
+    return out;
+}
+
+}  // namespace kiln
