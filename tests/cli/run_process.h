@@ -122,6 +122,9 @@ inline ProcessResult run_process(const std::string& program, const std::vector<s
     return r;
 }
 
-inline ProcessResult run_kiln(const std::vector<std::string>& args) { return run_process(KILN_CLI, args); }
+inline ProcessResult run_kiln(const std::vector<std::string>& args,
+                              std::chrono::seconds timeout = std::chrono::seconds(300)) {
+    return run_process(KILN_CLI, args, timeout);
+}
 
 }  // namespace kiln::test

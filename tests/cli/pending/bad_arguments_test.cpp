@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "cli/cli_expectations.h"
@@ -258,4 +259,19 @@ TEST_F(BadArguments, DISABLED_PromptNotUtf8) {
     expect_one_error_line(run_kiln({"txt2img", "-m", kSd15, "-p", "caf\xe9", "-W", "64", "-H", "64", "--steps", "1",
                                     "-o", out, "--quiet"}),
                           {"prompt"}, {"utf-8"});
+}
+
+TEST_F(BadArguments, InitImageIsAFifo) {
+    // Opening a FIFO for reading waits for a writer; kiln must refuse it instead of hanging.
+    const std::string path = tmp.file("pipe.png");
+    ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+    const ProcessResult r = run_kiln({"img2img", "-m", kSd15, "-p", "a red circle", "-i", path, "--steps", "4", "-o",
+                                      tmp.file("out.png"), "--quiet"},
+                                     std::chrono::seconds(60));
+    expect_one_error_line(r, {path});
+}
+
+TEST_F(BadArguments, InitImageIsACheckpoint) {
+    // A model given as -i by mistake: "not a PNG" from its first bytes.
+    expect_one_error_line(img2img(kSd15), {kSd15}, {"not a png"});
 }
