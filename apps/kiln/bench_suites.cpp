@@ -9,7 +9,7 @@
 #include "pipeline/generate.h"
 #include "rng/noise_generator_factory.h"
 #include "runtime/flop_counter.h"
-#include "runtime/process_memory.h"
+#include "runtime/process_usage.h"
 #include "runtime/profiler.h"
 
 namespace kiln::cli {
@@ -189,6 +189,7 @@ BenchSuiteResult run_bench_suite(const StableDiffusionModel& m, BenchSuite suite
     r.memory_start_bytes = memory_stats().device("cpu").total.current;
 
     for (int i = 0; i < s.warmup; ++i) work.run();
+    const double cpu0 = process_cpu_seconds();
     for (int i = 0; i < s.repeats; ++i) {
         FlopCounter flops;
         const double t0 = now_seconds();
@@ -197,6 +198,7 @@ BenchSuiteResult run_bench_suite(const StableDiffusionModel& m, BenchSuite suite
         r.flops = flops.flops();  // the same every run: the work does not depend on the values
     }
 
+    r.cpu_seconds = (process_cpu_seconds() - cpu0) / s.repeats;
     const DeviceMemoryStats mem = memory_stats().device("cpu");
     r.stats = timing_stats(r.seconds);
     r.peak_device_bytes = mem.total.peak;

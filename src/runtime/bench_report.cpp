@@ -18,8 +18,8 @@ namespace {
 using nlohmann::json;
 
 // The metrics --compare reads, in the order it prints them.
-const char* const kMetrics[] = {"median_s", "min_s", "max_s", "mean_s", "stddev_s", "flops", "tflops",
-                                "peak_device_bytes", "peak_host_bytes", "max_rss_bytes"};
+const char* const kMetrics[] = {"median_s", "min_s",  "max_s",             "mean_s",          "stddev_s",     "cpu_s",
+                                "flops",    "tflops", "peak_device_bytes", "peak_host_bytes", "max_rss_bytes"};
 
 std::string cpu_model_name() {
     std::ifstream f("/proc/cpuinfo");
@@ -95,6 +95,7 @@ json bench_report_to_json(const BenchReport& r) {
                                {"max_s", s.stats.max},
                                {"mean_s", s.stats.mean},
                                {"stddev_s", s.stats.stddev},
+                               {"cpu_s", s.cpu_seconds},
                                {"flops", number_or_null(s.flops)},
                                {"tflops", number_or_null(tflops)},
                                {"peak_device_bytes", s.peak_device_bytes},
@@ -115,16 +116,18 @@ std::string format_bench_table(const BenchReport& r) {
                       ", " + c.device + " " + c.precision + ", " + std::to_string(c.threads) + " threads, " +
                       std::to_string(c.warmup) + " warm-up + " + std::to_string(c.repeats) + " timed runs\n";
     out += "machine: " + r.cpu + " (" + std::to_string(r.logical_cpus) + " logical CPUs), " + r.os + "\n\n";
-    TextTable t({"suite", "runs", "median ms", "min ms", "max ms", "stddev ms", "GFLOP", "TFLOP/s", "peak dev MiB",
-                 "peak host MiB", "max RSS MiB"});
+    TextTable t({"suite", "runs", "median ms", "min ms", "max ms", "stddev ms", "cores", "GFLOP", "TFLOP/s",
+                 "peak dev MiB", "peak host MiB", "max RSS MiB"});
     for (const BenchSuiteResult& s : r.suites) {
         const bool counted = s.flops > 0;
         t.add_row({s.suite, std::to_string(s.stats.runs), fixed(s.stats.median * 1e3, 1), fixed(s.stats.min * 1e3, 1),
-                   fixed(s.stats.max * 1e3, 1), fixed(s.stats.stddev * 1e3, 1), counted ? fixed(s.flops / 1e9, 1) : "-",
+                   fixed(s.stats.max * 1e3, 1), fixed(s.stats.stddev * 1e3, 1),
+                   s.stats.mean > 0 ? fixed(s.cpu_seconds / s.stats.mean, 2) : "-", counted ? fixed(s.flops / 1e9, 1) : "-",
                    counted && s.stats.median > 0 ? fixed(s.flops / s.stats.median / 1e12, 3) : "-",
                    mebibytes(s.peak_device_bytes), mebibytes(s.peak_host_bytes), mebibytes(s.max_rss_bytes)});
     }
     out += t.str();
+    out += "(cores: CPU time / wall time of a run; below the thread count when other processes took the cores)\n";
     for (const BenchSuiteResult& s : r.suites) out += "  " + s.suite + ": " + s.description + "\n";
     return out;
 }

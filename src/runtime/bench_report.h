@@ -21,6 +21,7 @@ struct BenchSuiteResult {
     std::vector<double> seconds;  // one per timed run
     TimingStats stats;
     double flops = 0;          // per run, as the ops report them; 0 when unknown
+    double cpu_seconds = 0;    // the process's CPU time (user + system) per timed run, on average
     int64_t peak_device_bytes = 0;  // accounting peak on the device the suite ran on (weights included)
     int64_t peak_host_bytes = 0;    // accounting peak on the host ("cpu"); the same figure on the CPU backend
     int64_t max_rss_bytes = 0;      // the process's peak resident set during the suite (or its lifetime peak)

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "runtime/process_memory.h"
+#include "runtime/process_usage.h"
 #include "runtime/text_table.h"
 
 namespace kiln {
@@ -59,14 +59,16 @@ std::string format_profile_report(const ProfileSummary& s, const MemoryStats& me
                      counted && k.total_us > 0 ? fixed(k.flops / (k.total_us * 1e3), 1) : "-"});
     }
     if (rest_kinds > 0)
-        ops.add_row({"(" + std::to_string(rest_kinds) + " more)", std::to_string(rest.calls),
+        ops.add_row({std::string("(").append(std::to_string(rest_kinds)).append(" more)"), std::to_string(rest.calls),
                      fixed(rest.total_us / 1000.0, 1), "-", percent(rest.total_us, wall),
                      rest.flops > 0 ? fixed(rest.flops / 1e9, 1) : "-", "-"});
     out += ops.str();
     out += "(share: of the wall time; GFLOP/s: FLOPs the op reports over its time, a multiply-add counting 2)\n";
     if (s.dropped_spans > 0)
-        out += "(" + std::to_string(s.dropped_spans) + " op calls beyond the span limit are in the totals, not in the trace)\n";
-    out += "\n" + format_memory_report(memory.device(s.device.empty() ? "cpu" : s.device));
+        out.append("(").append(std::to_string(s.dropped_spans))
+            .append(" op calls beyond the span limit are in the totals, not in the trace)\n");
+    out += '\n';
+    out += format_memory_report(memory.device(s.device.empty() ? "cpu" : s.device));
     return out;
 }
 

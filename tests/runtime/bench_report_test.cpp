@@ -27,6 +27,7 @@ BenchReport sample_report() {
     unet.seconds = {1.5, 1.25, 1.75};
     unet.stats = timing_stats(unet.seconds);
     unet.flops = 2.5e12;
+    unet.cpu_seconds = 2.9;
     unet.peak_device_bytes = unet.peak_host_bytes = 4000000000;
     unet.max_rss_bytes = 4100000000;
     unet.memory_start_bytes = unet.memory_end_bytes = 3400000000;
@@ -98,7 +99,7 @@ TEST(BenchCompare, AReportAgainstItselfGivesRatiosOfOne) {
     for (const BenchRatio& r : c.ratios) EXPECT_EQ(r.ratio, 1.0) << r.suite << " " << r.metric;
     EXPECT_TRUE(c.only_old.empty() && c.only_new.empty() && c.config_differences.empty());
     // Every metric of the unet suite, and the text suite's (its null FLOPs are left out; stddev 0 vs 0 is 1).
-    EXPECT_EQ(c.ratios.size(), 10u + 8u);
+    EXPECT_EQ(c.ratios.size(), 11u + 9u);
     const nlohmann::json cj = bench_comparison_to_json(c);
     for (const std::string& p : test::schema_problems(cj, test::documented_fields("compare"))) ADD_FAILURE() << p;
     EXPECT_NE(format_bench_comparison(c).find("1.000"), std::string::npos);
@@ -173,6 +174,7 @@ TEST(BenchCompare, ReadingFilesNamesTheProblem) {
 
 TEST(BenchTable, ShowsEverySuiteWithTimesAndRates) {
     const std::string t = format_bench_table(sample_report());
-    for (const char* s : {"unet", "text", "median ms", "TFLOP/s", "peak dev MiB", "max RSS MiB", "1500.0", "1.667"})
+    // cores = 2.9 s of CPU over a mean of 1.5 s.
+    for (const char* s : {"unet", "text", "median ms", "TFLOP/s", "peak dev MiB", "max RSS MiB", "1500.0", "1.667", "1.93"})
         EXPECT_NE(t.find(s), std::string::npos) << s << "\n" << t;
 }

@@ -1,4 +1,4 @@
-#include "runtime/process_memory.h"
+#include "runtime/process_usage.h"
 
 #include <sys/resource.h>
 
@@ -44,6 +44,13 @@ bool reset_process_peak_rss() {
     if (!f) return false;
     const bool ok = std::fputs("5", f) >= 0;  // "5": reset the peak resident set size
     return std::fclose(f) == 0 && ok;
+}
+
+double process_cpu_seconds() {
+    rusage ru{};
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+    return sec(ru.ru_utime) + sec(ru.ru_stime);
 }
 
 }  // namespace kiln
