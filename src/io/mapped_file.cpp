@@ -33,7 +33,9 @@ struct FdGuard {
 MappedFile MappedFile::open(const std::string& path) {
     int fd;
     do {
-        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        // O_NONBLOCK: opening a FIFO must not wait for a writer (kiln would hang before the
+        // regular-file check below); it does not change how a regular file is read or mapped.
+        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) fail_errno(path, "cannot open");
     FdGuard guard{fd};
