@@ -218,7 +218,8 @@ TEST_F(BadArguments, InitImageClaimingAbsurdSize) {
         ihdr += std::string{char(v >> 24), char((v >> 16) & 0xff), char((v >> 8) & 0xff), char(v & 0xff)};
     ihdr += std::string{8, 2, 0, 0, 0};  // 8 bits, RGB, deflate, no filter, not interlaced
     const std::string png = std::string("\x89PNG\r\n\x1a\n", 8) + png_chunk("IHDR", ihdr) +
-                            png_chunk("IDAT", std::string("\x78\x9c\x03\x00\x00\x00\x00\x01", 8)) + png_chunk("IEND", "");
+                            png_chunk("IDAT", std::string("\x78\x9c\x03\x00\x00\x00\x00\x01", 8)) +
+                            png_chunk("IEND", "");
     const std::string path = tmp.file("huge.png");
     write_bytes(path, png);
     expect_one_error_line(img2img(path), {path, "100000x100000"});
