@@ -12,10 +12,11 @@ inline constexpr const char* kVersion = "kiln 0.1.0";
 struct GenerateOptions {
     std::string model, prompt, output = "kiln.png", init_image;
     std::optional<std::string> negative;
-    int width = 512, height = 512, steps = 20, batch_count = 1, clip_skip = 1;
+    std::optional<int> width, height;  // img2img: the init image's size when not given
+    int  steps = 20, batch_count = 1, clip_skip = 1;
     double cfg_scale = 7.5, strength = 0.75;
     std::string sampler, schedule, timestep_spacing, rng = "cpu", prediction;
-    int64_t seed = -1;
+    std::string seed = "-1";  // -1: pick one; else 0 .. 2^64-1
     bool quiet = false;
     bool profile = false;  // --profile: stage / op / memory tables on stderr at the end
     std::string trace;     // --trace FILE: Chrome trace

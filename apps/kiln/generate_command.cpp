@@ -1,6 +1,7 @@
 // `kiln txt2img` and `kiln img2img`.
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include "image/infotext.h"
 #include "image/png.h"
 #include "image/sha256.h"
+#include "image/utf8.h"
 #include "kiln/error.h"
 #include "pipeline/generate.h"
 #include "profile_session.h"
@@ -35,14 +37,28 @@ std::string format_cfg(double cfg) {
     return format_number(cfg);
 }
 
+// A seed as users write them: 0 .. 2^64-1 (torch takes any 64-bit seed), nothing else.
+uint64_t parse_seed(const std::string& text) {
+    uint64_t value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    require(ec == std::errc() && end == text.data() + text.size() && !text.empty(), ErrorKind::InvalidArgument,
+            "seed '" + text + "' is not -1 or a whole number from 0 to 18446744073709551615");
+    return value;
+}
+
 }  // namespace
 
 int run_generate(const GenerateOptions& o, bool img2img) {
     GenerationRequest req;
+    // The prompt ends up in the PNG's UTF-8 text; a terminal in another encoding must fail here,
+    // not after the image is made.
+    require(is_valid_utf8(o.prompt), ErrorKind::InvalidArgument, "the prompt is not valid UTF-8");
+    require(!o.negative || is_valid_utf8(*o.negative), ErrorKind::InvalidArgument,
+            "the negative prompt is not valid UTF-8");
     req.prompt = o.prompt;
     req.negative_prompt = o.negative;
-    req.width = o.width;
-    req.height = o.height;
+    req.width = o.width.value_or(512);
+    req.height = o.height.value_or(512);
     req.steps = o.steps;
     req.cfg_scale = static_cast<float>(o.cfg_scale);
     req.clip_skip = o.clip_skip;
@@ -57,10 +73,8 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     Tensor init;
     if (img2img) {
         Image image = read_png(o.init_image);
-        if (o.width == 512 && o.height == 512) {  // defaults: take the init image's size
-            req.width = image.width;
-            req.height = image.height;
-        }
+        if (!o.width) req.width = image.width;  // not given: the init image's own size
+        if (!o.height) req.height = image.height;
         require(image.width == req.width && image.height == req.height, ErrorKind::InvalidArgument,
                 "init image " + o.init_image + " is " + std::to_string(image.width) + "x" +
                     std::to_string(image.height) + ", not the requested " + std::to_string(req.width) + "x" +
@@ -82,8 +96,7 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     }
     const std::string sampler = req.sampler.empty() ? default_sampler(model) : req.sampler;
 
-    uint64_t seed = static_cast<uint64_t>(o.seed);
-    if (o.seed < 0) seed = std::random_device{}() % 4294967295u;
+    const uint64_t seed = o.seed == "-1" ? std::random_device{}() % 4294967295u : parse_seed(o.seed);
 
     const bool show = !o.quiet && isatty(STDERR_FILENO);
     for (int i = 0; i < o.batch_count; ++i) {

@@ -1,9 +1,11 @@
 // `kiln info`: a model's architecture and components, or the generation parameters in a PNG.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "commands.h"
 #include "image/infotext.h"
+#include "kiln/error.h"
 #include "models/model_info.h"
 
 namespace kiln::cli {
@@ -20,6 +22,12 @@ bool is_png(const std::string& path) {
 }  // namespace
 
 int run_info(const std::string& path) {
+    // Only regular files and folders: opening a FIFO or device to sniff its signature would block.
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);
+    require(!ec && std::filesystem::exists(status), ErrorKind::IO, "no such file or folder: " + path);
+    require(std::filesystem::is_regular_file(status) || std::filesystem::is_directory(status), ErrorKind::IO,
+            path + " is not a regular file or folder");
     if (is_png(path)) std::fputs(describe_png_parameters(path).c_str(), stdout);
     else std::fputs(format_model_info(inspect_model(path)).c_str(), stdout);
     return 0;

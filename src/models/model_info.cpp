@@ -47,7 +47,8 @@ ModelInfo inspect_model(const std::string& path) {
             for (const auto& entry : fs::directory_iterator(dir)) {
                 if (entry.path().extension() != ".safetensors") continue;
                 SafetensorsFile f = SafetensorsFile::open(entry.path().string());
-                ComponentInfo c{comp};
+                ComponentInfo c;
+                c.name = comp;
                 for (const std::string& n : f.names()) count(c, f, n);
                 info.bytes += f.file_size();
                 info.components.push_back(c);
@@ -67,7 +68,8 @@ ModelInfo inspect_model(const std::string& path) {
         info.layout = layout_name(FileLayout::SingleFile);
         info.architecture = architecture_name(detect_single_file_architecture(f));
         std::map<std::string, ComponentInfo> by_name;
-        ComponentInfo other{"other"};
+        ComponentInfo other;
+        other.name = "other";
         for (const std::string& n : f.names()) {
             bool found = false;
             for (const auto& [prefix, comp] : kPrefixes) {

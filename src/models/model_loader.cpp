@@ -73,7 +73,7 @@ void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const L
     const bool xl = cls.find("XL") != std::string::npos;
     m.force_zeros_for_empty_prompt = index.value("force_zeros_for_empty_prompt", xl);
 
-    for (const std::string suffix : xl ? std::vector<std::string>{"", "_2"} : std::vector<std::string>{""}) {
+    for (const std::string& suffix : xl ? std::vector<std::string>{"", "_2"} : std::vector<std::string>{""}) {
         const fs::path tdir = dir / ("tokenizer" + suffix), edir = dir / ("text_encoder" + suffix);
         ClipTokenizer tok = ClipTokenizer::from_folder(tdir.string());
         auto file = open_shared(component_weights(edir, "model"));
@@ -139,11 +139,14 @@ void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadO
     if (options.prediction) m.scheduler_config["prediction_type"] = *options.prediction;
 
     auto unet_table = unet_table_from_ldm(*file, "model.diffusion_model.", &unknown);
-    MappedSource unet_src(file, std::move(unet_table), "UNet");
     const int pooled = m.arch == Architecture::SDXL ? m.text_encoders[1].model.config().projection_dim : 0;
-    UNetConfig unet_config =
-        unet_config_from_ldm(unet_src, m.arch == Architecture::SD1 ? HeadRule::FixedCount : HeadRule::FixedWidth,
-                             pooled);
+    const UNetConfig unet_config = unet_config_from_ldm(
+        MappedSource(file, unet_table, "UNet"), m.arch == Architecture::SD1 ? HeadRule::FixedCount : HeadRule::FixedWidth,
+        pooled);
+    // Loading again with the config known, so that a missing tensor is named as the file would name it.
+    MappedSource unet_src(file, std::move(unet_table), "UNet", [&unet_config](const std::string& name) {
+        return unet_ldm_name(name, unet_config, "model.diffusion_model.");
+    });
     m.unet = std::make_unique<UNet>(UNet::load(unet_src, unet_config));
 
     m.vae_scale = m.arch == Architecture::SDXL ? 0.13025f : 0.18215f;

@@ -14,8 +14,11 @@ std::vector<std::string> FileSource::names() const { return file_->names(); }
 std::string FileSource::describe() const { return file_->path(); }
 
 MappedSource::MappedSource(std::shared_ptr<const SafetensorsFile> file, std::map<std::string, WeightMapping> table,
-                           std::string component)
-    : file_(std::move(file)), table_(std::move(table)), component_(std::move(component)) {}
+                           std::string component, std::function<std::string(const std::string&)> file_name_for)
+    : file_(std::move(file)),
+      table_(std::move(table)),
+      component_(std::move(component)),
+      file_name_for_(std::move(file_name_for)) {}
 
 bool MappedSource::has(const std::string& name) const { return table_.count(name) > 0; }
 
@@ -23,6 +26,13 @@ std::vector<std::string> MappedSource::names() const {
     std::vector<std::string> out;
     for (const auto& [name, m] : table_) out.push_back(name);
     return out;
+}
+
+std::string MappedSource::display_name(const std::string& name) const {
+    auto it = table_.find(name);
+    const std::string in_file = it != table_.end() ? it->second.file_name : file_name_for_ ? file_name_for_(name) : "";
+    if (in_file.empty()) return component_ + " tensor '" + name + "'";
+    return "'" + in_file + "' (" + component_ + " " + name + ")";
 }
 
 std::string MappedSource::describe() const { return file_->path() + " (" + component_ + ")"; }
@@ -65,18 +75,20 @@ Tensor MappedSource::load(const std::string& name) const {
 }
 
 Tensor WeightReader::get(const std::string& name, const Shape& expected) {
-    require(source_.has(name), ErrorKind::InvalidModel, "missing tensor '" + name + "' in " + source_.describe());
+    require(source_.has(name), ErrorKind::InvalidModel,
+            "missing tensor " + source_.display_name(name) + " in " + source_.describe());
     used_.insert(name);
     Tensor t = source_.load_expecting(name, expected);
     parameters_ += t.numel();
     require(t.shape() == expected, ErrorKind::InvalidModel,
-            "tensor '" + name + "' in " + source_.describe() + " has shape " + shape_str(t.shape()) + ", expected " +
-                shape_str(expected));
+            "tensor " + source_.display_name(name) + " in " + source_.describe() + " has shape " +
+                shape_str(t.shape()) + ", expected " + shape_str(expected));
     return t;
 }
 
 Tensor WeightReader::get(const std::string& name) {
-    require(source_.has(name), ErrorKind::InvalidModel, "missing tensor '" + name + "' in " + source_.describe());
+    require(source_.has(name), ErrorKind::InvalidModel,
+            "missing tensor " + source_.display_name(name) + " in " + source_.describe());
     used_.insert(name);
     Tensor t = source_.load(name);
     parameters_ += t.numel();

@@ -38,6 +38,8 @@ public:
     // What WeightReader calls when it knows the shape it expects. Sources that make tensors instead of
     // reading them (synthetic_weights.h, for benchmarks) use the shape; the default reads load(name),
     // so file sources behave exactly as before.
+    // How to name a tensor in a message: as the user's file names it.
+    virtual std::string display_name(const std::string& name) const { return "'" + name + "'"; }
     virtual Tensor load_expecting(const std::string& name, const Shape& expected) const {
         (void)expected;
         return load(name);
@@ -60,17 +62,20 @@ private:
 // Internal names mapped onto tensors of a single-file checkpoint.
 class MappedSource : public WeightSource {
 public:
+    // `file_name_for` names, as the file would, a tensor the table lacks (for messages).
     MappedSource(std::shared_ptr<const SafetensorsFile> file, std::map<std::string, WeightMapping> table,
-                 std::string component);
+                 std::string component, std::function<std::string(const std::string&)> file_name_for = nullptr);
     bool has(const std::string& name) const override;
     Tensor load(const std::string& name) const override;
     std::vector<std::string> names() const override;
     std::string describe() const override;
+    std::string display_name(const std::string& name) const override;
 
 private:
     std::shared_ptr<const SafetensorsFile> file_;
     std::map<std::string, WeightMapping> table_;
     std::string component_;
+    std::function<std::string(const std::string&)> file_name_for_;
 };
 
 // Reads a component's weights with shape checks and remembers what was read, so that a loader can

@@ -1,10 +1,13 @@
 #include "pipeline/generate.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cmath>
 
 #include "kiln/error.h"
 #include "ops/ops.h"
 #include "pipeline/conditioning.h"
+#include "pipeline/memory_check.h"
 #include "rng/noise_generator_factory.h"
 #include "runtime/profiler.h"
 #include "sampling/sampler_names.h"
@@ -25,6 +28,12 @@ Tensor batch_of_two(const Tensor& x) {
     return Tensor(s, std::move(v));
 }
 
+std::string format_double(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
+
 }  // namespace
 
 void validate_request(const GenerationRequest& r) {
@@ -42,7 +51,7 @@ void validate_request(const GenerationRequest& r) {
     require(r.rng == "cpu" || r.rng == "cuda", ErrorKind::InvalidArgument, "rng must be cpu or cuda, not " + r.rng);
     if (r.init_image)
         require(r.strength > 0 && r.strength <= 1, ErrorKind::InvalidArgument,
-                "strength must be in (0, 1], not " + std::to_string(r.strength));
+                "strength must be in (0, 1], not " + format_double(r.strength));
 }
 
 std::string default_sampler(const StableDiffusionModel& model) {
@@ -93,6 +102,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         return guided;
     };
 
+    check_memory_for(model, r.width, r.height);
     GenerationResult result;
     if (!r.init_image) {
         Tensor noise = rng->randn(latent_shape);
@@ -105,7 +115,10 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
                 "init image of shape " + shape_str(img.shape()) + " does not match " + std::to_string(r.width) + "x" +
                     std::to_string(r.height));
         Tensor scaled(img.shape());
-        for (int64_t i = 0; i < img.numel(); ++i) scaled[i] = img[i] * 2.0f - 1.0f;
+        for (int64_t i = 0; i < img.numel(); ++i) {
+            require(std::isfinite(img[i]), ErrorKind::InvalidArgument, "the init image contains NaN or infinite values");
+            scaled[i] = img[i] * 2.0f - 1.0f;
+        }
         // diffusers draws the posterior sample first, then the noise added at the first timestep.
         Vae::Posterior posterior = [&] {
             StageScope zone(Stage::VaeEncode);
@@ -121,6 +134,11 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
             sample_latents(sampling, model.scheduler_config, init_latents, *rng, denoise, r.progress);
     }
 
+    // Weights with NaNs, or arithmetic that overflows, must not pass silently as a black picture.
+    for (float v : result.final_latent.values())
+        require(std::isfinite(v), ErrorKind::InvalidModel,
+                "the sampled latents contain NaN or infinite values (corrupt weights, or settings such as the CFG "
+                "scale that make the model's arithmetic overflow)");
     {
         StageScope zone(Stage::VaeDecode);
         Tensor latents = result.final_latent;

@@ -161,19 +161,17 @@ TEST_F(BadArguments, StrengthAboveOne) {
     expect_one_error_line(img2img(good_init_png(), {"--strength", "1.5"}), {"strength"});
 }
 
-// Usage errors caught by the option parser (CLI11) should read like every other error. Disabled:
-// apps/kiln/main.cpp hands them to CLI11's app.exit(), which prints two lines ("Could not convert:
-// --width = abc" / "Run with --help for more information.") without the "kiln: error:" prefix and
-// exits with CLI11's codes (104-109). Enable when main.cpp prints them as one "kiln: error:" line.
-TEST_F(BadArguments, DISABLED_WidthNotANumber) {
+// Usage errors caught by the option parser (CLI11) read like every other error: one
+// "kiln: error:" line naming the option.
+TEST_F(BadArguments, WidthNotANumber) {
     expect_one_error_line(txt2img({"-W", "abc", "-H", "64", "--steps", "1"}), {"--width", "abc"});
 }
 
-TEST_F(BadArguments, DISABLED_UnknownOption) {
+TEST_F(BadArguments, UnknownOption) {
     expect_one_error_line(txt2img({"-W", "64", "-H", "64", "--steps", "1", "--bogus"}), {"--bogus"});
 }
 
-TEST_F(BadArguments, DISABLED_UnknownRng) {
+TEST_F(BadArguments, UnknownRng) {
     expect_one_error_line(txt2img({"-W", "64", "-H", "64", "--steps", "1", "--rng", "gpu"}), {"--rng", "gpu"});
 }
 
@@ -251,11 +249,9 @@ TEST_F(BadArguments, InitImageNotAMultipleOf8) {
     expect_one_error_line(img2img(path), {"100"}, {"multiple of 8"});
 }
 
-// A prompt in Latin-1 (e.g. from a terminal that is not UTF-8) is tokenized, but the PNG text
-// must be UTF-8: today kiln generates the whole image and then fails with "cannot write OUT: text
-// for "parameters" is not valid UTF-8". Disabled until the command checks the prompt up front
-// (apps/kiln/generate_command.cpp) with a message naming the prompt.
-TEST_F(BadArguments, DISABLED_PromptNotUtf8) {
+// A prompt in Latin-1 (e.g. from a terminal that is not UTF-8) cannot go into the PNG's UTF-8
+// text: the command refuses it before any work, naming the prompt.
+TEST_F(BadArguments, PromptNotUtf8) {
     const std::string out = tmp.file("out.png");
     expect_one_error_line(run_kiln({"txt2img", "-m", kSd15, "-p", "caf\xe9", "-W", "64", "-H", "64", "--steps", "1",
                                     "-o", out, "--quiet"}),

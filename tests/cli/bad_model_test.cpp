@@ -162,17 +162,16 @@ TEST_F(BadModel, WrongShape) {
     expect_one_error_line(txt2img(path), {path, "UNet", "[16, 4, 3, 3]"}, {"shape"});
 }
 
-// The two tests above pass with messages that name the UNet tensor by its diffusers name
-// ("conv_out.weight"), which the user's single file does not contain. Disabled until the UNet's
-// single-file source (src/models) names the tensor as the file does; then fold these into them.
-TEST_F(BadModel, DISABLED_MissingUnetTensorIsNamedAsInTheFile) {
+// The user's single file names UNet tensors in the original layout; messages must use that name
+// (model.diffusion_model.out.2.weight), not only diffusers' (conv_out.weight).
+TEST_F(BadModel, MissingUnetTensorIsNamedAsInTheFile) {
     RawSafetensors raw = fixture();
     raw.header.erase(kOutConv);
     const std::string path = write(raw);
     expect_one_error_line(txt2img(path), {path, kOutConv});
 }
 
-TEST_F(BadModel, DISABLED_WrongShapeTensorIsNamedAsInTheFile) {
+TEST_F(BadModel, WrongShapeTensorIsNamedAsInTheFile) {
     RawSafetensors raw = fixture();
     raw.header[kOutConv]["shape"] = {16, 4, 3, 3};
     const std::string path = write(raw);
@@ -285,9 +284,8 @@ TEST_F(BadModel, ModelIsAFifo) {
                           {path});
 }
 
-// Disabled: `kiln info` still hangs here, in apps/kiln/info_command.cpp (is_png opens the path with
-// std::ifstream before anything checks that it is a regular file).
-TEST_F(BadModel, DISABLED_InfoOnAFifo) {
+// `kiln info` must not block opening a FIFO to sniff its signature.
+TEST_F(BadModel, InfoOnAFifo) {
     const std::string path = tmp.file("pipe.safetensors");
     ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
     expect_one_error_line(run_kiln({"info", path}, std::chrono::seconds(30)), {path});

@@ -39,6 +39,9 @@ UNetConfig unet_config_from_json(const nlohmann::json& config);
 std::map<std::string, WeightMapping> unet_table_from_ldm(const SafetensorsFile& file, const std::string& prefix,
                                                          std::vector<std::string>* unknown);
 enum class HeadRule { FixedCount, FixedWidth };
+// The original-layout name of a diffusers UNet tensor name (the inverse of the table), for messages
+// about tensors a file lacks; empty when the name follows no rule.
+std::string unet_ldm_name(const std::string& diffusers_name, const UNetConfig& config, const std::string& prefix);
 UNetConfig unet_config_from_ldm(const WeightSource& diffusers_named, HeadRule rule, int pooled_text_dim);
 
 }  // namespace kiln

@@ -129,6 +129,48 @@ std::map<std::string, WeightMapping> unet_table_from_ldm(const SafetensorsFile& 
     return table;
 }
 
+std::string unet_ldm_name(const std::string& name, const UNetConfig& c, const std::string& prefix) {
+    static const std::regex block(R"(^(down_blocks|up_blocks)\.(\d+)\.(resnets|attentions|downsamplers|upsamplers)\.(\d+)\.(.*)$)");
+    static const std::regex mid(R"(^mid_block\.(resnets|attentions)\.(\d+)\.(.*)$)");
+    const std::pair<const char*, const char*> fixed[] = {
+        {"time_embedding.linear_1.", "time_embed.0."}, {"time_embedding.linear_2.", "time_embed.2."},
+        {"add_embedding.linear_1.", "label_emb.0.0."}, {"add_embedding.linear_2.", "label_emb.0.2."},
+        {"conv_in.", "input_blocks.0.0."},           {"conv_norm_out.", "out.0."},
+        {"conv_out.", "out.2."}};
+    for (const auto& [from, to] : fixed)
+        if (name.rfind(from, 0) == 0) return prefix + to + name.substr(std::string(from).size());
+    auto resnet_part = [](const std::string& rest) {
+        for (const auto& [ldm, diffusers] : kResnetRenames)
+            if (rest.rfind(diffusers, 0) == 0) return ldm + rest.substr(std::string(diffusers).size());
+        return rest;
+    };
+    const int L = c.layers_per_block;
+    std::smatch m;
+    if (std::regex_match(name, m, block)) {
+        const int level = std::stoi(m[2]), j = std::stoi(m[4]);
+        const std::string kind = m[3], rest = m[5];
+        if (m[1] == "down_blocks") {
+            const std::string at = "input_blocks." + std::to_string(1 + level * (L + 1) + j);
+            if (kind == "resnets") return prefix + at + ".0." + resnet_part(rest);
+            if (kind == "attentions") return prefix + at + ".1." + rest;
+            return prefix + "input_blocks." + std::to_string((level + 1) * (L + 1)) + ".0.op." +
+                   rest.substr(rest.rfind("conv.", 0) == 0 ? 5 : 0);
+        }
+        const std::string at = "output_blocks." + std::to_string(level * (L + 1) + j);
+        if (kind == "resnets") return prefix + at + ".0." + resnet_part(rest);
+        if (kind == "attentions") return prefix + at + ".1." + rest;
+        const int down_level = c.levels() - 1 - level;
+        const bool attn = down_level >= 0 && down_level < c.levels() && c.level_has_attention[down_level];
+        return prefix + "output_blocks." + std::to_string(level * (L + 1) + L) + (attn ? ".2." : ".1.") + rest;
+    }
+    if (std::regex_match(name, m, mid)) {
+        const int k = std::stoi(m[2]);
+        if (m[1] == "resnets") return prefix + "middle_block." + std::to_string(2 * k) + "." + resnet_part(m[3]);
+        return prefix + "middle_block.1." + std::string(m[3]);
+    }
+    return "";
+}
+
 UNetConfig unet_config_from_ldm(const WeightSource& src, HeadRule rule, int pooled_text_dim) {
     UNetConfig c;
     auto shape_of = [&](const std::string& n) { return src.load(n).shape(); };
@@ -137,7 +179,7 @@ UNetConfig unet_config_from_ldm(const WeightSource& src, HeadRule rule, int pool
     c.in_channels = static_cast<int>(conv_in[1]);
     require(c.in_channels == 4, ErrorKind::Unsupported,
             "UNet with " + std::to_string(c.in_channels) + " input channels (inpainting or other variants)");
-    c.out_channels = static_cast<int>(shape_of("conv_out.weight")[0]);
+    if (src.has("conv_out.weight")) c.out_channels = static_cast<int>(shape_of("conv_out.weight")[0]);
     for (int level = 0;; ++level) {
         const std::string block = "down_blocks." + std::to_string(level) + ".";
         if (!src.has(block + "resnets.0.conv1.weight")) break;

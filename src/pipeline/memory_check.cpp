@@ -1,0 +1,61 @@
+#include "pipeline/memory_check.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "kiln/error.h"
+
+namespace kiln {
+
+namespace {
+
+std::string gib(int64_t bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / 1073741824.0);
+    return buf;
+}
+
+}  // namespace
+
+int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, int height) {
+    const int64_t pixels = static_cast<int64_t>(width) * height;
+    // VAE decode at full resolution: the first block's width, and about four such tensors alive at
+    // once (block input, normalised copy, convolution output, residual).
+    const int64_t vae_ch = model.vae ? model.vae->config().block_out_channels.at(0) : 128;
+    const int64_t vae = 4 * vae_ch * pixels * 4;
+    // UNet at the latent resolution with the guidance batch of 2: the skip connections of every
+    // level plus about eight working tensors of the widest first-level activation.
+    int64_t unet = 0;
+    if (model.unet) {
+        const UNetConfig& c = model.unet->config();
+        int64_t tokens = pixels / 64, skips = 0;
+        for (int level = 0; level < c.levels(); ++level) {
+            skips += (c.layers_per_block + 1) * c.block_out_channels[level] * tokens;
+            tokens = std::max<int64_t>(1, tokens / 4);
+        }
+        unet = 2 * 4 * (skips + 8 * c.block_out_channels[0] * (pixels / 64));
+    }
+    return std::max(vae, unet);
+}
+
+int64_t available_host_bytes() {
+    std::ifstream f("/proc/meminfo");
+    std::string key;
+    int64_t kib = 0;
+    std::string unit;
+    while (f >> key >> kib >> unit)
+        if (key == "MemAvailable:") return kib * 1024;
+    return -1;
+}
+
+void check_memory_for(const StableDiffusionModel& model, int width, int height) {
+    const int64_t need = estimate_activation_bytes(model, width, height), free = available_host_bytes();
+    if (free < 0) return;
+    require(need <= free, ErrorKind::OutOfMemory,
+            "a " + std::to_string(width) + "x" + std::to_string(height) + " image needs about " + gib(need) +
+                " of memory for activations, and " + gib(free) + " is available");
+}
+
+}  // namespace kiln

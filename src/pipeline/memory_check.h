@@ -1,0 +1,20 @@
+// A cheap estimate of the activation memory a generation needs, checked against what the machine
+// has free before any work starts: an impossible request is an OutOfMemory error naming both
+// figures, not a process killed by the kernel an hour later.
+#pragma once
+#include <cstdint>
+
+#include "models/model.h"
+
+namespace kiln {
+
+// Peak bytes of activations (not weights, which are already loaded) for one width x height image.
+int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, int height);
+
+// Bytes the host can still give (MemAvailable), or -1 when unknown.
+int64_t available_host_bytes();
+
+// Throws ErrorKind::OutOfMemory when the estimate exceeds what is available.
+void check_memory_for(const StableDiffusionModel& model, int width, int height);
+
+}  // namespace kiln
