@@ -87,3 +87,17 @@ TEST(UNet, MatchesDiffusersFromSingleFile) {
         check_unet(UNet::load(source, inferred), c.model);
     }
 }
+
+// Messages about tensors a single file lacks name them as the file would: the inverse of the
+// rename table must give back every original name.
+TEST(UNet, OriginalNamesInvertTheTable) {
+    for (const Case& c : cases()) {
+        auto file = std::make_shared<const SafetensorsFile>(
+            SafetensorsFile::open(data_path(c.model + "/" + c.model + ".safetensors")));
+        auto table = unet_table_from_ldm(*file, "model.diffusion_model.", nullptr);
+        const UNetConfig config = unet_config_from_ldm(MappedSource(file, table, "UNet"), c.rule, c.pooled_dim);
+        ASSERT_GT(table.size(), 100u);
+        for (const auto& [name, mapping] : table)
+            EXPECT_EQ(unet_ldm_name(name, config, "model.diffusion_model."), mapping.file_name) << c.model << " " << name;
+    }
+}
