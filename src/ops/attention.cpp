@@ -85,8 +85,8 @@ Tensor detail::attention_blocked(const Tensor& q, const Tensor& k, const Tensor&
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     // Allocated here: an exception must not escape an OpenMP region.
     const int64_t block_floats = rows_per_block * lk;
-    const std::unique_ptr<float[]> scores = detail::scratch_floats(block_floats * threads, "attention");
-    const std::unique_ptr<float[]> inv_sums = detail::scratch_floats(rows_per_block * threads, "attention");
+    const detail::Scratch scores = detail::scratch_floats(block_floats * threads, "attention");
+    const detail::Scratch inv_sums = detail::scratch_floats(rows_per_block * threads, "attention");
 
     const float* qp = q.data();
     const float* kp = k.data();

@@ -64,7 +64,7 @@ Tensor detail::conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, i
     const detail::ConvGeometry g{cin, h, wd, kh, kw, stride, padding, ho, wo};
     const int64_t tile =
         std::clamp<int64_t>(im2col_budget_bytes / (std::max<int64_t>(k, 1) * int64_t(sizeof(float))), 1, pixels);
-    const std::unique_ptr<float[]> col = detail::scratch_floats(k * tile, "conv2d");  // im2col writes it all
+    const detail::Scratch col = detail::scratch_floats(k * tile, "conv2d");  // im2col writes it all
     for (int64_t n = 0; n < n_img; ++n) {
         const float* xn = xp + n * cin * h * wd;
         float* yn = yp + n * cout * pixels;
