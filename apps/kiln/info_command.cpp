@@ -28,8 +28,9 @@ int run_info(const std::string& path) {
     require(!ec && std::filesystem::exists(status), ErrorKind::IO, "no such file or folder: " + path);
     require(std::filesystem::is_regular_file(status) || std::filesystem::is_directory(status), ErrorKind::IO,
             path + " is not a regular file or folder");
-    if (is_png(path)) std::fputs(describe_png_parameters(path).c_str(), stdout);
-    else std::fputs(format_model_info(inspect_model(path)).c_str(), stdout);
+    std::string text = is_png(path) ? describe_png_parameters(path) : format_model_info(inspect_model(path));
+    if (!text.empty() && text.back() != '\n') text += '\n';
+    std::fputs(text.c_str(), stdout);
     return 0;
 }
 
