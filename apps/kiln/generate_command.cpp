@@ -95,6 +95,10 @@ int run_generate(const GenerateOptions& o, bool img2img) {
         hash = model.layout == FileLayout::SingleFile ? model_hash(o.model) : "";
     }
     const std::string sampler = req.sampler.empty() ? default_sampler(model) : req.sampler;
+    if (!img2img) {  // sizes not given: the model's native size, as diffusers
+        if (!o.width) req.width = default_image_size(model);
+        if (!o.height) req.height = default_image_size(model);
+    }
 
     const uint64_t seed = o.seed == "-1" ? std::random_device{}() % 4294967295u : parse_seed(o.seed);
 

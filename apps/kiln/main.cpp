@@ -31,8 +31,8 @@ int main(int argc, char** argv) {
         cmd->add_option("-m,--model", gen.model, "checkpoint: a .safetensors file or a diffusers folder")->required();
         cmd->add_option("-p,--prompt", gen.prompt, "what to draw")->required();
         cmd->add_option("-n,--negative-prompt", gen.negative, "what to avoid");
-        cmd->add_option("-W,--width", gen.width, "image width in pixels, a multiple of 8 (default 512)");
-        cmd->add_option("-H,--height", gen.height, "image height in pixels, a multiple of 8 (default 512)");
+        cmd->add_option("-W,--width", gen.width, "image width in pixels, a multiple of 8 (default: the model's native size)");
+        cmd->add_option("-H,--height", gen.height, "image height in pixels, a multiple of 8 (default: the model's native size)");
         cmd->add_option("--steps", gen.steps, "sampling steps")->capture_default_str();
         cmd->add_option("--cfg-scale", gen.cfg_scale, "classifier-free guidance scale")->capture_default_str();
         cmd->add_option("--sampler", gen.sampler,

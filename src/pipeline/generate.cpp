@@ -54,6 +54,17 @@ void validate_request(const GenerationRequest& r) {
                 "strength must be in (0, 1], not " + format_double(r.strength));
 }
 
+int default_image_size(const StableDiffusionModel& model) {
+    if (model.unet && model.vae && model.unet->config().sample_size > 0)
+        return model.unet->config().sample_size * model.vae->config().downsample_factor();
+    switch (model.arch) {
+        case Architecture::SD1: return 512;
+        case Architecture::SD2: return model.scheduler_config.value("prediction_type", "") == "v_prediction" ? 768 : 512;
+        case Architecture::SDXL: return 1024;
+    }
+    return 512;
+}
+
 std::string default_sampler(const StableDiffusionModel& model) {
     const std::string cls = model.scheduler_config.value("_class_name", std::string("PNDMScheduler"));
     static const std::pair<const char*, const char*> kByClass[] = {

@@ -36,6 +36,11 @@ void validate_request(const GenerationRequest& request);
 
 GenerationResult generate(const StableDiffusionModel& model, const GenerationRequest& request);
 
+// The image side diffusers uses when none is given: the UNet's sample_size times the VAE factor for
+// diffusers folders; for single files each architecture's native size (SD 1.x 512, SD 2.x 768 for
+// v-prediction models and 512 otherwise, SDXL 1024).
+int default_image_size(const StableDiffusionModel& model);
+
 // The sampler diffusers uses with this model by default (from its scheduler config's class).
 std::string default_sampler(const StableDiffusionModel& model);
 

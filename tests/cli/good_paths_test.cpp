@@ -262,3 +262,16 @@ TEST_F(GoodPaths, CudaRngIsNotMarkedCpu) {
     const Infotext info = quick_txt2img({"--rng", "cuda"});
     EXPECT_EQ(param(info, "RNG"), "<absent>");
 }
+
+// Without -W/-H a diffusers folder gives its UNet's native size: sample_size (16 in the fixture's
+// unet/config.json) times the VAE's factor 8, as diffusers' pipelines do.
+TEST(DefaultSize, DiffusersFolderUsesItsSampleSize) {
+    TempDir tmp;
+    const std::string out = tmp.file("native.png");
+    const ProcessResult r = run_kiln({"txt2img", "-m", std::string(KILN_TEST_DATA) + "/sd15-mini/diffusers", "-p",
+                                      "a red circle", "--steps", "1", "-o", out, "--quiet"});
+    expect_success(r);
+    const kiln::Image img = kiln::read_png(out);
+    EXPECT_EQ(img.width, 128);
+    EXPECT_EQ(img.height, 128);
+}

@@ -47,6 +47,7 @@ UNetConfig unet_config_from_json(const nlohmann::json& j) {
                                         "transformer_layers_per_block");
         c.mid_transformer_depth = c.transformer_depth.back();
         c.layers_per_block = j.value("layers_per_block", 2);
+        if (j.contains("sample_size") && j["sample_size"].is_number_integer()) c.sample_size = j["sample_size"];
         c.in_channels = j.value("in_channels", 4);
         c.out_channels = j.value("out_channels", 4);
         c.cross_attention_dim = j.at("cross_attention_dim").get<int>();

@@ -27,6 +27,8 @@ struct UNetConfig {
     int addition_time_embed_dim = 0;
     int projection_class_embeddings_input_dim = 0;
 
+    int sample_size = 0;  // diffusers' native latent size (config.json); 0 when unknown (single files)
+
     int levels() const { return static_cast<int>(block_out_channels.size()); }
     int time_embed_dim() const { return block_out_channels.at(0) * 4; }
 };
