@@ -8,6 +8,7 @@
 #include "kiln/error.h"
 #include "models/clip/clip_single_file.h"
 #include "models/model.h"
+#include "models/reference_schedulers.h"
 #include "models/vae/vae_single_file.h"
 #include "sampling/scheduler_config.h"
 
@@ -16,17 +17,6 @@ namespace fs = std::filesystem;
 namespace kiln {
 
 namespace {
-
-// The scheduler configurations diffusers uses for each architecture's reference checkpoints
-// (SD 1.5, SD 2.1, SDXL base 1.0); single files carry none.
-const char* kSd1Scheduler = R"({"_class_name": "PNDMScheduler", "beta_end": 0.012, "beta_schedule": "scaled_linear",
-  "beta_start": 0.00085, "clip_sample": false, "num_train_timesteps": 1000, "prediction_type": "epsilon",
-  "set_alpha_to_one": false, "skip_prk_steps": true, "steps_offset": 1, "trained_betas": null})";
-const char* kSdxlScheduler = R"({"_class_name": "EulerDiscreteScheduler", "beta_end": 0.012,
-  "beta_schedule": "scaled_linear", "beta_start": 0.00085, "clip_sample": false, "interpolation_type": "linear",
-  "num_train_timesteps": 1000, "prediction_type": "epsilon", "sample_max_value": 1.0, "set_alpha_to_one": false,
-  "skip_prk_steps": true, "steps_offset": 1, "timestep_spacing": "leading", "trained_betas": null,
-  "use_karras_sigmas": false})";
 
 // Tensors that real single-file checkpoints carry and inference does not use.
 bool ignorable_single_file_tensor(const std::string& name) {
@@ -120,19 +110,19 @@ void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadO
     switch (m.arch) {
         case Architecture::SD1:
             add_hf_clip(kSd1ClipPrefix);
-            m.scheduler_config = nlohmann::json::parse(kSd1Scheduler);
+            m.scheduler_config = reference_scheduler_config(Architecture::SD1);
             break;
         case Architecture::SD2:
             require(options.prediction.has_value(), ErrorKind::InvalidArgument,
                     "SD 2.x single-file checkpoints do not record whether the model predicts noise or velocity: "
                     "pass --prediction v (768px models such as SD 2.1) or --prediction eps (512px base models)");
             add_open_clip(kSd2OpenClipPrefix);
-            m.scheduler_config = nlohmann::json::parse(kSd1Scheduler);
+            m.scheduler_config = reference_scheduler_config(Architecture::SD1);
             break;
         case Architecture::SDXL:
             add_hf_clip(kSdxlClipPrefix);
             add_open_clip(kSdxlOpenClipPrefix);
-            m.scheduler_config = nlohmann::json::parse(kSdxlScheduler);
+            m.scheduler_config = reference_scheduler_config(Architecture::SDXL);
             m.force_zeros_for_empty_prompt = true;
             break;
     }

@@ -4,20 +4,11 @@
 
 #include "core/memory.h"
 #include "kiln/error.h"
+#include "models/reference_schedulers.h"
 
 namespace kiln {
 
 namespace {
-
-// diffusers' scheduler configs of the reference checkpoints (as model_loader uses for single files).
-const char* kSd1Scheduler = R"({"_class_name": "PNDMScheduler", "beta_end": 0.012, "beta_schedule": "scaled_linear",
-  "beta_start": 0.00085, "clip_sample": false, "num_train_timesteps": 1000, "prediction_type": "epsilon",
-  "set_alpha_to_one": false, "skip_prk_steps": true, "steps_offset": 1, "trained_betas": null})";
-const char* kSdxlScheduler = R"({"_class_name": "EulerDiscreteScheduler", "beta_end": 0.012,
-  "beta_schedule": "scaled_linear", "beta_start": 0.00085, "clip_sample": false, "interpolation_type": "linear",
-  "num_train_timesteps": 1000, "prediction_type": "epsilon", "sample_max_value": 1.0, "set_alpha_to_one": false,
-  "skip_prk_steps": true, "steps_offset": 1, "timestep_spacing": "leading", "trained_betas": null,
-  "use_karras_sigmas": false})";
 
 uint64_t mix(uint64_t x) {  // splitmix64's finaliser: a cheap hash with good avalanche
     x += 0x9E3779B97F4A7C15ull;
@@ -110,7 +101,7 @@ ArchitectureConfigs architecture_configs(SyntheticArch arch) {
             a.pad_tokens = {"<|endoftext|>"};
             a.unet = sd_unet({8, 8, 8, 8}, 768);
             a.vae = sd_vae(0.18215f);
-            a.scheduler_config = nlohmann::json::parse(kSd1Scheduler);
+            a.scheduler_config = reference_scheduler_config(Architecture::SD1);
             break;
         case SyntheticArch::SD21:  // OpenCLIP ViT-H/14 without its last layer; 64-wide heads; v-prediction
             a.arch = Architecture::SD2;
@@ -119,7 +110,7 @@ ArchitectureConfigs architecture_configs(SyntheticArch arch) {
             a.unet = sd_unet({5, 10, 20, 20}, 1024);
             a.unet_conv_projections = false;
             a.vae = sd_vae(0.18215f);
-            a.scheduler_config = nlohmann::json::parse(kSd1Scheduler);
+            a.scheduler_config = reference_scheduler_config(Architecture::SD1);
             a.scheduler_config["prediction_type"] = "v_prediction";
             break;
         case SyntheticArch::SDXL: {  // CLIP ViT-L + OpenCLIP ViT-bigG with projection; context 768 + 1280
@@ -137,7 +128,7 @@ ArchitectureConfigs architecture_configs(SyntheticArch arch) {
             u.projection_class_embeddings_input_dim = 2816;  // 1280 pooled + 6 * 256 time ids
             a.unet_conv_projections = false;
             a.vae = sd_vae(0.13025f);
-            a.scheduler_config = nlohmann::json::parse(kSdxlScheduler);
+            a.scheduler_config = reference_scheduler_config(Architecture::SDXL);
             a.force_zeros_for_empty_prompt = true;
             break;
         }
@@ -155,7 +146,7 @@ ArchitectureConfigs architecture_configs(SyntheticArch arch) {
             a.vae.block_out_channels = {8, 16, 32, 32};
             a.vae.layers_per_block = 2;
             a.vae.norm_num_groups = 8;
-            a.scheduler_config = nlohmann::json::parse(kSd1Scheduler);
+            a.scheduler_config = reference_scheduler_config(Architecture::SD1);
             break;
         }
     }

@@ -5,6 +5,7 @@
 // twice and drifts from diffusers by an ulp per step, so floating-point contraction is switched off
 // for every function that follows this header. Include it LAST in each sampling source file.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <utility>
 
@@ -63,5 +64,23 @@ Tensor map_elements(const Tensor& a, const Tensor& b, const Tensor& c, F f) {
 
 // torch's `x ** 0.5` on float32 is a correctly rounded square root; so is sqrtf.
 inline float sqrt_f32(float x) { return __builtin_sqrtf(x); }
+
+// One-value transcendental functions, correctly rounded from double.
+inline float log_f(float x) { return static_cast<float>(std::log(static_cast<double>(x))); }
+inline float exp_f(float x) { return static_cast<float>(std::exp(static_cast<double>(x))); }
+inline float expm1_f(float x) { return static_cast<float>(std::expm1(static_cast<double>(x))); }
+
+// alpha_t, sigma_t and lambda_t = log(alpha_t / sigma_t) of a Karras-style sigma, in the float32
+// 0-dim tensor arithmetic of diffusers' multistep solvers (DPM-Solver++, UniPC).
+struct SigmaPoint {
+    float alpha;
+    float sigma;
+    float lambda;
+};
+inline SigmaPoint sigma_point(float sigma) {
+    const float alpha = 1.0f / sqrt_f32(sigma * sigma + 1.0f);
+    const float s = sigma * alpha;
+    return {alpha, s, log_f(alpha) - log_f(s)};
+}
 
 }  // namespace kiln

@@ -10,20 +10,7 @@
 namespace kiln {
 namespace {
 
-float log_f(float x) { return static_cast<float>(std::log(static_cast<double>(x))); }
-float exp_f(float x) { return static_cast<float>(std::exp(static_cast<double>(x))); }
 
-// alpha_t, sigma_t and lambda_t of a sigma, in the float32 0-dim tensor arithmetic diffusers uses.
-struct Point {
-    float alpha;
-    float sigma;
-    float lambda;
-};
-Point point_of(float sigma) {
-    const float alpha = 1.0f / sqrt_f32(sigma * sigma + 1.0f);
-    const float s = sigma * alpha;
-    return {alpha, s, log_f(alpha) - log_f(s)};
-}
 
 class DpmMultistepScheduler final : public Scheduler {
 public:
@@ -152,13 +139,13 @@ public:
 
     Tensor add_noise(const Tensor& original, const Tensor& noise, int step_index) const override {
         require_step_index(step_index, "DPM-Solver add_noise");
-        const Point p = point_of(sigmas_[static_cast<size_t>(step_index)]);
+        const SigmaPoint p = sigma_point(sigmas_[static_cast<size_t>(step_index)]);
         return map_elements(original, noise, [=](float x, float e) { return p.alpha * x + p.sigma * e; });
     }
 
 private:
     Tensor convert_model_output(const Tensor& model_output, int i, const Tensor& sample) const {
-        const Point p = point_of(sigmas_[static_cast<size_t>(i)]);
+        const SigmaPoint p = sigma_point(sigmas_[static_cast<size_t>(i)]);
         const std::string& pt = config_.prediction_type;
         if (config_.algorithm_type == "dpmsolver++") {  // the data prediction x0
             if (pt == "epsilon")
@@ -174,8 +161,8 @@ private:
     }
 
     Tensor first_order_update(const Tensor& m, int i, const Tensor& sample) const {
-        const Point t = point_of(sigmas_[static_cast<size_t>(i) + 1]);
-        const Point s = point_of(sigmas_[static_cast<size_t>(i)]);
+        const SigmaPoint t = sigma_point(sigmas_[static_cast<size_t>(i) + 1]);
+        const SigmaPoint s = sigma_point(sigmas_[static_cast<size_t>(i)]);
         const float h = t.lambda - s.lambda;
         float c_sample, c_model;
         if (config_.algorithm_type == "dpmsolver++") {
@@ -189,9 +176,9 @@ private:
     }
 
     Tensor second_order_update(int i, const Tensor& sample) const {
-        const Point t = point_of(sigmas_[static_cast<size_t>(i) + 1]);
-        const Point s0 = point_of(sigmas_[static_cast<size_t>(i)]);
-        const Point s1 = point_of(sigmas_[static_cast<size_t>(i) - 1]);
+        const SigmaPoint t = sigma_point(sigmas_[static_cast<size_t>(i) + 1]);
+        const SigmaPoint s0 = sigma_point(sigmas_[static_cast<size_t>(i)]);
+        const SigmaPoint s1 = sigma_point(sigmas_[static_cast<size_t>(i) - 1]);
         const Tensor& m0 = model_outputs_[model_outputs_.size() - 1];
         const Tensor& m1 = model_outputs_[model_outputs_.size() - 2];
         const float h = t.lambda - s0.lambda;
@@ -218,10 +205,10 @@ private:
     }
 
     Tensor third_order_update(int i, const Tensor& sample) const {
-        const Point t = point_of(sigmas_[static_cast<size_t>(i) + 1]);
-        const Point s0 = point_of(sigmas_[static_cast<size_t>(i)]);
-        const Point s1 = point_of(sigmas_[static_cast<size_t>(i) - 1]);
-        const Point s2 = point_of(sigmas_[static_cast<size_t>(i) - 2]);
+        const SigmaPoint t = sigma_point(sigmas_[static_cast<size_t>(i) + 1]);
+        const SigmaPoint s0 = sigma_point(sigmas_[static_cast<size_t>(i)]);
+        const SigmaPoint s1 = sigma_point(sigmas_[static_cast<size_t>(i) - 1]);
+        const SigmaPoint s2 = sigma_point(sigmas_[static_cast<size_t>(i) - 2]);
         const size_t n = model_outputs_.size();
         const Tensor& m0 = model_outputs_[n - 1];
         const Tensor& m1 = model_outputs_[n - 2];

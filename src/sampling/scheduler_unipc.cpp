@@ -10,19 +10,7 @@
 namespace kiln {
 namespace {
 
-float log_f(float x) { return static_cast<float>(std::log(static_cast<double>(x))); }
-float expm1_f(float x) { return static_cast<float>(std::expm1(static_cast<double>(x))); }
 
-struct Point {
-    float alpha;
-    float sigma;
-    float lambda;
-};
-Point point_of(float sigma) {
-    const float alpha = 1.0f / sqrt_f32(sigma * sigma + 1.0f);
-    const float s = sigma * alpha;
-    return {alpha, s, log_f(alpha) - log_f(s)};
-}
 
 // The B(h) coefficients of UniPC, in diffusers' float32 order of operations.
 struct Coefficients {
@@ -173,7 +161,7 @@ public:
 
     Tensor add_noise(const Tensor& original, const Tensor& noise, int step_index) const override {
         require_step_index(step_index, "UniPC add_noise");
-        const Point p = point_of(sigmas_[static_cast<size_t>(step_index)]);
+        const SigmaPoint p = sigma_point(sigmas_[static_cast<size_t>(step_index)]);
         return map_elements(original, noise, [=](float x, float e) { return p.alpha * x + p.sigma * e; });
     }
 
@@ -181,7 +169,7 @@ private:
     bool predict_x0() const { return config_.predict_x0; }
 
     Tensor convert_model_output(const Tensor& model_output, int i, const Tensor& sample) const {
-        const Point p = point_of(sigmas_[static_cast<size_t>(i)]);
+        const SigmaPoint p = sigma_point(sigmas_[static_cast<size_t>(i)]);
         const std::string& pt = config_.prediction_type;
         if (predict_x0()) {
             if (pt == "epsilon")
@@ -196,7 +184,7 @@ private:
     }
 
     // x_t_ = (sigma_t/sigma_s0) x - (alpha_t h_phi_1) m0 for x0 prediction, the alpha/sigma mirror otherwise.
-    void base_coefficients(const Point& t, const Point& s0, const Coefficients& c, float& c_x, float& c_m,
+    void base_coefficients(const SigmaPoint& t, const SigmaPoint& s0, const Coefficients& c, float& c_x, float& c_m,
                            float& c_res) const {
         if (predict_x0()) {
             c_x = t.sigma / s0.sigma;
@@ -211,8 +199,8 @@ private:
 
     // UniP: the sample at the next sigma from the current one and the stored model outputs.
     Tensor predictor(int i, const Tensor& x, int order) const {
-        const Point t = point_of(sigmas_[static_cast<size_t>(i) + 1]);
-        const Point s0 = point_of(sigmas_[static_cast<size_t>(i)]);
+        const SigmaPoint t = sigma_point(sigmas_[static_cast<size_t>(i) + 1]);
+        const SigmaPoint s0 = sigma_point(sigmas_[static_cast<size_t>(i)]);
         const float h = t.lambda - s0.lambda;
         const Coefficients c = coefficients(h, predict_x0(), config_.solver_type == "bh1");
         float c_x, c_m, c_res;
@@ -223,7 +211,7 @@ private:
             const float zero_term = c_res * 0.0f;
             return map_elements(x, m0, [=](float xv, float mv) { return (c_x * xv - c_m * mv) - zero_term; });
         }
-        const Point si = point_of(sigmas_[static_cast<size_t>(i) - 1]);
+        const SigmaPoint si = sigma_point(sigmas_[static_cast<size_t>(i) - 1]);
         const float rk = (si.lambda - s0.lambda) / h;
         const Tensor& m1 = model_outputs_[model_outputs_.size() - 2];
         const Tensor d1 = map_elements(m1, m0, [=](float a, float b) { return (a - b) / rk; });
@@ -236,8 +224,8 @@ private:
     // UniC: corrects the sample the last predictor produced, using the new model output.
     Tensor corrector(const Tensor& model_t, int i, const Tensor& this_sample) const {
         const int order = this_order_;
-        const Point t = point_of(sigmas_[static_cast<size_t>(i)]);
-        const Point s0 = point_of(sigmas_[static_cast<size_t>(i) - 1]);
+        const SigmaPoint t = sigma_point(sigmas_[static_cast<size_t>(i)]);
+        const SigmaPoint s0 = sigma_point(sigmas_[static_cast<size_t>(i) - 1]);
         const float h = t.lambda - s0.lambda;
         const Coefficients c = coefficients(h, predict_x0(), config_.solver_type == "bh1");
         float c_x, c_m, c_res;
@@ -251,7 +239,7 @@ private:
                 return (c_x * xv - c_m * mv) - c_res * (0.5f * d1_t);  // rhos_c = [0.5]
             });
         }
-        const Point si = point_of(sigmas_[static_cast<size_t>(i) - 2]);
+        const SigmaPoint si = sigma_point(sigmas_[static_cast<size_t>(i) - 2]);
         const float rk = (si.lambda - s0.lambda) / h;
         float rho0, rho1;
         solve_order2(rk, c.b[0], c.b[1], rho0, rho1);
