@@ -33,7 +33,8 @@ struct UNetConfig {
     int time_embed_dim() const { return block_out_channels.at(0) * 4; }
 };
 
-UNetConfig unet_config_from_json(const nlohmann::json& config);
+// Throws InvalidModel naming `source` (the config file) for values of the wrong type or out of range.
+UNetConfig unet_config_from_json(const nlohmann::json& config, const std::string& source = "UNet config.json");
 
 // Single-file checkpoints (original layout, prefix "model.diffusion_model."): the rename table to
 // diffusers names, and the config read from tensor shapes. `head_rule` says how heads are counted,
