@@ -56,12 +56,20 @@ fs::path component_weights(const fs::path& dir, const std::string& stem) {
 
 void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const LoadOptions& options) {
     const nlohmann::json index = read_json_file(dir / "model_index.json");
-    const std::string cls = index.value("_class_name", "");
+    const fs::path index_path = dir / "model_index.json";
+    require(index.is_object(), ErrorKind::InvalidModel, index_path.string() + " must hold a JSON object");
+    auto present = [&index](const char* key) { return index.contains(key) && !index[key].is_null(); };
+    require(!present("_class_name") || index["_class_name"].is_string(), ErrorKind::InvalidModel,
+            index_path.string() + ": '_class_name' must be a string");
+    const std::string cls = present("_class_name") ? index["_class_name"].get<std::string>() : "";
     require(cls == "StableDiffusionPipeline" || cls == "StableDiffusionXLPipeline" ||
                 cls == "StableDiffusionImg2ImgPipeline" || cls == "StableDiffusionXLImg2ImgPipeline",
             ErrorKind::Unsupported, "diffusers pipeline '" + cls + "' in " + dir.string());
     const bool xl = cls.find("XL") != std::string::npos;
-    m.force_zeros_for_empty_prompt = index.value("force_zeros_for_empty_prompt", xl);
+    require(!present("force_zeros_for_empty_prompt") || index["force_zeros_for_empty_prompt"].is_boolean(),
+            ErrorKind::InvalidModel, index_path.string() + ": 'force_zeros_for_empty_prompt' must be true or false");
+    m.force_zeros_for_empty_prompt =
+        present("force_zeros_for_empty_prompt") ? index["force_zeros_for_empty_prompt"].get<bool>() : xl;
 
     for (const std::string& suffix : xl ? std::vector<std::string>{"", "_2"} : std::vector<std::string>{""}) {
         const fs::path tdir = dir / ("tokenizer" + suffix), edir = dir / ("text_encoder" + suffix);
@@ -74,8 +82,9 @@ void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const L
     m.arch = xl ? Architecture::SDXL : (act == "gelu" ? Architecture::SD2 : Architecture::SD1);
 
     auto unet_file = open_shared(component_weights(dir / "unet", "diffusion_pytorch_model"));
-    m.unet = std::make_unique<UNet>(
-        UNet::load(FileSource(unet_file), unet_config_from_json(read_json_file(dir / "unet" / "config.json"))));
+    const fs::path unet_config_path = dir / "unet" / "config.json";
+    m.unet = std::make_unique<UNet>(UNet::load(
+        FileSource(unet_file), unet_config_from_json(read_json_file(unet_config_path), unet_config_path.string())));
     auto vae_file = open_shared(component_weights(dir / "vae", "diffusion_pytorch_model"));
     VaeConfig vae_config = load_vae_config((dir / "vae" / "config.json").string());
     m.vae_scale = vae_config.scaling_factor;
