@@ -1,0 +1,348 @@
+// Seeded fuzzing of load_model: copies of the fixture models, each with one mutation (a config value
+// of another type or an absurd size, a deleted key or file, flipped or cut bytes, renamed/deleted/
+// reshaped/retyped tensors), must load or be rejected with a kiln::Error naming the user's file.
+// Anything else escaping (nlohmann::json exceptions, std::out_of_range, bad_alloc...) or a crash
+// (the suite also runs under ASan/UBSan) is a bug. Deterministic: fixed seeds, fixed case counts.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/test_files.h"
+#include "kiln/error.h"
+#include "models/model.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using test::RawSafetensors;
+using test::read_bytes;
+using test::TempDir;
+using test::write_bytes;
+
+const fs::path kData = KILN_TEST_DATA;
+
+// Loads `path`; passes when it loads or throws a kiln::Error whose message names something under
+// `named` (the copy of the model, so the user can tell which file is wrong).
+void expect_loads_or_kiln_error(const fs::path& path, const LoadOptions& options, const fs::path& named,
+                                const std::string& mutation) {
+    try {
+        (void)load_model(path.string(), options);
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(named.string()), std::string::npos)
+            << mutation << ": the message does not name the file: " << e.what();
+    } catch (const std::exception& e) {
+        ADD_FAILURE() << mutation << ": non-kiln exception escaped load_model: " << e.what();
+    } catch (...) {
+        ADD_FAILURE() << mutation << ": unknown exception escaped load_model";
+    }
+}
+
+// The replacement values of a JSON value: each other type, and sizes no model has.
+std::vector<nlohmann::json> replacement_values() {
+    return {nullptr,
+            "text",
+            "",
+            true,
+            0,
+            -1,
+            -2147483649LL,
+            2147483648LL,
+            4294967296LL,
+            9223372036854775807LL,
+            1e30,
+            -1e30,
+            3.5,
+            nlohmann::json::array(),
+            nlohmann::json::array({1, 2}),
+            nlohmann::json::array({nullptr}),
+            nlohmann::json::array({"a", 2147483648LL}),
+            nlohmann::json::object(),
+            nlohmann::json::object({{"a", 1}})};
+}
+
+// Every place in a JSON document where a value sits: object members and array elements.
+void collect_pointers(const nlohmann::json& j, const nlohmann::json::json_pointer& at,
+                      std::vector<nlohmann::json::json_pointer>& out) {
+    if (j.is_object()) {
+        for (const auto& [key, value] : j.items()) {
+            out.push_back(at / key);
+            collect_pointers(value, at / key, out);
+        }
+    } else if (j.is_array()) {
+        for (size_t i = 0; i < j.size(); ++i) {
+            out.push_back(at / i);
+            collect_pointers(j[i], at / i, out);
+        }
+    }
+}
+
+// One random mutation of a file's text; `what` says which.
+std::string mutate_text(const std::string& text, bool is_json, std::mt19937_64& rng, std::string& what) {
+    auto pick = [&rng](size_t n) { return static_cast<size_t>(rng() % n); };
+    const int kind = is_json ? static_cast<int>(pick(5)) : static_cast<int>(pick(3));
+    if (kind == 0 || text.empty()) {  // byte flip
+        std::string out = text;
+        if (out.empty()) return "x";
+        const size_t i = pick(out.size());
+        out[i] = static_cast<char>(out[i] ^ static_cast<char>(1u << pick(8)));
+        what = "byte " + std::to_string(i) + " flipped";
+        return out;
+    }
+    if (kind == 1) {  // truncation
+        const size_t n = pick(text.size());
+        what = "truncated to " + std::to_string(n) + " bytes";
+        return text.substr(0, n);
+    }
+    if (kind == 2 && !is_json) {  // a line deleted (merges.txt)
+        size_t start = pick(text.size());
+        start = text.rfind('\n', start);
+        start = start == std::string::npos ? 0 : start + 1;
+        size_t end = text.find('\n', start);
+        end = end == std::string::npos ? text.size() : end + 1;
+        what = "line at byte " + std::to_string(start) + " deleted";
+        return text.substr(0, start) + text.substr(end);
+    }
+    nlohmann::json j = nlohmann::json::parse(text);
+    std::vector<nlohmann::json::json_pointer> places;
+    collect_pointers(j, nlohmann::json::json_pointer(), places);
+    if (places.empty()) {
+        what = "replaced by an empty array";
+        return "[]";
+    }
+    const auto& at = places[pick(places.size())];
+    if (kind == 2) {  // key or element deleted
+        j[at.parent_pointer()].erase(j[at.parent_pointer()].is_object()
+                                         ? j[at.parent_pointer()].find(at.back())
+                                         : j[at.parent_pointer()].begin() +
+                                               static_cast<std::ptrdiff_t>(std::stoul(at.back())));
+        what = at.to_string() + " deleted";
+    } else {  // value replaced
+        const auto values = replacement_values();
+        const auto& v = values[pick(values.size())];
+        j[at] = v;
+        what = at.to_string() + " = " + v.dump();
+    }
+    return j.dump(1);
+}
+
+void fuzz_diffusers_folder(const std::string& model, uint64_t seed, int cases) {
+    TempDir tmp;
+    ASSERT_FALSE(tmp.path().empty());
+    const fs::path dir = tmp.path() / "model";
+    fs::copy(kData / model / "diffusers", dir, fs::copy_options::recursive);
+    const bool xl = fs::exists(dir / "text_encoder_2");
+
+    std::vector<std::string> files = {"model_index.json",
+                                      "unet/config.json",
+                                      "vae/config.json",
+                                      "text_encoder/config.json",
+                                      "scheduler/scheduler_config.json",
+                                      "tokenizer/vocab.json",
+                                      "tokenizer/merges.txt",
+                                      "tokenizer/special_tokens_map.json",
+                                      "tokenizer/tokenizer_config.json"};
+    if (xl)
+        for (const std::string f : {"text_encoder_2/config.json", "tokenizer_2/vocab.json", "tokenizer_2/merges.txt"})
+            files.push_back(f);
+    // Small configs get most cases: they are where values are read; the vocabulary is mostly data.
+    std::vector<double> weights;
+    for (const auto& f : files) weights.push_back(f.find("vocab") != std::string::npos ? 0.5 : 2.0);
+    std::discrete_distribution<size_t> which(weights.begin(), weights.end());
+
+    std::mt19937_64 rng(seed);
+    for (int i = 0; i < cases; ++i) {
+        const std::string rel = files[which(rng)];
+        const fs::path file = dir / rel;
+        const std::string original = read_bytes(file);
+        std::string what;
+        if (rng() % 12 == 0) {
+            fs::remove(file);
+            what = "deleted";
+        } else {
+            const bool is_json = rel.ends_with(".json");
+            write_bytes(file, mutate_text(original, is_json, rng, what));
+        }
+        const std::string mutation = model + " case " + std::to_string(i) + ": " + rel + " " + what;
+        SCOPED_TRACE(mutation);
+        expect_loads_or_kiln_error(dir, {}, dir, mutation);
+        write_bytes(file, original);
+    }
+    // The restored copy still loads: the cases above really started from a good model.
+    EXPECT_NO_THROW(load_model(dir.string()));
+}
+
+// Bytes per element of the safetensors dtypes, and another dtype of each size.
+size_t dtype_size(const std::string& d) {
+    if (d == "F64" || d == "I64" || d == "U64") return 8;
+    if (d == "F32" || d == "I32" || d == "U32") return 4;
+    if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
+    return 1;
+}
+std::vector<std::string> dtypes_of_size(size_t n) {
+    if (n == 8) return {"F64", "I64", "U64"};
+    if (n == 4) return {"F32", "I32", "U32"};
+    if (n == 2) return {"F16", "BF16", "I16", "U16"};
+    return {"U8", "I8", "BOOL"};
+}
+
+// Lays the data area out again from the header's shapes and dtypes, keeping each tensor's leading
+// bytes (zero-filled when it grew), so that a reshaped tensor still makes a consistent file.
+void repack(RawSafetensors& raw) {
+    std::string data;
+    for (auto& [name, entry] : raw.header.items()) {
+        if (name == "__metadata__") continue;
+        uint64_t n = dtype_size(entry["dtype"].get<std::string>());
+        for (const auto& d : entry["shape"]) n *= d.get<uint64_t>();
+        const auto& off = entry["data_offsets"];
+        std::string bytes = raw.data.substr(off[0].get<uint64_t>(), off[1].get<uint64_t>() - off[0].get<uint64_t>());
+        bytes.resize(n, '\0');
+        entry["data_offsets"] = {data.size(), data.size() + n};
+        data += bytes;
+    }
+    raw.data = std::move(data);
+}
+
+// A tensor name with one of its index numbers changed (input_blocks.4 -> input_blocks.40), or
+// with a character added when it has no digits.
+std::string renamed(const std::string& name, std::mt19937_64& rng) {
+    std::vector<size_t> digits;
+    for (size_t i = 0; i < name.size(); ++i)
+        if (name[i] >= '0' && name[i] <= '9') digits.push_back(i);
+    if (digits.empty()) return name + "_";
+    const size_t i = digits[rng() % digits.size()];
+    std::string out = name;
+    switch (rng() % 3) {
+        case 0: out.insert(i + 1, "0"); break;
+        case 1: out[i] = static_cast<char>('0' + (out[i] - '0' + 1) % 10); break;
+        default: out[i] = static_cast<char>('0' + (out[i] - '0' + 9) % 10); break;
+    }
+    return out;
+}
+
+void fuzz_single_file(const std::string& model, const LoadOptions& options, uint64_t seed, int cases) {
+    TempDir tmp;
+    ASSERT_FALSE(tmp.path().empty());
+    const RawSafetensors original = RawSafetensors::read(kData / model / (model + ".safetensors"));
+    std::vector<std::string> names;
+    for (const auto& [name, entry] : original.header.items())
+        if (name != "__metadata__") names.push_back(name);
+    const fs::path file = tmp.path() / (model + ".safetensors");
+
+    std::mt19937_64 rng(seed);
+    for (int i = 0; i < cases; ++i) {
+        RawSafetensors raw = original;
+        const std::string name = names[rng() % names.size()];
+        auto& entry = raw.header[name];
+        auto& shape = entry["shape"];
+        std::string what;
+        switch (rng() % 6) {
+            case 0: {  // renamed
+                const std::string to = renamed(name, rng);
+                what = "renamed to " + to;
+                if (raw.header.contains(to)) {  // swapping two names keeps both, each with the other's data
+                    std::swap(raw.header[to], raw.header[name]);
+                } else {
+                    raw.header[to] = entry;
+                    raw.header.erase(name);
+                }
+                break;
+            }
+            case 1:
+                raw.header.erase(name);
+                what = "deleted";
+                repack(raw);
+                break;
+            case 2: {  // one dim +-1
+                if (shape.empty()) {
+                    shape.push_back(2);
+                } else {
+                    const size_t d = rng() % shape.size();
+                    const int64_t delta = rng() % 2 ? 1 : -1;
+                    shape[d] = std::max<int64_t>(0, shape[d].get<int64_t>() + delta);
+                }
+                what = "shape " + shape.dump();
+                repack(raw);
+                break;
+            }
+            case 3:  // a dim added or removed
+                if (!shape.empty() && rng() % 2) {
+                    shape.erase(shape.size() - 1);
+                } else {
+                    shape.push_back(1 + rng() % 2);
+                }
+                what = "shape " + shape.dump();
+                repack(raw);
+                break;
+            case 4: {  // another dtype of the same size: offsets stay valid
+                const auto same = dtypes_of_size(dtype_size(entry["dtype"].get<std::string>()));
+                entry["dtype"] = same[rng() % same.size()];
+                what = "dtype " + entry["dtype"].dump();
+                break;
+            }
+            default:  // an absurd dim with the data left as it was: the header contradicts itself
+                if (shape.empty()) shape.push_back(1);
+                shape[rng() % shape.size()] = rng() % 2 ? 2147483648LL : 4611686018427387904LL;
+                what = "shape " + shape.dump() + " (offsets unchanged)";
+                break;
+        }
+        const std::string mutation = model + " case " + std::to_string(i) + ": " + name + " " + what;
+        SCOPED_TRACE(mutation);
+        raw.write(file);
+        expect_loads_or_kiln_error(file, options, file, mutation);
+    }
+}
+
+// Case counts keep the whole suite to a few seconds in Release (a fixture loads in 0.05-0.2 s).
+TEST(LoaderFuzz, Sd15DiffusersFolder) { fuzz_diffusers_folder("sd15-mini", 1501, 45); }
+TEST(LoaderFuzz, SdxlDiffusersFolder) { fuzz_diffusers_folder("sdxl-mini", 1502, 35); }
+TEST(LoaderFuzz, Sd15SingleFile) { fuzz_single_file("sd15-mini", {}, 1503, 25); }
+TEST(LoaderFuzz, Sd2SingleFile) { fuzz_single_file("sd2-mini", LoadOptions{"v_prediction"}, 1504, 25); }
+TEST(LoaderFuzz, SdxlSingleFile) { fuzz_single_file("sdxl-mini", {}, 1505, 25); }
+
+// A config that claims an absurd width must be rejected against the weights' shapes, not
+// allocated: hidden_size 2^31 (and the other sizes) in each component's config.json.
+TEST(LoaderFuzz, AbsurdConfigSizesAreRejectedNotAllocated) {
+    TempDir tmp;
+    ASSERT_FALSE(tmp.path().empty());
+    const fs::path dir = tmp.path() / "model";
+    fs::copy(kData / "sd15-mini" / "diffusers", dir, fs::copy_options::recursive);
+    const std::vector<std::pair<std::string, std::string>> edits = {
+        {"text_encoder/config.json", "hidden_size"},       {"text_encoder/config.json", "intermediate_size"},
+        {"text_encoder/config.json", "vocab_size"},        {"text_encoder/config.json", "max_position_embeddings"},
+        {"text_encoder/config.json", "num_hidden_layers"}, {"unet/config.json", "cross_attention_dim"},
+        {"unet/config.json", "layers_per_block"},          {"unet/config.json", "block_out_channels"},
+        {"unet/config.json", "norm_num_groups"},           {"unet/config.json", "in_channels"},
+        {"vae/config.json", "block_out_channels"},         {"vae/config.json", "layers_per_block"},
+        {"vae/config.json", "latent_channels"}};
+    for (const auto& [rel, key] : edits) {
+        for (const nlohmann::json& huge : {nlohmann::json(2147483648LL), nlohmann::json(1073741824),
+                                           nlohmann::json(1e30)}) {
+            const fs::path file = dir / rel;
+            const std::string original = read_bytes(file);
+            nlohmann::json j = nlohmann::json::parse(original);
+            j[key] = j[key].is_array() ? nlohmann::json::array({huge, huge, huge, huge}) : huge;
+            write_bytes(file, j.dump());
+            const std::string mutation = rel + " " + key + " = " + huge.dump();
+            try {
+                (void)load_model(dir.string());
+                ADD_FAILURE() << mutation << ": loaded";
+            } catch (const Error& e) {
+                EXPECT_NE(std::string(e.what()).find(dir.string()), std::string::npos)
+                    << mutation << ": the message does not name the file: " << e.what();
+            } catch (const std::exception& e) {
+                ADD_FAILURE() << mutation << ": " << e.what();
+            }
+            write_bytes(file, original);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace kiln
