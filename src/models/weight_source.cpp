@@ -60,8 +60,9 @@ Tensor MappedSource::load(const std::string& name) const {
             return out;
         }
         case WeightMapping::Op::RowSlice: {
-            const int64_t rows = t.dim(0);
-            require(t.rank() >= 1 && rows % m.parts == 0, ErrorKind::InvalidModel,
+            // Rank and emptiness first: dim(0) of a scalar, or numel / 0 rows, would not be an answer.
+            const int64_t rows = t.rank() >= 1 ? t.dim(0) : 0;
+            require(rows > 0 && rows % m.parts == 0, ErrorKind::InvalidModel,
                     "fused tensor '" + m.file_name + "' in " + file_->path() + " of shape " + shape_str(t.shape()) +
                         " does not split into " + std::to_string(m.parts) + " parts");
             const int64_t n = rows / m.parts, inner = t.numel() / rows;
