@@ -86,6 +86,8 @@ public:
     Tensor get(const std::string& name, const Shape& expected);
     Tensor get(const std::string& name);  // shape checked by the caller
     bool has(const std::string& name) const { return source_.has(name); }
+    // A tensor as messages name it: as the user's file names it, and in which file.
+    std::string where(const std::string& name) const { return source_.display_name(name) + " in " + source_.describe(); }
     int64_t parameters_read() const { return parameters_; }
     // Throws InvalidModel listing the tensors of the source that were never read (ignoring those
     // for which `ignore` returns true). Call after loading the whole component.

@@ -100,7 +100,7 @@ void load_projection(Linear& l, WeightReader& r, const std::string& name, int64_
     Tensor w = r.get(name + ".weight");
     require(w.shape() == Shape{channels, channels} || w.shape() == Shape{channels, channels, 1, 1},
             ErrorKind::InvalidModel,
-            "tensor '" + name + ".weight' has shape " + shape_str(w.shape()) + ", expected " +
+            "tensor " + r.where(name + ".weight") + " has shape " + shape_str(w.shape()) + ", expected " +
                 shape_str({channels, channels}) + " or " + shape_str({channels, channels, 1, 1}));
     l.weight = std::move(w).reshaped({channels, channels});
     l.bias = r.get(name + ".bias", {channels});
