@@ -5,7 +5,9 @@
 // (the suite also runs under ASan/UBSan) is a bug. Deterministic: fixed seeds, fixed case counts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -299,12 +301,19 @@ void fuzz_single_file(const std::string& model, const LoadOptions& options, uint
     }
 }
 
-// Case counts keep the whole suite to a few seconds in Release (a fixture loads in 0.05-0.2 s).
-TEST(LoaderFuzz, Sd15DiffusersFolder) { fuzz_diffusers_folder("sd15-mini", 1501, 45); }
-TEST(LoaderFuzz, SdxlDiffusersFolder) { fuzz_diffusers_folder("sdxl-mini", 1502, 35); }
-TEST(LoaderFuzz, Sd15SingleFile) { fuzz_single_file("sd15-mini", {}, 1503, 25); }
-TEST(LoaderFuzz, Sd2SingleFile) { fuzz_single_file("sd2-mini", LoadOptions{"v_prediction"}, 1504, 25); }
-TEST(LoaderFuzz, SdxlSingleFile) { fuzz_single_file("sdxl-mini", {}, 1505, 25); }
+// Case counts keep the whole suite to ~15 s in Release (a fixture loads in 0.05-0.2 s).
+// KILN_FUZZ_SCALE=n runs n times as many cases (same seeds, so the default cases come first).
+int scaled(int cases) {
+    const char* s = std::getenv("KILN_FUZZ_SCALE");
+    const int n = s ? std::atoi(s) : 1;
+    return cases * std::max(1, n);
+}
+
+TEST(LoaderFuzz, Sd15DiffusersFolder) { fuzz_diffusers_folder("sd15-mini", 1501, scaled(45)); }
+TEST(LoaderFuzz, SdxlDiffusersFolder) { fuzz_diffusers_folder("sdxl-mini", 1502, scaled(35)); }
+TEST(LoaderFuzz, Sd15SingleFile) { fuzz_single_file("sd15-mini", {}, 1503, scaled(25)); }
+TEST(LoaderFuzz, Sd2SingleFile) { fuzz_single_file("sd2-mini", LoadOptions{"v_prediction"}, 1504, scaled(25)); }
+TEST(LoaderFuzz, SdxlSingleFile) { fuzz_single_file("sdxl-mini", {}, 1505, scaled(25)); }
 
 // A config that claims an absurd width must be rejected against the weights' shapes, not
 // allocated: hidden_size 2^31 (and the other sizes) in each component's config.json.
@@ -340,6 +349,33 @@ TEST(LoaderFuzz, AbsurdConfigSizesAreRejectedNotAllocated) {
                 ADD_FAILURE() << mutation << ": " << e.what();
             }
             write_bytes(file, original);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A fused q/k/v projection with no rows (or none at all: a scalar) cannot be split in three; it
+// used to divide by its zero row count (SIGFPE) or read dim 0 of a scalar.
+TEST(LoaderFuzz, EmptyOrScalarFusedInProjIsRejected) {
+    TempDir tmp;
+    ASSERT_FALSE(tmp.path().empty());
+    const std::string name = "cond_stage_model.model.transformer.resblocks.0.attn.in_proj_weight";
+    const fs::path file = tmp.path() / "sd2-mini.safetensors";
+    for (const nlohmann::json& shape : {nlohmann::json::array({0, 48}), nlohmann::json::array()}) {
+        RawSafetensors raw = RawSafetensors::read(kData / "sd2-mini" / "sd2-mini.safetensors");
+        raw.header[name]["shape"] = shape;
+        repack(raw);
+        raw.write(file);
+        try {
+            (void)load_model(file.string(), LoadOptions{"v_prediction"});
+            ADD_FAILURE() << "loaded with in_proj_weight of shape " << shape.dump();
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();
         }
     }
 }
