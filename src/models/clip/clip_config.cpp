@@ -1,6 +1,8 @@
 #include "models/clip/clip_config.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -68,8 +70,10 @@ ClipTextConfig parse_clip_text_config(const std::string& json_text, const std::s
         c.act = j["hidden_act"].get<std::string>();
     }
     if (j.contains("layer_norm_eps") && !j["layer_norm_eps"].is_null()) {
-        require(j["layer_norm_eps"].is_number(), ErrorKind::InvalidModel,
-                source + ": 'layer_norm_eps' must be a number");
+        // Range-checked as a double: converting one beyond float's range is undefined behaviour.
+        require(j["layer_norm_eps"].is_number() &&
+                    std::fabs(j["layer_norm_eps"].get<double>()) <= std::numeric_limits<float>::max(),
+                ErrorKind::InvalidModel, source + ": 'layer_norm_eps' must be a number within float range");
         c.eps = j["layer_norm_eps"].get<float>();
     }
 

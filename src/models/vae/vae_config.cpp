@@ -1,6 +1,8 @@
 #include "models/vae/vae_config.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <fstream>
 #include <sstream>
 
@@ -67,7 +69,9 @@ VaeConfig parse_vae_config(const std::string& json_text, const std::string& sour
     };
     auto set_float = [&](const char* key, float& field) {
         if (!present(j, key)) return;
-        require(j[key].is_number(), ErrorKind::InvalidModel, source + ": '" + key + "' must be a number");
+        // Range-checked as a double: converting one beyond float's range is undefined behaviour.
+        require(j[key].is_number() && std::fabs(j[key].get<double>()) <= std::numeric_limits<float>::max(),
+                ErrorKind::InvalidModel, source + ": '" + key + "' must be a number within float range");
         field = j[key].get<float>();
     };
     set_int("layers_per_block", c.layers_per_block);
