@@ -60,6 +60,7 @@ std::vector<nlohmann::json> replacement_values() {
             9223372036854775807LL,
             1e30,
             -1e30,
+            1e300,
             3.5,
             nlohmann::json::array(),
             nlohmann::json::array({1, 2}),
