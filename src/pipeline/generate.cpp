@@ -59,14 +59,22 @@ int default_image_size(const StableDiffusionModel& model) {
         return model.unet->config().sample_size * model.vae->config().downsample_factor();
     switch (model.arch) {
         case Architecture::SD1: return 512;
-        case Architecture::SD2: return model.scheduler_config.value("prediction_type", "") == "v_prediction" ? 768 : 512;
+        case Architecture::SD2: {
+            const nlohmann::json& p = model.scheduler_config.contains("prediction_type")
+                                          ? model.scheduler_config["prediction_type"]
+                                          : nlohmann::json();
+            return p.is_string() && p.get<std::string>() == "v_prediction" ? 768 : 512;
+        }
         case Architecture::SDXL: return 1024;
     }
     return 512;
 }
 
 std::string default_sampler(const StableDiffusionModel& model) {
-    const std::string cls = model.scheduler_config.value("_class_name", std::string("PNDMScheduler"));
+    const nlohmann::json& config = model.scheduler_config;
+    const std::string cls = config.contains("_class_name") && config["_class_name"].is_string()
+                                ? config["_class_name"].get<std::string>()
+                                : std::string("PNDMScheduler");
     static const std::pair<const char*, const char*> kByClass[] = {
         {"DDIMScheduler", "ddim"}, {"PNDMScheduler", "pndm"}, {"EulerDiscreteScheduler", "euler"},
         {"EulerAncestralDiscreteScheduler", "euler_a"}, {"HeunDiscreteScheduler", "heun"},
@@ -74,7 +82,8 @@ std::string default_sampler(const StableDiffusionModel& model) {
         {"UniPCMultistepScheduler", "unipc"}, {"LCMScheduler", "lcm"}};
     for (const auto& [c, name] : kByClass)
         if (cls == c) {
-            const bool karras = model.scheduler_config.value("use_karras_sigmas", false);
+            const bool karras = config.contains("use_karras_sigmas") && config["use_karras_sigmas"].is_boolean() &&
+                                config["use_karras_sigmas"].get<bool>();
             return karras && std::string(name) == "dpmpp_2m" ? "dpmpp_2m_karras" : name;
         }
     fail(ErrorKind::Unsupported, "the model's scheduler " + cls + " (choose one with --sampler)");
