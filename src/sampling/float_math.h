@@ -65,6 +65,14 @@ Tensor map_elements(const Tensor& a, const Tensor& b, const Tensor& c, F f) {
 // torch's `x ** 0.5` on float32 is a correctly rounded square root; so is sqrtf.
 inline float sqrt_f32(float x) { return __builtin_sqrtf(x); }
 
+// The forward process at a cumulative alpha: sqrt(a) x + sqrt(1 - a) noise, as the alpha-based
+// schedulers' add_noise computes it (DDIM, PNDM, LCM).
+inline Tensor noised_at_alpha(const Tensor& original, const Tensor& noise, float alpha_cumprod) {
+    const float sa = sqrt_f32(alpha_cumprod);
+    const float sb = sqrt_f32(1.0f - alpha_cumprod);
+    return map_elements(original, noise, [=](float x, float e) { return sa * x + sb * e; });
+}
+
 // One-value transcendental functions, correctly rounded from double.
 inline float log_f(float x) { return static_cast<float>(std::log(static_cast<double>(x))); }
 inline float exp_f(float x) { return static_cast<float>(std::exp(static_cast<double>(x))); }

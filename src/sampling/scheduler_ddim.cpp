@@ -88,10 +88,8 @@ public:
 
     Tensor add_noise(const Tensor& original, const Tensor& noise, int step_index) const override {
         require_step_index(step_index, "DDIM add_noise");
-        const float a = alphas_cumprod_[static_cast<size_t>(timesteps_[static_cast<size_t>(step_index)])];
-        const float sa = sqrt_f32(a);
-        const float sb = sqrt_f32(1.0f - a);
-        return map_elements(original, noise, [=](float x, float n) { return sa * x + sb * n; });
+        return noised_at_alpha(original, noise,
+                               alphas_cumprod_[static_cast<size_t>(timesteps_[static_cast<size_t>(step_index)])]);
     }
 
 private:
