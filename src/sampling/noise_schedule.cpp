@@ -186,6 +186,24 @@ std::vector<double> np_interp_on_index(const std::vector<double>& x, const std::
     return out;
 }
 
+std::vector<double> multistep_timesteps(const SchedulerConfig& config, int64_t last, int n) {
+    const int64_t N = config.num_train_timesteps;
+    std::vector<double> ts;
+    if (config.timestep_spacing == "linspace") {
+        ts = np_linspace(0, static_cast<double>(last - 1), n + 1);
+        for (double& t : ts) t = np_round(t);
+        std::reverse(ts.begin(), ts.end());
+        ts.pop_back();
+    } else if (config.timestep_spacing == "leading") {
+        const int64_t ratio = last / (n + 1);
+        for (int64_t i = n; i >= 1; --i) ts.push_back(static_cast<double>(i * ratio + config.steps_offset));
+    } else {
+        ts = np_arange(static_cast<double>(last), 0, -static_cast<double>(N) / n);
+        for (double& t : ts) t = np_round(t) - 1;
+    }
+    return ts;
+}
+
 std::vector<double> karras_sigmas(double sigma_min, double sigma_max, int64_t n) {
     const double rho = 7.0;
     const std::vector<double> ramp = np_linspace(0, 1, n);

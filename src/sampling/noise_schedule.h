@@ -40,6 +40,10 @@ double np_round(double x);
 std::vector<double> np_interp_on_index(const std::vector<double>& x, const std::vector<float>& fp);
 
 // Karras et al. (2022) schedule with rho = 7 between sigma_max and sigma_min, float64.
+// The timesteps of diffusers' multistep solvers (DPM-Solver++, UniPC) for n steps over the first
+// `last` training timesteps, by the config's timestep_spacing (linspace, leading or trailing).
+std::vector<double> multistep_timesteps(const SchedulerConfig& config, int64_t last, int n);
+
 std::vector<double> karras_sigmas(double sigma_min, double sigma_max, int64_t num_inference_steps);
 
 // exp(linspace(log(sigma_max), log(sigma_min), n)), float64.

@@ -58,19 +58,7 @@ public:
         const int64_t last = N - clipped;
         require(last >= 1, ErrorKind::InvalidModel, "scheduler config: lambda_min_clipped removes every timestep");
 
-        std::vector<double> ts;
-        if (config_.timestep_spacing == "linspace") {
-            ts = schedule::np_linspace(0, static_cast<double>(last - 1), n + 1);
-            for (double& t : ts) t = schedule::np_round(t);
-            std::reverse(ts.begin(), ts.end());
-            ts.pop_back();
-        } else if (config_.timestep_spacing == "leading") {
-            const int64_t ratio = last / (n + 1);
-            for (int64_t i = n; i >= 1; --i) ts.push_back(static_cast<double>(i * ratio + config_.steps_offset));
-        } else {
-            ts = schedule::np_arange(static_cast<double>(last), 0, -static_cast<double>(N) / n);
-            for (double& t : ts) t = schedule::np_round(t) - 1;
-        }
+        std::vector<double> ts = schedule::multistep_timesteps(config_, last, n);
 
         const std::vector<float> log_table = schedule::log_f32(table_);
         std::vector<double> sig;

@@ -77,19 +77,7 @@ public:
     void set_timesteps(int n) override {
         schedule::require_valid_steps(n, config_);
         const int64_t N = config_.num_train_timesteps;
-        std::vector<double> ts;
-        if (config_.timestep_spacing == "linspace") {
-            ts = schedule::np_linspace(0, static_cast<double>(N - 1), n + 1);
-            for (double& t : ts) t = schedule::np_round(t);
-            std::reverse(ts.begin(), ts.end());
-            ts.pop_back();
-        } else if (config_.timestep_spacing == "leading") {
-            const int64_t ratio = N / (n + 1);
-            for (int64_t i = n; i >= 1; --i) ts.push_back(static_cast<double>(i * ratio + config_.steps_offset));
-        } else {
-            ts = schedule::np_arange(static_cast<double>(N), 0, -static_cast<double>(N) / n);
-            for (double& t : ts) t = schedule::np_round(t) - 1;
-        }
+        std::vector<double> ts = schedule::multistep_timesteps(config_, N, n);
         std::vector<double> sig;
         float sigma_last = 0.0f;
         if (config_.use_karras_sigmas || config_.use_exponential_sigmas) {
