@@ -8,6 +8,6 @@ $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $(cat .ci/packages.txt) >/dev/null
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"
-build/kiln txt2img -m models/kiln-shapes/kiln-shapes.safetensors \
+build/kiln txt2img -m build/models/kiln-shapes.safetensors \
   -p "a red circle on a blue background" -W 128 -H 128 --steps 20 --cfg-scale 6 --seed 1 -o red-circle.png
 echo "wrote red-circle.png"

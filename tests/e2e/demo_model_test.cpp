@@ -29,7 +29,7 @@ using namespace kiln::test;
 namespace {
 
 const std::string kModelDir = std::string(KILN_SOURCE_DIR) + "/models/kiln-shapes";
-const std::string kModel = kModelDir + "/kiln-shapes.safetensors";
+const std::string kModel = KILN_DEMO_MODEL;  // unpacked from models/kiln-shapes/kiln-shapes.tar.xz by the build
 
 struct Position {
     const char* words;
