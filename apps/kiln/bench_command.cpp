@@ -62,10 +62,13 @@ int run_bench(const BenchOptions& o) {
     {
         StageScope zone(Stage::Load);
         if (synthetic) {
-            model = make_synthetic_model(arch, parts_for(suites));
+            SyntheticParts parts = parts_for(suites);
+            parts.weights = weights_option(o.weights);
+            model = make_synthetic_model(arch, parts);
         } else {
             LoadOptions load;
             if (!o.prediction.empty()) load.prediction = o.prediction[0] == 'v' ? "v_prediction" : "epsilon";
+            load.weights = weights_option(o.weights);
             model = load_model(o.model, load);
         }
     }

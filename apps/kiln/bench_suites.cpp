@@ -150,7 +150,7 @@ const char* bench_suite_name(BenchSuite suite) {
 }
 
 SyntheticParts parts_for(const std::vector<BenchSuite>& suites) {
-    SyntheticParts p{false, false, false};
+    SyntheticParts p{false, false, false, std::nullopt};
     for (BenchSuite s : suites) {
         p.text = p.text || s == BenchSuite::Text || s == BenchSuite::Txt2img;
         p.unet = p.unet || s == BenchSuite::Unet || s == BenchSuite::Txt2img;

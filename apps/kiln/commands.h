@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace kiln::cli {
 
 inline constexpr const char* kVersion = "kiln 0.1.0";
@@ -16,6 +18,7 @@ struct GenerateOptions {
     int  steps = 20, batch_count = 1, clip_skip = 1;
     double cfg_scale = 7.5, strength = 0.75;
     std::string sampler, schedule, timestep_spacing, rng = "cpu", prediction;
+    std::string weights;  // --weights f32|f16|bf16; empty: as the file stores them
     std::string seed = "-1";  // -1: pick one; else 0 .. 2^64-1
     bool quiet = false;
     bool profile = false;  // --profile: stage / op / memory tables on stderr at the end
@@ -25,6 +28,7 @@ struct GenerateOptions {
 struct BenchOptions {
     std::vector<std::string> suites;  // unet | text | vae-decode | vae-encode | txt2img
     std::string arch, model, prediction;
+    std::string weights;  // --weights f32|f16|bf16; empty: the file's (synthetic: f32)
     int width = 512, height = 512, batch = 1, steps = 20, warmup = 2, repeats = 10, threads = 0;
     std::string device = "cpu", precision = "fp32";
     std::string json;                 // --json FILE
@@ -32,6 +36,12 @@ struct BenchOptions {
     bool profile = false;
     std::string trace;
 };
+
+// --weights as a dtype: empty (keep the file's) gives none; CLI11 has checked the spelling.
+inline std::optional<DType> weights_option(const std::string& s) {
+    if (s.empty()) return std::nullopt;
+    return s == "f32" ? DType::F32 : s == "f16" ? DType::F16 : DType::BF16;
+}
 
 int run_generate(const GenerateOptions& options, bool img2img);
 int run_info(const std::string& path);

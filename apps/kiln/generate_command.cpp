@@ -87,6 +87,7 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     ProfileSession session(o.profile, o.trace);
     LoadOptions load;
     if (!o.prediction.empty()) load.prediction = (o.prediction[0] == 'v') ? "v_prediction" : "epsilon";
+    load.weights = weights_option(o.weights);
     StableDiffusionModel model;
     std::string hash;
     {

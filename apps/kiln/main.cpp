@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", kiln::cli::kVersion);
 
     kiln::cli::GenerateOptions gen;
+    const char* kWeightsHelp =
+        "f32 | f16 | bf16: precision of the weights in memory (default: as the file stores them)";
     auto add_generation_options = [&](CLI::App* cmd, bool img2img) {
         cmd->add_option("-m,--model", gen.model, "checkpoint: a .safetensors file or a diffusers folder")->required();
         cmd->add_option("-p,--prompt", gen.prompt, "what to draw")->required();
@@ -50,6 +52,7 @@ int main(int argc, char** argv) {
             ->capture_default_str();
         cmd->add_option("--prediction", gen.prediction, "eps | v: what an SD 2.x single file predicts")
             ->check(CLI::IsMember({"eps", "epsilon", "v", "v_prediction"}));
+        cmd->add_option("--weights", gen.weights, kWeightsHelp)->check(CLI::IsMember({"f32", "f16", "bf16"}));
         cmd->add_option("-o,--output", gen.output, "output PNG")->capture_default_str();
         cmd->add_flag("-q,--quiet", gen.quiet, "no progress bar");
         cmd->add_flag("--profile", gen.profile, "print time per stage and per op kind, and memory, to stderr at the end");
@@ -72,6 +75,7 @@ int main(int argc, char** argv) {
     bench->add_option("-m,--model", bench_opts.model, "a real checkpoint instead (.safetensors file or diffusers folder)");
     bench->add_option("--prediction", bench_opts.prediction, "eps | v: what an SD 2.x single file predicts")
         ->check(CLI::IsMember({"eps", "epsilon", "v", "v_prediction"}));
+    bench->add_option("--weights", bench_opts.weights, kWeightsHelp)->check(CLI::IsMember({"f32", "f16", "bf16"}));
     bench->add_option("-W,--width", bench_opts.width, "image width in pixels")->capture_default_str();
     bench->add_option("-H,--height", bench_opts.height, "image height in pixels")->capture_default_str();
     bench->add_option("--batch", bench_opts.batch, "unet: the UNet batch (2 = one image with guidance); text/vae: rows")

@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include "core/dtype_convert.h"
 #include "kiln/error.h"
 
 namespace kiln {
@@ -20,12 +21,59 @@ int64_t shape_numel(const Shape& shape) {
 }
 
 Tensor::Tensor(Shape shape)
-    : shape_(std::move(shape)), data_(shape_numel(shape_), 0.0f), lease_(int64_t(data_.size() * sizeof(float))) {}
+    : shape_(std::move(shape)),
+      numel_(shape_numel(shape_)),
+      data_(numel_, 0.0f),
+      lease_(int64_t(data_.size() * sizeof(float))) {}
 
 Tensor::Tensor(Shape shape, std::vector<float> values)
-    : shape_(std::move(shape)), data_(std::move(values)), lease_(int64_t(data_.size() * sizeof(float))) {
-    require(shape_numel(shape_) == static_cast<int64_t>(data_.size()), ErrorKind::InvalidArgument,
+    : shape_(std::move(shape)),
+      numel_(static_cast<int64_t>(values.size())),
+      data_(std::move(values)),
+      lease_(int64_t(data_.size() * sizeof(float))) {
+    require(shape_numel(shape_) == numel_, ErrorKind::InvalidArgument,
             "tensor of shape " + shape_str(shape_) + " given " + std::to_string(data_.size()) + " values");
+}
+
+Tensor Tensor::from_bits16(Shape shape, DType dtype, std::vector<uint16_t> bits) {
+    require(dtype == DType::F16 || dtype == DType::BF16, ErrorKind::InvalidArgument,
+            std::string("16-bit tensor of dtype ") + dtype_name(dtype) + " (F16 or BF16 expected)");
+    require(shape_numel(shape) == static_cast<int64_t>(bits.size()), ErrorKind::InvalidArgument,
+            "tensor of shape " + shape_str(shape) + " given " + std::to_string(bits.size()) + " values");
+    Tensor t;
+    t.shape_ = std::move(shape);
+    t.numel_ = static_cast<int64_t>(bits.size());
+    t.dtype_ = dtype;
+    t.bits16_ = std::move(bits);
+    t.lease_ = MemoryLease(int64_t(t.bits16_.size() * sizeof(uint16_t)));
+    return t;
+}
+
+void Tensor::throw_not_f32() const {
+    fail(ErrorKind::InvalidArgument, std::string("a float32 tensor is needed here, got ") + dtype_name(dtype_) +
+                                         " of shape " + shape_str(shape_));
+}
+
+const uint16_t* Tensor::bits16() const {
+    require(dtype_ == DType::F16 || dtype_ == DType::BF16, ErrorKind::InvalidArgument,
+            std::string("a 16-bit tensor is needed here, got ") + dtype_name(dtype_) + " of shape " + shape_str(shape_));
+    return bits16_.data();
+}
+
+Tensor Tensor::to_f32() const {
+    if (dtype_ == DType::F32) return *this;
+    Tensor out(shape_);
+    decode_to_float(dtype_, reinterpret_cast<const uint8_t*>(bits16_.data()), out.data_.data(), size_t(numel_));
+    return out;
+}
+
+Tensor Tensor::converted(DType dtype) const {
+    if (dtype == dtype_) return *this;
+    if (dtype == DType::F32) return to_f32();
+    const Tensor f = to_f32();
+    std::vector<uint16_t> bits(static_cast<size_t>(numel_));
+    encode_from_float(dtype, f.data_.data(), reinterpret_cast<uint8_t*>(bits.data()), size_t(numel_));
+    return from_bits16(shape_, dtype, std::move(bits));
 }
 
 Tensor Tensor::filled(Shape shape, float value) {
@@ -34,17 +82,14 @@ Tensor Tensor::filled(Shape shape, float value) {
     return t;
 }
 
-Tensor Tensor::reshaped(Shape shape) const& { return Tensor(std::move(shape), data_); }
+Tensor Tensor::reshaped(Shape shape) const& { return Tensor(*this).reshaped(std::move(shape)); }
 // The storage changes hands without a copy, so its count keeps its category (weights reshaped while
 // loading stay weights).
 Tensor Tensor::reshaped(Shape shape) && {
-    require(shape_numel(shape) == static_cast<int64_t>(data_.size()), ErrorKind::InvalidArgument,
-            "tensor of shape " + shape_str(shape) + " given " + std::to_string(data_.size()) + " values");
-    Tensor out;
+    require(shape_numel(shape) == numel_, ErrorKind::InvalidArgument,
+            "tensor of shape " + shape_str(shape) + " given " + std::to_string(numel_) + " values");
+    Tensor out(std::move(*this));
     out.shape_ = std::move(shape);
-    out.data_ = std::move(data_);
-    out.lease_ = std::move(lease_);
-    data_.clear();
     return out;
 }
 

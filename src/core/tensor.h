@@ -1,6 +1,8 @@
-// A dense float32 tensor on the host in PyTorch's dimension order (row-major, N,C,H,W).
-// This is the currency between models, samplers and the CPU backend.
-// Its storage counts itself in the memory accounting (core/memory.h): numel * 4 bytes on "cpu", in the
+// A dense tensor on the host in PyTorch's dimension order (row-major, N,C,H,W): float32 values, or the
+// 16-bit codes of F16/BF16 weights kept in the precision their file stores them in (half the memory;
+// the ops that take weights, linear and conv2d, convert tiles of them to float32 as they go).
+// Float32 is the currency between models, samplers and the CPU backend: data() refuses other dtypes.
+// Its storage counts itself in the memory accounting (core/memory.h): numel * element size on "cpu", in the
 // category current on the creating thread (Activations unless a MemoryCategoryScope says otherwise).
 // A copy counts in the copier's category, a move keeps the count's category. Growing values() in place
 // is not re-counted: make a new tensor instead.
@@ -8,8 +10,10 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/memory.h"
 
 namespace kiln {
@@ -25,27 +29,59 @@ public:
     explicit Tensor(Shape shape);                     // zero-filled
     Tensor(Shape shape, std::vector<float> values);   // takes the values; sizes must agree
     static Tensor filled(Shape shape, float value);
+    Tensor(const Tensor&) = default;
+    Tensor& operator=(const Tensor&) = default;
+    // A moved-from tensor is empty (numel 0), as a moved-from vector is.
+    Tensor(Tensor&& other) noexcept { *this = std::move(other); }
+    Tensor& operator=(Tensor&& other) noexcept {
+        shape_ = std::move(other.shape_);
+        numel_ = std::exchange(other.numel_, 0);
+        dtype_ = std::exchange(other.dtype_, DType::F32);
+        data_ = std::move(other.data_);
+        bits16_ = std::move(other.bits16_);
+        lease_ = std::move(other.lease_);
+        other.shape_.clear();
+        return *this;
+    }
+    // F16 or BF16 codes, numel of them (anything else: InvalidArgument).
+    static Tensor from_bits16(Shape shape, DType dtype, std::vector<uint16_t> bits);
 
     const Shape& shape() const { return shape_; }
     int64_t dim(int i) const { return shape_[i < 0 ? shape_.size() + i : i]; }
     int rank() const { return static_cast<int>(shape_.size()); }
-    int64_t numel() const { return static_cast<int64_t>(data_.size()); }
-    bool empty() const { return data_.empty(); }
+    int64_t numel() const { return numel_; }
+    bool empty() const { return numel_ == 0; }
+    DType dtype() const { return dtype_; }
 
-    float* data() { return data_.data(); }
-    const float* data() const { return data_.data(); }
-    float& operator[](int64_t i) { return data_[i]; }
-    float operator[](int64_t i) const { return data_[i]; }
-    std::vector<float>& values() { return data_; }
-    const std::vector<float>& values() const { return data_; }
+    // Float32 storage; a 16-bit tensor throws InvalidArgument naming its dtype (call to_f32() first).
+    float* data() { return require_f32(), data_.data(); }
+    const float* data() const { return require_f32(), data_.data(); }
+    // F16/BF16 storage; a float32 tensor throws InvalidArgument.
+    const uint16_t* bits16() const;
+    // The same values as float32 (a copy; exact for F16 and BF16).
+    Tensor to_f32() const;
+    // The values rounded to `dtype` (F32, F16 or BF16; round to nearest even).
+    Tensor converted(DType dtype) const;
+    float& operator[](int64_t i) { return require_f32(), data_[i]; }
+    float operator[](int64_t i) const { return require_f32(), data_[i]; }
+    std::vector<float>& values() { return require_f32(), data_; }
+    const std::vector<float>& values() const { return require_f32(), data_; }
 
     // Same data, new shape of the same element count.
     Tensor reshaped(Shape shape) const&;
     Tensor reshaped(Shape shape) &&;
 
 private:
+    void require_f32() const {
+        if (dtype_ != DType::F32) throw_not_f32();
+    }
+    [[noreturn]] void throw_not_f32() const;
+
     Shape shape_;
-    std::vector<float> data_;
+    int64_t numel_ = 0;
+    DType dtype_ = DType::F32;
+    std::vector<float> data_;       // F32
+    std::vector<uint16_t> bits16_;  // F16, BF16
     MemoryLease lease_;  // after data_: counted only once the storage exists
 };
 

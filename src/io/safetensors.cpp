@@ -1,8 +1,10 @@
 #include "io/safetensors.h"
 
+#include <cstring>
+
 #include <new>
 
-#include "io/dtype_convert.h"
+#include "core/dtype_convert.h"
 #include "kiln/error.h"
 
 namespace kiln {
@@ -44,6 +46,20 @@ Tensor SafetensorsFile::load(const std::string& name) const {
     }
     decode_to_float(ti.dtype, file_.data() + ti.offset, t.data(), static_cast<size_t>(t.numel()));
     return t;
+}
+
+Tensor SafetensorsFile::load_stored(const std::string& name) const {
+    const TensorInfo& ti = info(name);
+    if (ti.dtype != DType::F16 && ti.dtype != DType::BF16) return load(name);
+    std::vector<uint16_t> bits;
+    try {
+        bits.resize(static_cast<size_t>(shape_numel(ti.shape)));
+    } catch (const std::bad_alloc&) {
+        fail(ErrorKind::OutOfMemory,
+             path_ + ": no memory for tensor " + quote_name(name) + " of shape " + shape_str(ti.shape));
+    }
+    if (!bits.empty()) std::memcpy(bits.data(), file_.data() + ti.offset, bits.size() * sizeof(uint16_t));
+    return Tensor::from_bits16(ti.shape, ti.dtype, std::move(bits));
 }
 
 }  // namespace kiln

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "io/dtype.h"
+#include "core/dtype.h"
 #include "io/mapped_file.h"
 #include "io/safetensors_header.h"  // TensorInfo
 
@@ -28,6 +28,8 @@ public:
     // The tensor as float32, converted from F64/F32/F16/BF16 or by value from integer dtypes;
     // BOOL gives an Unsupported error.
     Tensor load(const std::string& name) const;
+    // The tensor in its stored precision when that is F16 or BF16 (16-bit codes), else as load().
+    Tensor load_stored(const std::string& name) const;
     const uint8_t* raw(const std::string& name) const;  // pointer into the mapping, info(name).nbytes long
     const std::map<std::string, std::string>& metadata() const { return layout_.metadata; }
 

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "core/tensor.h"
-#include "io/dtype.h"
+#include "core/dtype.h"
 
 namespace kiln {
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "io/dtype_convert.h"
+#include "core/dtype_convert.h"
 #include "io/safetensors.h"
 #include "kiln/error.h"
 

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/dtype.h"
 #include "models/clip/clip_text_model.h"
 #include "models/unet/unet.h"
 #include "models/vae/vae.h"
@@ -27,6 +28,9 @@ struct TextEncoder {
 
 struct LoadOptions {
     std::optional<std::string> prediction;  // "epsilon" | "v_prediction": needed for SD 2.x single files
+    // Precision of the linear/conv weights in memory: unset keeps the file's (F16/BF16 files stay 16-bit,
+    // half the memory of float32); F32, F16 or BF16 converts at load (--weights).
+    std::optional<DType> weights;
 };
 
 struct StableDiffusionModel {

@@ -204,14 +204,17 @@ StableDiffusionModel make_synthetic_model(SyntheticArch arch, const SyntheticPar
             ClipTokenizer tok = ClipTokenizer::builtin();
             tok.set_pad_token(a.pad_tokens[i]);
             SyntheticSource src("text_encoder" + std::string(i ? "_2" : ""), seed, false);
+            src.weights_dtype = parts.weights;
             m.text_encoders.push_back(TextEncoder{std::move(tok), ClipTextModel::load(src, a.text_encoders[i])});
         }
     if (parts.unet) {
         SyntheticSource src("unet", seed, a.unet_conv_projections);
+        src.weights_dtype = parts.weights;
         m.unet = std::make_unique<UNet>(UNet::load(src, a.unet));
     }
     if (parts.vae) {
         SyntheticSource src("vae", seed, false);
+        src.weights_dtype = parts.weights;
         m.vae = std::make_unique<Vae>(Vae::load(src, a.vae));
     }
     return m;

@@ -3,6 +3,7 @@
 // The configurations are those of the released checkpoints (runwayml SD 1.5, stabilityai SD 2.1,
 // SDXL base 1.0); "tiny" is the fixtures' sd15-mini (tests/data) for quick runs of the machinery.
 #pragma once
+#include <optional>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -33,6 +34,7 @@ ArchitectureConfigs architecture_configs(SyntheticArch arch);
 
 struct SyntheticParts {
     bool text = true, unet = true, vae = true;
+    std::optional<DType> weights;  // precision of the linear/conv weights (default float32)
 };
 
 // A model of `arch` whose weights are made from `seed` (the same seed gives the same bits). Parts left

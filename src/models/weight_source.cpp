@@ -10,6 +10,10 @@ Tensor FileSource::load(const std::string& name) const {
     require(file_->has(name), ErrorKind::InvalidModel, "missing tensor '" + name + "' in " + file_->path());
     return file_->load(name);
 }
+Tensor FileSource::load_matrix(const std::string& name, const Shape*) const {
+    require(file_->has(name), ErrorKind::InvalidModel, "missing tensor '" + name + "' in " + file_->path());
+    return file_->load_stored(name);
+}
 std::vector<std::string> FileSource::names() const { return file_->names(); }
 std::string FileSource::describe() const { return file_->path(); }
 
@@ -37,12 +41,30 @@ std::string MappedSource::display_name(const std::string& name) const {
 
 std::string MappedSource::describe() const { return file_->path() + " (" + component_ + ")"; }
 
-Tensor MappedSource::load(const std::string& name) const {
+Tensor MappedSource::load(const std::string& name) const { return load_mapped(name, false); }
+Tensor MappedSource::load_matrix(const std::string& name, const Shape*) const { return load_mapped(name, true); }
+
+namespace {
+
+// Rows [first, first + n) of t (any dtype), as a tensor of shape `shape`.
+Tensor slice_rows(const Tensor& t, int64_t first, int64_t n, Shape shape) {
+    const int64_t inner = t.numel() / t.dim(0);
+    if (t.dtype() == DType::F32)
+        return Tensor(std::move(shape), std::vector<float>(t.data() + first * inner, t.data() + (first + n) * inner));
+    return Tensor::from_bits16(std::move(shape), t.dtype(),
+                               std::vector<uint16_t>(t.bits16() + first * inner, t.bits16() + (first + n) * inner));
+}
+
+}  // namespace
+
+Tensor MappedSource::load_mapped(const std::string& name, bool stored_precision) const {
     auto it = table_.find(name);
     require(it != table_.end(), ErrorKind::InvalidModel,
             "missing tensor for " + component_ + " '" + name + "' in " + file_->path());
     const WeightMapping& m = it->second;
-    Tensor t = file_->load(m.file_name);
+    // A transposed tensor (SDXL's small text projection) is transposed in float32.
+    Tensor t = stored_precision && m.op != WeightMapping::Op::Transpose ? file_->load_stored(m.file_name)
+                                                                         : file_->load(m.file_name);
     switch (m.op) {
         case WeightMapping::Op::Copy: return t;
         case WeightMapping::Op::Squeeze: {
@@ -65,36 +87,33 @@ Tensor MappedSource::load(const std::string& name) const {
             require(rows > 0 && rows % m.parts == 0, ErrorKind::InvalidModel,
                     "fused tensor '" + m.file_name + "' in " + file_->path() + " of shape " + shape_str(t.shape()) +
                         " does not split into " + std::to_string(m.parts) + " parts");
-            const int64_t n = rows / m.parts, inner = t.numel() / rows;
+            const int64_t n = rows / m.parts;
             Shape s = t.shape();
             s[0] = n;
-            std::vector<float> v(t.data() + m.part * n * inner, t.data() + (m.part + 1) * n * inner);
-            return Tensor(s, std::move(v));
+            return slice_rows(t, m.part * n, n, std::move(s));
         }
     }
     return t;
 }
 
-Tensor WeightReader::get(const std::string& name, const Shape& expected) {
+Tensor WeightReader::read(const std::string& name, const Shape* expected, bool matrix) {
     require(source_.has(name), ErrorKind::InvalidModel,
             "missing tensor " + source_.display_name(name) + " in " + source_.describe());
     used_.insert(name);
-    Tensor t = source_.load_expecting(name, expected);
+    Tensor t = matrix ? source_.load_matrix(name, expected)
+                      : expected ? source_.load_expecting(name, *expected) : source_.load(name);
     parameters_ += t.numel();
-    require(t.shape() == expected, ErrorKind::InvalidModel,
-            "tensor " + source_.display_name(name) + " in " + source_.describe() + " has shape " +
-                shape_str(t.shape()) + ", expected " + shape_str(expected));
+    if (expected && t.shape() != *expected)
+        fail(ErrorKind::InvalidModel, "tensor " + source_.display_name(name) + " in " + source_.describe() +
+                                          " has shape " + shape_str(t.shape()) + ", expected " + shape_str(*expected));
+    if (matrix && source_.weights_dtype) return t.converted(*source_.weights_dtype);
     return t;
 }
 
-Tensor WeightReader::get(const std::string& name) {
-    require(source_.has(name), ErrorKind::InvalidModel,
-            "missing tensor " + source_.display_name(name) + " in " + source_.describe());
-    used_.insert(name);
-    Tensor t = source_.load(name);
-    parameters_ += t.numel();
-    return t;
-}
+Tensor WeightReader::get(const std::string& name, const Shape& expected) { return read(name, &expected, false); }
+Tensor WeightReader::get(const std::string& name) { return read(name, nullptr, false); }
+Tensor WeightReader::get_matrix(const std::string& name, const Shape& expected) { return read(name, &expected, true); }
+Tensor WeightReader::get_matrix(const std::string& name) { return read(name, nullptr, true); }
 
 void WeightReader::check_all_used(const std::function<bool(const std::string&)>& ignore) const {
     std::vector<std::string> extra;

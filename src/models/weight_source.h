@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -44,6 +45,15 @@ public:
         (void)expected;
         return load(name);
     }
+    // A weight matrix of linear or conv2d, which ops take in F16/BF16 too: the file's precision where
+    // that is 16-bit (half the memory of float32), else as load_expecting. `expected` may be null.
+    virtual Tensor load_matrix(const std::string& name, const Shape* expected) const {
+        return expected ? load_expecting(name, *expected) : load(name);
+    }
+
+    // The precision WeightReader::get_matrix hands matrices out in: unset keeps load_matrix's (the
+    // file's); F32, F16 or BF16 converts at load (the --weights option). Other tensors are float32.
+    std::optional<DType> weights_dtype;
 };
 
 // Every tensor of a safetensors file, by its own name (diffusers folders).
@@ -52,6 +62,7 @@ public:
     explicit FileSource(std::shared_ptr<const SafetensorsFile> file);
     bool has(const std::string& name) const override;
     Tensor load(const std::string& name) const override;
+    Tensor load_matrix(const std::string& name, const Shape* expected) const override;
     std::vector<std::string> names() const override;
     std::string describe() const override;
 
@@ -67,11 +78,14 @@ public:
                  std::string component, std::function<std::string(const std::string&)> file_name_for = nullptr);
     bool has(const std::string& name) const override;
     Tensor load(const std::string& name) const override;
+    Tensor load_matrix(const std::string& name, const Shape* expected) const override;
     std::vector<std::string> names() const override;
     std::string describe() const override;
     std::string display_name(const std::string& name) const override;
 
 private:
+    Tensor load_mapped(const std::string& name, bool stored_precision) const;
+
     std::shared_ptr<const SafetensorsFile> file_;
     std::map<std::string, WeightMapping> table_;
     std::string component_;
@@ -85,6 +99,9 @@ public:
     explicit WeightReader(const WeightSource& source) : source_(source) {}
     Tensor get(const std::string& name, const Shape& expected);
     Tensor get(const std::string& name);  // shape checked by the caller
+    // Weights of linear and conv2d: in the source's weights_dtype, or as the file stores them.
+    Tensor get_matrix(const std::string& name, const Shape& expected);
+    Tensor get_matrix(const std::string& name);  // shape checked by the caller
     bool has(const std::string& name) const { return source_.has(name); }
     // A tensor as messages name it: as the user's file names it, and in which file.
     std::string where(const std::string& name) const { return source_.display_name(name) + " in " + source_.describe(); }
@@ -94,6 +111,8 @@ public:
     void check_all_used(const std::function<bool(const std::string&)>& ignore = nullptr) const;
 
 private:
+    Tensor read(const std::string& name, const Shape* expected, bool matrix);
+
     const WeightSource& source_;
     std::set<std::string> used_;
     int64_t parameters_ = 0;

@@ -1,5 +1,7 @@
 // conv2d: a 1x1 stride-1 convolution is one sgemm per image; any other goes through im2col in tiles
 // of output pixels, so the column buffer stays under detail::kIm2colBudgetBytes whatever the image size.
+// An F16/BF16 weight is converted in tiles of output channels (weight_rows.h), the outermost loop, so
+// the columns are rebuilt once per weight tile: only for weights over the tile budget.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -10,6 +12,7 @@
 #include "ops/ops.h"
 #include "ops/parallel.h"
 #include "ops/tuning.h"
+#include "ops/weight_rows.h"
 
 namespace kiln::ops {
 
@@ -18,7 +21,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int
 }
 
 Tensor detail::conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
-                            int64_t im2col_budget_bytes) {
+                            int64_t im2col_budget_bytes, int64_t weight_budget_bytes) {
     using detail::check;
     using detail::desc;
     check(x.rank() == 4, "conv2d", desc("x", x) + " must be [N, C, H, W]");
@@ -54,24 +57,27 @@ Tensor detail::conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, i
     }
 
     const float* xp = x.data();
-    if (kh == 1 && kw == 1 && stride == 1 && padding == 0) {
-        for (int64_t n = 0; n < n_img; ++n)
-            blas::gemm(false, false, cout, pixels, cin, 1.0f, w.data(), cin, xp + n * cin * h * wd, pixels, beta,
-                       yp + n * cout * pixels, pixels);
-        return y;
-    }
-
+    detail::WeightRows weight(w, "conv2d", weight_budget_bytes);
+    const bool pointwise = kh == 1 && kw == 1 && stride == 1 && padding == 0;
     const detail::ConvGeometry g{cin, h, wd, kh, kw, stride, padding, ho, wo};
     const int64_t tile =
         std::clamp<int64_t>(im2col_budget_bytes / (std::max<int64_t>(k, 1) * int64_t(sizeof(float))), 1, pixels);
-    const detail::Scratch col = detail::scratch_floats(k * tile, "conv2d");  // im2col writes it all
-    for (int64_t n = 0; n < n_img; ++n) {
-        const float* xn = xp + n * cin * h * wd;
-        float* yn = yp + n * cout * pixels;
-        for (int64_t p0 = 0; p0 < pixels; p0 += tile) {
-            const int64_t p1 = std::min(pixels, p0 + tile);
-            detail::im2col_tile(xn, g, p0, p1, col.get());
-            blas::gemm(false, false, cout, p1 - p0, k, 1.0f, w.data(), k, col.get(), p1 - p0, beta, yn + p0, pixels);
+    const detail::Scratch col = pointwise ? detail::Scratch{} : detail::scratch_floats(k * tile, "conv2d");
+    for (int64_t o0 = 0; o0 < cout; o0 += weight.tile_rows()) {
+        const int64_t oc = std::min(weight.tile_rows(), cout - o0);
+        const float* wp = weight.rows(o0, oc);
+        for (int64_t n = 0; n < n_img; ++n) {
+            const float* xn = xp + n * cin * h * wd;
+            float* yn = yp + (n * cout + o0) * pixels;
+            if (pointwise) {  // one sgemm per image, no columns
+                blas::gemm(false, false, oc, pixels, cin, 1.0f, wp, cin, xn, pixels, beta, yn, pixels);
+                continue;
+            }
+            for (int64_t p0 = 0; p0 < pixels; p0 += tile) {
+                const int64_t p1 = std::min(pixels, p0 + tile);
+                detail::im2col_tile(xn, g, p0, p1, col.get());
+                blas::gemm(false, false, oc, p1 - p0, k, 1.0f, wp, k, col.get(), p1 - p0, beta, yn + p0, pixels);
+            }
         }
     }
     return y;

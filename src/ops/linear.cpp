@@ -1,14 +1,21 @@
-// linear: y = x W^T + b as one sgemm over all leading dims of x.
+// linear: y = x W^T + b as one sgemm over all leading dims of x (per tile of output features when W
+// is F16/BF16 and must be converted first, see weight_rows.h).
 #include <algorithm>
 
 #include "ops/blas.h"
 #include "ops/checks.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
+#include "ops/tuning.h"
+#include "ops/weight_rows.h"
 
 namespace kiln::ops {
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) {
+    return detail::linear_tiled(x, w, b, detail::kWeightTileBudgetBytes);
+}
+
+Tensor detail::linear_tiled(const Tensor& x, const Tensor& w, const Tensor* b, int64_t weight_budget_bytes) {
     using detail::check;
     using detail::desc;
     check(x.rank() >= 1, "linear", desc("x", x) + " must have at least one dim");
@@ -36,7 +43,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) {
         });
         beta = 1.0f;
     }
-    blas::gemm(false, true, rows, out, in, 1.0f, x.data(), in, w.data(), in, beta, yp, out);
+    detail::WeightRows weight(w, "linear", weight_budget_bytes);
+    for (int64_t o0 = 0; o0 < out; o0 += weight.tile_rows()) {
+        const int64_t n = std::min(weight.tile_rows(), out - o0);
+        blas::gemm(false, true, rows, n, in, 1.0f, x.data(), in, weight.rows(o0, n), in, beta, yp + o0, out);
+    }
     return y;
 }
 

@@ -12,9 +12,18 @@ namespace kiln::ops::detail {
 // and smaller tiles lose again to per-call sgemm overhead.
 constexpr int64_t kIm2colBudgetBytes = int64_t(16) << 20;
 
-// conv2d with an explicit im2col budget (at least one column is always allowed).
+// Largest float32 copy of an F16/BF16 weight linear and conv2d convert at once (weight_rows.h). 32 MB
+// holds every SD 1.5 / SDXL linear weight and all but the 2560-channel 3x3 convolutions (118 MB as
+// float32) in one tile, so almost every layer converts once per call.
+constexpr int64_t kWeightTileBudgetBytes = int64_t(32) << 20;
+
+// conv2d with an explicit im2col budget (at least one column is always allowed) and, for F16/BF16
+// weights, budget of converted weight rows (at least one row; default weight_rows.h's).
 Tensor conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
-                    int64_t im2col_budget_bytes);
+                    int64_t im2col_budget_bytes, int64_t weight_budget_bytes = kWeightTileBudgetBytes);
+
+// linear with an explicit budget of converted weight rows for F16/BF16 weights.
+Tensor linear_tiled(const Tensor& x, const Tensor& w, const Tensor* b, int64_t weight_budget_bytes);
 
 // Query rows per attention block for these sizes on `threads` threads (the default policy).
 int64_t attention_block_rows(int64_t lq, int64_t lk, int64_t batch_heads, int threads);

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "core/half.h"
+#include "core/memory.h"
 #include "core/tensor.h"
 #include "kiln/error.h"
 
@@ -28,4 +29,48 @@ TEST(Half, KnownValues) {
     EXPECT_EQ(half_to_float(0x0001), 5.960464477539063e-08f);
     EXPECT_EQ(bf16_to_float(0x3f80), 1.0f);
     EXPECT_EQ(float_to_half(65520.0f), 0x7c00);  // rounds to infinity
+}
+
+// 16-bit tensors: every F16 code converts to the float half_to_float gives (the F16C path included),
+// memory counts 2 bytes a value, and float32-only access is a clear error rather than a bad read.
+TEST(Tensor, SixteenBitStorage) {
+    std::vector<uint16_t> codes(0x10000);
+    for (uint32_t h = 0; h < 0x10000; ++h) codes[h] = static_cast<uint16_t>(h);
+    const int64_t before = memory_stats().device("cpu").total.current;
+    const Tensor t = Tensor::from_bits16({256, 256}, DType::F16, codes);
+    EXPECT_EQ(memory_stats().device("cpu").total.current - before, 0x10000 * 2);
+    EXPECT_EQ(t.dtype(), DType::F16);
+    EXPECT_EQ(t.numel(), 0x10000);
+    const Tensor f = t.to_f32();
+    for (uint32_t h = 0; h < 0x10000; ++h) {
+        const float want = half_to_float(static_cast<uint16_t>(h));
+        if (want != want) EXPECT_NE(f[h], f[h]) << h;  // NaN stays NaN
+        else EXPECT_EQ(f[h], want) << h;
+    }
+    EXPECT_THROW((void)t.data(), Error);
+    EXPECT_THROW((void)f.bits16(), Error);
+    EXPECT_THROW(Tensor::from_bits16({3}, DType::F16, {1, 2}), Error);
+    EXPECT_THROW(Tensor::from_bits16({1}, DType::F32, {1}), Error);
+
+    const Tensor r = t.reshaped({0x10000});
+    EXPECT_EQ(r.dtype(), DType::F16);
+    EXPECT_EQ(r.bits16()[0x3c00], 0x3c00);
+}
+
+TEST(Tensor, ConvertedRoundsToNearestEven) {
+    const Tensor x({3}, {1.0f, 1.0f + 0x1p-11f, 1.0f + 0x1p-8f * 1.5f});
+    const Tensor h = x.converted(DType::F16);
+    EXPECT_EQ(h.bits16()[0], 0x3c00);
+    EXPECT_EQ(h.bits16()[1], 0x3c00);  // a tie goes to the even neighbour
+    const Tensor b = x.converted(DType::BF16);
+    EXPECT_EQ(b.to_f32()[2], 1.0f + 0x1p-7f);  // 1 + 1.5 ulp of bf16 rounds to 1 + 2 ulp
+    EXPECT_EQ(b.converted(DType::F32).dtype(), DType::F32);
+}
+
+TEST(Tensor, MovedFromIsEmpty) {
+    Tensor a({2, 3});
+    Tensor b = std::move(a);
+    EXPECT_EQ(b.numel(), 6);
+    EXPECT_EQ(a.numel(), 0);  // NOLINT(bugprone-use-after-move): the state is the point
+    EXPECT_TRUE(a.empty());
 }

@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "core/half.h"
-#include "io/dtype_convert.h"
+#include "core/dtype_convert.h"
 #include "io/safetensors.h"
 #include "io_test_util.h"
 

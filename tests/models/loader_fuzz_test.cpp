@@ -313,7 +313,7 @@ int scaled(int cases) {
 TEST(LoaderFuzz, Sd15DiffusersFolder) { fuzz_diffusers_folder("sd15-mini", 1501, scaled(45)); }
 TEST(LoaderFuzz, SdxlDiffusersFolder) { fuzz_diffusers_folder("sdxl-mini", 1502, scaled(35)); }
 TEST(LoaderFuzz, Sd15SingleFile) { fuzz_single_file("sd15-mini", {}, 1503, scaled(25)); }
-TEST(LoaderFuzz, Sd2SingleFile) { fuzz_single_file("sd2-mini", LoadOptions{"v_prediction"}, 1504, scaled(25)); }
+TEST(LoaderFuzz, Sd2SingleFile) { fuzz_single_file("sd2-mini", LoadOptions{"v_prediction", std::nullopt}, 1504, scaled(25)); }
 TEST(LoaderFuzz, SdxlSingleFile) { fuzz_single_file("sdxl-mini", {}, 1505, scaled(25)); }
 
 // A config that claims an absurd width must be rejected against the weights' shapes, not
@@ -373,7 +373,7 @@ TEST(LoaderFuzz, EmptyOrScalarFusedInProjIsRejected) {
         repack(raw);
         raw.write(file);
         try {
-            (void)load_model(file.string(), LoadOptions{"v_prediction"});
+            (void)load_model(file.string(), LoadOptions{"v_prediction", std::nullopt});
             ADD_FAILURE() << "loaded with in_proj_weight of shape " << shape.dump();
         } catch (const Error& e) {
             EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();

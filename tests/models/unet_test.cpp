@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
+
+#include "core/memory.h"
 
 #include "common/fixtures.h"
 #include "io/safetensors.h"
@@ -100,4 +103,38 @@ TEST(UNet, OriginalNamesInvertTheTable) {
         for (const auto& [name, mapping] : table)
             EXPECT_EQ(unet_ldm_name(name, config, "model.diffusion_model."), mapping.file_name) << c.model << " " << name;
     }
+}
+
+// Weights stay in the file's precision (the fixtures are fp16): the UNet then holds about half the
+// bytes of a float32 load (norms and biases stay float32) and computes exactly the same numbers, since
+// F16 -> float32 is exact and the ops convert before the same sgemm calls. --weights f32 restores the
+// float32 copy.
+TEST(UNet, KeepsFp16WeightsAtHalfTheMemoryWithTheSameResult) {
+    const Case c = cases()[0];
+    auto file = std::make_shared<const SafetensorsFile>(
+        SafetensorsFile::open(data_path(c.model + "/diffusers/unet/diffusion_pytorch_model.safetensors")));
+    const UNetConfig config =
+        unet_config_from_json(kiln::test::read_json(data_path(c.model + "/diffusers/unet/config.json")));
+    auto held_by = [&](std::optional<DType> weights, std::unique_ptr<UNet>& out) {
+        FileSource source(file);
+        source.weights_dtype = weights;
+        const int64_t before = memory_stats().device("cpu").total.current;
+        out = std::make_unique<UNet>(UNet::load(source, config));
+        return memory_stats().device("cpu").total.current - before;
+    };
+    std::unique_ptr<UNet> stored, f32;
+    const int64_t stored_bytes = held_by(std::nullopt, stored), f32_bytes = held_by(DType::F32, f32);
+    std::printf("[ unet ] %s weights held: %lld bytes as stored (F16), %lld as float32\n", c.model.c_str(),
+                static_cast<long long>(stored_bytes), static_cast<long long>(f32_bytes));
+    EXPECT_LT(stored_bytes, f32_bytes * 0.55);
+    EXPECT_GT(stored_bytes, f32_bytes * 0.5);
+
+    SafetensorsFile ref = SafetensorsFile::open(data_path(c.model + "/modules.safetensors"));
+    Tensor sample = ref.load("unet.wide.sample"), context = ref.load("unet.wide.context");
+    UNetInputs in;
+    in.sample = &sample;
+    in.context = &context;
+    in.timesteps = ref.load("unet.wide.timestep").values();
+    EXPECT_LT(kiln::test::relative_error(stored->forward(in), f32->forward(in)), 1e-7);
+    check_unet(*stored, c.model);
 }

@@ -48,12 +48,16 @@ Tensor scaled(const Tensor& t, double factor) {
 }
 
 // ---------------------------------------------------------------------------------------------- linear
-Check linear_check(const Shape& x_shape, int64_t out, bool with_bias, uint64_t seed) {
+// F16/BF16 weights: the op converts tiles of weight rows (weight_budget bytes of float32 at a time);
+// the reference gets the same values as float32 (exact), so the float32 bound applies unchanged.
+Check linear_check(const Shape& x_shape, int64_t out, bool with_bias, uint64_t seed, DType wtype = DType::F32,
+                   int64_t weight_budget = detail::kWeightTileBudgetBytes) {
     const Tensor x = random_tensor(x_shape, seed);
-    const Tensor w = random_tensor({out, x_shape.back()}, seed + 1);
+    const Tensor wq = random_tensor({out, x_shape.back()}, seed + 1).converted(wtype);
+    const Tensor w = wq.to_f32();
     const Tensor b = random_tensor({out}, seed + 2);
     const Tensor* bp = with_bias ? &b : nullptr;
-    Check c{ops::linear(x, w, bp), ref::linear(x, w, bp), {}};
+    Check c{detail::linear_tiled(x, wq, bp, weight_budget), ref::linear(x, w, bp), {}};
     const Tensor ab = abs_of(b);
     const double n = static_cast<double>(x_shape.back()) + 1;  // in products and the bias
     c.bound = scaled(ref::linear(abs_of(x), abs_of(w), with_bias ? &ab : nullptr), (n + 2) * kU);
@@ -69,6 +73,12 @@ CaseList cases_linear() {
         {"clip_like_2x77x96_to_288", [] { return linear_check({2, 77, 96}, 288, true, 15); }},
         {"zero_in_features_gives_bias", [] { return linear_check({2, 0}, 3, true, 16); }},
         {"zero_rows", [] { return linear_check({0, 5}, 4, true, 17); }},
+        {"f16_weight_one_tile", [] { return linear_check({2, 33, 32}, 31, true, 18, DType::F16); }},
+        {"bf16_weight_one_tile", [] { return linear_check({3, 65}, 64, false, 19, DType::BF16); }},
+        // 3 rows of 32 floats per tile: 31 outputs in 11 tiles, the last one short.
+        {"f16_weight_tiles_of_3_rows", [] { return linear_check({2, 5, 32}, 31, true, 20, DType::F16, 3 * 32 * 4); }},
+        {"bf16_weight_tiles_of_1_row", [] { return linear_check({7, 33}, 5, true, 41, DType::BF16, 1); }},
+        {"f16_weight_zero_rows", [] { return linear_check({0, 5}, 4, true, 42, DType::F16, 1); }},
     };
 }
 
@@ -78,12 +88,14 @@ struct ConvShape {
     int stride, padding;
 };
 
-Check conv_check(const ConvShape& s, bool with_bias, int64_t budget_bytes, uint64_t seed) {
+Check conv_check(const ConvShape& s, bool with_bias, int64_t budget_bytes, uint64_t seed, DType wtype = DType::F32,
+                 int64_t weight_budget = detail::kWeightTileBudgetBytes) {
     const Tensor x = random_tensor({s.n, s.c, s.h, s.w}, seed);
-    const Tensor w = random_tensor({s.o, s.c, s.kh, s.kw}, seed + 1);
+    const Tensor wq = random_tensor({s.o, s.c, s.kh, s.kw}, seed + 1).converted(wtype);
+    const Tensor w = wq.to_f32();
     const Tensor b = random_tensor({s.o}, seed + 2);
     const Tensor* bp = with_bias ? &b : nullptr;
-    Check c{detail::conv2d_tiled(x, w, bp, s.stride, s.padding, budget_bytes),
+    Check c{detail::conv2d_tiled(x, wq, bp, s.stride, s.padding, budget_bytes, weight_budget),
             ref::conv2d(x, w, bp, s.stride, s.padding), {}};
     const Tensor ab = abs_of(b);
     const double n = static_cast<double>(s.c * s.kh * s.kw) + 1;
@@ -113,6 +125,12 @@ CaseList cases_conv2d() {
         {"zero_in_channels_gives_bias", [] { return conv_check({2, 0, 5, 4, 3, 3, 3, 1, 1}, true, kDefault, 34); }},
         {"zero_in_channels_1x1", [] { return conv_check({1, 0, 3, 3, 2, 1, 1, 1, 0}, true, kDefault, 35); }},
         {"empty_batch", [] { return conv_check({0, 3, 5, 5, 2, 3, 3, 1, 1}, true, kDefault, 36); }},
+        {"f16_weight_3x3_s1_p1_odd", [] { return conv_check({2, 3, 17, 13, 33, 3, 3, 1, 1}, true, kDefault, 37, DType::F16); }},
+        {"bf16_weight_1x1_gemm_path", [] { return conv_check({2, 33, 7, 9, 31, 1, 1, 1, 0}, true, kDefault, 38, DType::BF16); }},
+        // Weight tiles of 2 output channels (33*9 floats each) around im2col tiles of 5 columns.
+        {"f16_weight_tiles_of_2_channels_and_5_columns",
+         [] { return conv_check({2, 33, 13, 7, 31, 3, 3, 2, 1}, true, 33 * 9 * 5 * 4, 39, DType::F16, 2 * 33 * 9 * 4); }},
+        {"bf16_weight_tiles_of_1_channel_1x1", [] { return conv_check({1, 6, 5, 4, 3, 1, 1, 1, 0}, false, kDefault, 40, DType::BF16, 1); }},
     };
 }
 

@@ -21,19 +21,19 @@ ClipTextModel ClipTextModel::load(const WeightSource& source, const ClipTextConf
         Layer l;
         l.ln1_w = r.get(p + "layer_norm1.weight", {h});
         l.ln1_b = r.get(p + "layer_norm1.bias", {h});
-        l.q_w = r.get(p + "self_attn.q_proj.weight", {h, h});
+        l.q_w = r.get_matrix(p + "self_attn.q_proj.weight", {h, h});
         l.q_b = r.get(p + "self_attn.q_proj.bias", {h});
-        l.k_w = r.get(p + "self_attn.k_proj.weight", {h, h});
+        l.k_w = r.get_matrix(p + "self_attn.k_proj.weight", {h, h});
         l.k_b = r.get(p + "self_attn.k_proj.bias", {h});
-        l.v_w = r.get(p + "self_attn.v_proj.weight", {h, h});
+        l.v_w = r.get_matrix(p + "self_attn.v_proj.weight", {h, h});
         l.v_b = r.get(p + "self_attn.v_proj.bias", {h});
-        l.out_w = r.get(p + "self_attn.out_proj.weight", {h, h});
+        l.out_w = r.get_matrix(p + "self_attn.out_proj.weight", {h, h});
         l.out_b = r.get(p + "self_attn.out_proj.bias", {h});
         l.ln2_w = r.get(p + "layer_norm2.weight", {h});
         l.ln2_b = r.get(p + "layer_norm2.bias", {h});
-        l.fc1_w = r.get(p + "mlp.fc1.weight", {inner, h});
+        l.fc1_w = r.get_matrix(p + "mlp.fc1.weight", {inner, h});
         l.fc1_b = r.get(p + "mlp.fc1.bias", {inner});
-        l.fc2_w = r.get(p + "mlp.fc2.weight", {h, inner});
+        l.fc2_w = r.get_matrix(p + "mlp.fc2.weight", {h, inner});
         l.fc2_b = r.get(p + "mlp.fc2.bias", {h});
         m.layers_.push_back(std::move(l));
     }

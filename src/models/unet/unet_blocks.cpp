@@ -6,14 +6,14 @@
 namespace kiln {
 
 void Linear::load(WeightReader& r, const std::string& name, int64_t in, int64_t out, bool has_bias) {
-    weight = r.get(name + ".weight", {out, in});
+    weight = r.get_matrix(name + ".weight", {out, in});
     if (has_bias) bias = r.get(name + ".bias", {out});
 }
 
 Tensor Linear::operator()(const Tensor& x) const { return ops::linear(x, weight, bias.empty() ? nullptr : &bias); }
 
 void Conv2d::load(WeightReader& r, const std::string& name, int64_t in, int64_t out, int kernel, int stride_) {
-    weight = r.get(name + ".weight", {out, in, kernel, kernel});
+    weight = r.get_matrix(name + ".weight", {out, in, kernel, kernel});
     bias = r.get(name + ".bias", {out});
     stride = stride_;
     padding = kernel / 2;
@@ -97,7 +97,7 @@ namespace {
 
 // Projections are 1x1 convs ([C, C, 1, 1]) in SD 1.x and linear ([C, C]) in SD 2.x / SDXL.
 void load_projection(Linear& l, WeightReader& r, const std::string& name, int64_t channels) {
-    Tensor w = r.get(name + ".weight");
+    Tensor w = r.get_matrix(name + ".weight");
     require(w.shape() == Shape{channels, channels} || w.shape() == Shape{channels, channels, 1, 1},
             ErrorKind::InvalidModel,
             "tensor " + r.where(name + ".weight") + " has shape " + shape_str(w.shape()) + ", expected " +

@@ -8,7 +8,7 @@
 namespace kiln::vae {
 
 Conv Conv::load(WeightReader& r, const std::string& prefix, int64_t in, int64_t out, int64_t k) {
-    return Conv{r.get(prefix + ".weight", {out, in, k, k}), r.get(prefix + ".bias", {out})};
+    return Conv{r.get_matrix(prefix + ".weight", {out, in, k, k}), r.get(prefix + ".bias", {out})};
 }
 
 Norm Norm::load(WeightReader& r, const std::string& prefix, int64_t channels) {
@@ -44,13 +44,13 @@ Tensor Resnet::forward(const Tensor& x, int groups) const {
 SpatialAttention SpatialAttention::load(WeightReader& r, const std::string& prefix, int64_t c) {
     SpatialAttention a;
     a.norm = Norm::load(r, prefix + ".group_norm", c);
-    a.q_w = r.get(prefix + ".to_q.weight", {c, c});
+    a.q_w = r.get_matrix(prefix + ".to_q.weight", {c, c});
     a.q_b = r.get(prefix + ".to_q.bias", {c});
-    a.k_w = r.get(prefix + ".to_k.weight", {c, c});
+    a.k_w = r.get_matrix(prefix + ".to_k.weight", {c, c});
     a.k_b = r.get(prefix + ".to_k.bias", {c});
-    a.v_w = r.get(prefix + ".to_v.weight", {c, c});
+    a.v_w = r.get_matrix(prefix + ".to_v.weight", {c, c});
     a.v_b = r.get(prefix + ".to_v.bias", {c});
-    a.out_w = r.get(prefix + ".to_out.0.weight", {c, c});
+    a.out_w = r.get_matrix(prefix + ".to_out.0.weight", {c, c});
     a.out_b = r.get(prefix + ".to_out.0.bias", {c});
     return a;
 }

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "io/dtype.h"
+#include "core/dtype.h"
 
 namespace kiln {
 

@@ -1,4 +1,4 @@
-#include "io/dtype.h"
+#include "core/dtype.h"
 
 namespace kiln {
 

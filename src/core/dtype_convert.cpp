@@ -1,4 +1,4 @@
-#include "io/dtype_convert.h"
+#include "core/dtype_convert.h"
 
 #include <bit>
 #include <cassert>
