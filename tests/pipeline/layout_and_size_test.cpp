@@ -4,6 +4,8 @@
 // resolved scheduler configs are the same, and width and height land where diffusers puts them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "common/fixtures.h"
 #include "image/png.h"
 #include "pipeline/conditioning.h"
@@ -128,4 +130,22 @@ TEST(NonSquareSizes, SdxlTimeIdsAreHeightWidthPairs) {
     const std::vector<float> row = {float(height), float(width), 0, 0, float(height), float(width)};
     for (int b = 0; b < 2; ++b)
         for (int j = 0; j < 6; ++j) EXPECT_EQ(c.time_ids[b * 6 + j], row[static_cast<size_t>(j)]) << b << "," << j;
+}
+
+// StableDiffusionPipeline.__call__ decodes `latents / self.vae.config.scaling_factor`: a float32
+// division, which rounds differently from a multiplication by the rounded reciprocal in about one
+// element in five. The image must be exactly the decode of the final latents so divided, mapped by
+// (x / 2 + 0.5).clamp(0, 1) (VaeImageProcessor.denormalize).
+TEST(Decode, ImageIsTheDecodeOfTheLatentsDividedByTheScalingFactor) {
+    for (const char* model : kModelNames) {
+        const StableDiffusionModel m = load(model, false);
+        GenerationRequest r = odd_call("euler");
+        r.steps = 2;
+        const GenerationResult res = generate(m, r);
+        Tensor latents = res.final_latent;
+        for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = latents[i] / m.vae_scale;
+        Tensor image = m.vae->decode(latents);
+        for (int64_t i = 0; i < image.numel(); ++i) image[i] = std::clamp(image[i] / 2.0f + 0.5f, 0.0f, 1.0f);
+        EXPECT_TRUE(bitwise_equal(res.image, image)) << model;
+    }
 }
