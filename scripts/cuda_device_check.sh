@@ -42,9 +42,16 @@ done
 rm -rf /tmp/kiln_attention_dump && mkdir -p /tmp/kiln_attention_dump
 ./build-cuda/kiln_cuda_attention_bench --sweep --csv "$out/kiln_bench.csv" --dump /tmp/kiln_attention_dump \
   >"$out/bench.log" 2>&1 || echo "bench failed"
+# Where the time goes, for one configuration of one shape (hardware counters; clocks left alone).
+for c in ${NCU_CONFIGS:-0}; do
+  ncu --clock-control none -k regex:attention_kernel -c 1 --section SpeedOfLight --section WarpStateStats \
+    --section SchedulerStats --section Occupancy --section LaunchStats \
+    ./build-cuda/kiln_cuda_attention_bench --shape ${NCU_SHAPE:-sdxl_self_l4096_h10_d64} --config $c --warmup 1 --runs 20
+done >"$out/ncu.log" 2>&1
 PYTHONUNBUFFERED=1 python3 scripts/bench_torch_sdpa.py --kiln-csv "$out/kiln_bench.csv" \
   --check /tmp/kiln_attention_dump >"$out/sdpa.log" 2>&1
 echo "sdpa script rc=$?"
 echo; awk '/figures/ { if ($NF + 0 > worst) { worst = $NF + 0; line = $0 } } END { print "largest err/bound:", line }' "$out/tests.log"
+echo; grep -E "attention_kernel|Throughput|Issued Warp|No Eligible|Achieved Occupancy|Warp Cycles Per Issued|Registers Per|Theoretical Occ" "$out/ncu.log" | sed -E 's/ +/ /g' | cut -c1-110
 echo; cat "$out/bench.log"
 echo; tail -25 "$out/sdpa.log"

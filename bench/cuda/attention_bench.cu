@@ -4,8 +4,10 @@
 // median interval and 4*B*H*Lq*Lk*D / median as TFLOP/s are printed. scripts/bench_torch_sdpa.py times
 // PyTorch's scaled_dot_product_attention the same way and checks the --dump files against it.
 //
-//   kiln_cuda_attention_bench [--runs N] [--warmup N] [--sweep] [--csv FILE] [--dump DIR]
-//   --sweep  also time every compiled tile configuration, not only the default
+//   kiln_cuda_attention_bench [--runs N] [--warmup N] [--sweep | --config I] [--shape NAME] [--csv FILE]
+//                             [--dump DIR]
+//   --sweep  time every compiled tile configuration, not only the one cuda_attention_f16 chooses
+//   --config time configuration I only (with --shape: one kernel, e.g. under ncu)
 //   --dump   write B,Lq,Lk,H,D,causal and q, k, v, out (fp16) of each shape to DIR/<shape>.bin
 #include <algorithm>
 #include <cmath>
@@ -121,7 +123,8 @@ void dump(const std::string& dir, const Shape& s, const std::vector<uint16_t>& q
 int run(int argc, char** argv) {
     int runs = 30, warmup = 10;
     bool sweep = false;
-    std::string csv_path, dump_dir;
+    int only_config = -1;
+    std::string csv_path, dump_dir, only_shape;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto value = [&]() -> std::string {
@@ -131,6 +134,8 @@ int run(int argc, char** argv) {
         if (a == "--runs") runs = std::atoi(value().c_str());
         else if (a == "--warmup") warmup = std::atoi(value().c_str());
         else if (a == "--sweep") sweep = true;
+        else if (a == "--config") only_config = std::atoi(value().c_str());
+        else if (a == "--shape") only_shape = value();
         else if (a == "--csv") csv_path = value();
         else if (a == "--dump") dump_dir = value();
         else throw kiln::Error(kiln::ErrorKind::InvalidArgument, "unknown argument " + a);
@@ -150,12 +155,15 @@ int run(int argc, char** argv) {
                 dev.cc_major, dev.cc_minor, dev.multiprocessors, runs, warmup);
     FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");
     if (!csv_path.empty() && !csv) throw kiln::Error(kiln::ErrorKind::IO, "cannot write " + csv_path);
-    if (csv) std::fprintf(csv, "shape,B,H,Lq,Lk,D,config,block_rows,warps,median_ms,min_ms,tflops\n");
-    std::printf("%-26s %2s %3s %6s %6s %4s  %-18s %10s %10s %8s\n", "shape", "B", "H", "Lq", "Lk", "D", "config",
+    if (csv)
+        std::fprintf(csv, "shape,B,H,Lq,Lk,D,config,chosen,block_rows,warps,block_keys,stages,q_regs,median_ms,min_ms,"
+                          "tflops\n");
+    std::printf("%-26s %2s %3s %6s %6s %4s  %-24s %10s %10s %8s\n", "shape", "B", "H", "Lq", "Lk", "D", "config",
                 "median ms", "min ms", "TFLOP/s");
 
     uint64_t seed = 1;
     for (const Shape& s : kShapes) {
+        if (!only_shape.empty() && only_shape != s.name) continue;
         const size_t nq = size_t(s.B) * s.Lq * s.H * s.D, nk = size_t(s.B) * s.Lk * s.H * s.D;
         const auto qh = random_half(nq, seed++), kh = random_half(nk, seed++), vh = random_half(nk, seed++);
         DeviceBuffer q(nq * 2), k(nk * 2), v(nk * 2), o(nq * 2);
@@ -165,17 +173,21 @@ int run(int argc, char** argv) {
         KILN_CUDA_CHECK(cudaMemset(o.p, 0xFF, nq * 2));  // NaN: an unwritten output shows in the check
         const double flops = 4.0 * s.B * s.H * double(s.Lq) * s.Lk * s.D;
         const std::vector<AttentionConfig> configs = kiln::cuda::detail::attention_configs(s.D);
-        const int n_configs = sweep ? int(configs.size()) : 1;
-        for (int c = 0; c < n_configs; ++c) {
+        const int chosen = kiln::cuda::detail::choose_attention_config(s.D, s.B, s.Lq, s.H, dev.multiprocessors);
+        for (int c = 0; c < int(configs.size()); ++c) {
+            if (only_config >= 0 ? c != only_config : !sweep && c != chosen) continue;
             const Timing t = time_runs(s, q, k, v, o, c, warmup, runs);
             const double tflops = flops / (t.median_ms * 1e-3) / 1e12;
             char cfg[64];
-            std::snprintf(cfg, sizeof cfg, "%s%d rows/%d warps", c == 0 ? "*" : " ", configs[c].block_rows, configs[c].warps);
-            std::printf("%-26s %2d %3d %6d %6d %4d  %-18s %10.4f %10.4f %8.1f\n", s.name, s.B, s.H, s.Lq, s.Lk, s.D,
+            std::snprintf(cfg, sizeof cfg, "%s%d:%dr/%dw/%dk/%ds/%s", c == chosen ? "*" : " ", c, configs[c].block_rows,
+                          configs[c].warps, configs[c].block_keys, configs[c].stages,
+                          configs[c].q_in_registers ? "qreg" : "qsmem");
+            std::printf("%-26s %2d %3d %6d %6d %4d  %-24s %10.4f %10.4f %8.1f\n", s.name, s.B, s.H, s.Lq, s.Lk, s.D,
                         cfg, t.median_ms, t.min_ms, tflops);
             if (csv)
-                std::fprintf(csv, "%s,%d,%d,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.3f\n", s.name, s.B, s.H, s.Lq, s.Lk, s.D, c,
-                             configs[c].block_rows, configs[c].warps, t.median_ms, t.min_ms, tflops);
+                std::fprintf(csv, "%s,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.3f\n", s.name, s.B, s.H, s.Lq,
+                             s.Lk, s.D, c, int(c == chosen), configs[c].block_rows, configs[c].warps, configs[c].block_keys, configs[c].stages,
+                             int(configs[c].q_in_registers), t.median_ms, t.min_ms, tflops);
         }
         if (!dump_dir.empty()) {  // the default configuration's output: what cuda_attention_f16 gives
             kiln::cuda::cuda_attention_f16(q.h(), k.h(), v.h(), o.h(), s.B, s.Lq, s.Lk, s.H, s.D, nullptr);
@@ -184,7 +196,7 @@ int run(int argc, char** argv) {
         }
     }
     if (csv) std::fclose(csv);
-    std::printf("(* = the default configuration, used by cuda_attention_f16)\n");
+    std::printf("(* = the configuration cuda_attention_f16 chooses for the shape)\n");
     return 0;
 }
 

@@ -212,10 +212,10 @@ void check_case(const Case& c) {
     for (int i = 0; i < int(configs.size()); ++i) {
         const detail::AttentionConfig& cfg = configs[i];
         const Outcome r = run_gpu(c, e, i);
-        std::printf("[ figures  ] %-32s padded_d %3d rows %3d (%d warps x %d): max|err| %.3g, max|ref| %.3g, "
-                    "worst err/bound %.3f\n",
-                    c.name, cfg.padded_d, cfg.block_rows, cfg.warps, cfg.warp_rows, r.max_err, r.max_ref,
-                    r.worst_ratio);
+        std::printf("[ figures  ] %-30s padded_d %3d rows %3d (%d warps x %d) stages %d q %s: max|err| %.3g, "
+                    "max|ref| %.3g, worst err/bound %.3f\n",
+                    c.name, cfg.padded_d, cfg.block_rows, cfg.warps, cfg.warp_rows, cfg.stages,
+                    cfg.q_in_registers ? "regs" : "smem", r.max_err, r.max_ref, r.worst_ratio);
         EXPECT_TRUE(r.ok) << c.name << ", configuration " << i << " (" << cfg.block_rows << " rows, " << cfg.warps
                           << " warps):\n"
                           << r.message;
@@ -276,6 +276,21 @@ TEST(AttentionCudaArgs, ConfigsCoverTheStableDiffusionHeadDims) {
     }
     EXPECT_TRUE(detail::attention_configs(0).empty());
     EXPECT_TRUE(detail::attention_configs(257).empty());
+}
+
+TEST(AttentionCudaArgs, ShortSequencesGetSmallerBlocks) {
+    constexpr int kSms = 132;  // H100 / H200
+    auto rows = [](int d, int b, int lq, int h) {
+        return detail::attention_configs(d)[detail::choose_attention_config(d, b, lq, h, kSms)].block_rows;
+    };
+    // The cases measured on an H200 (bench/cuda/attention_bench.cu shapes).
+    EXPECT_EQ(detail::choose_attention_config(40, 2, 4096, 8, kSms), 0);  // long: the first choice
+    EXPECT_EQ(detail::choose_attention_config(64, 2, 4096, 10, kSms), 0);
+    EXPECT_EQ(rows(80, 2, 1024, 8), 128);   // one block per SM either way: the bigger blocks were faster
+    EXPECT_EQ(rows(64, 2, 1024, 10), 64);   // 160 blocks of 128 rows on 132 SMs: 64-row blocks were faster
+    EXPECT_EQ(rows(64, 2, 1024, 20), 128);  // shares 384 vs 320 rows: measured a tie
+    EXPECT_EQ(rows(64, 1, 1, 1), 64);       // one query: the smallest block
+    EXPECT_EQ(rows(160, 2, 256, 8), 64);
 }
 
 TEST(AttentionCudaArgs, BadSizesThrowBeforeAnyLaunch) {

@@ -2,14 +2,16 @@
 // mma.sync.m16n8k16 with fp32 accumulators; see attention.h for the contract.
 //
 // A block takes `block_rows` query rows of one (batch, head); each warp owns 16 or 32 of those rows and
-// keeps their output accumulators and softmax statistics in registers. Key/value tiles of 64 rows stream
-// through shared memory, double-buffered with cp.async so the next tile loads while this one computes.
+// keeps their output accumulators and softmax statistics in registers. Key/value tiles of 64 (or 128)
+// rows stream through shared memory, double-buffered with cp.async so the next tile loads while this
+// one computes; one barrier per tile.
 // Head dims are zero-padded to a multiple of 16 in shared memory (padded_d); keys past Lk are masked to
 // -inf and their value rows zero-filled, query rows past Lq are computed on zeros and never stored.
 // Shared-memory rows are padded by 16 bytes so that the 8 row addresses of each ldmatrix fall in
 // different bank groups (the row pitch is an odd number of 16-byte units for every padded_d).
 #include <nvtx3/nvToolsExt.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -21,8 +23,6 @@
 namespace kiln::cuda {
 
 namespace {
-
-constexpr int kBlockKeys = 64;
 
 struct Params {
     const __half* q;
@@ -122,12 +122,15 @@ __device__ __forceinline__ void load_tile(__half* tile, const __half* base, int 
     }
 }
 
-template <int Dp, int kWarps, int kMTiles>
-__global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1) attention_kernel(const Params p) {
+// kQRegs: keep q's operand fragments in registers for the whole pass rather than re-reading them from
+// shared memory for every key tile. kMinBlocks: blocks per multiprocessor the register budget must allow
+// (with 16 rows per warp the kernel fits in 128 registers, and twice the warps hide more latency).
+template <int Dp, int kWarps, int kMTiles, int kBc, bool kQRegs, int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) attention_kernel(const Params p) {
+    constexpr int kStages = 2;  // key/value buffers in flight (3 measured no faster on an H200)
     constexpr int kThreads = kWarps * 32;
     constexpr int kWarpRows = kMTiles * 16;
     constexpr int kBr = kWarps * kWarpRows;
-    constexpr int kBc = kBlockKeys;
     constexpr int kPitch = Dp + 8;
     constexpr int kKSteps = Dp / 16;   // k-steps of q k^T
     constexpr int kDTiles = Dp / 8;    // n-tiles of p v
@@ -135,8 +138,8 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1) attention_ke
 
     extern __shared__ __align__(16) unsigned char smem[];
     __half* qs = reinterpret_cast<__half*>(smem);
-    __half* ks = qs + kBr * kPitch;      // 2 buffers
-    __half* vs = ks + 2 * kBc * kPitch;  // 2 buffers
+    __half* ks = qs + kBr * kPitch;            // kStages buffers
+    __half* vs = ks + kStages * kBc * kPitch;  // kStages buffers
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row g (and g + 8), columns 2t, 2t + 1
@@ -154,10 +157,17 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1) attention_ke
     const int kv_end = p.causal ? min(p.lk, q0 + kBr) : p.lk;
     const int kv_tiles = (kv_end + kBc - 1) / kBc;
 
+    // Prologue: q with key tile 0 as one cp.async group, then tiles 1 .. kStages-2, one group each.
     load_tile<Dp, kBr, kThreads>(qs, qg, q0, p.lq, p.row_stride, p.d, p.vec);
-    load_tile<Dp, kBc, kThreads>(ks, kg, 0, p.lk, p.row_stride, p.d, p.vec);
-    load_tile<Dp, kBc, kThreads>(vs, vg, 0, p.lk, p.row_stride, p.d, p.vec);
-    cp_async_commit();
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) {
+        if (st < kv_tiles) {
+            load_tile<Dp, kBc, kThreads>(ks + st * kBc * kPitch, kg, st * kBc, p.lk, p.row_stride, p.d, p.vec);
+            load_tile<Dp, kBc, kThreads>(vs + st * kBc * kPitch, vg, st * kBc, p.lk, p.row_stride, p.d, p.vec);
+        }
+        cp_async_commit();  // possibly empty: keeps the group count per tile fixed
+    }
+    uint32_t qa[kQRegs ? kMTiles : 1][kQRegs ? kKSteps : 1][4];
 
     float o[kMTiles][kDTiles][4];
     float m[kMTiles][2], l[kMTiles][2];  // running max (scaled, base 2) and this thread's share of the sum
@@ -170,20 +180,31 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1) attention_ke
     }
 
     for (int j = 0; j < kv_tiles; ++j) {
-        const int buf = j & 1;
-        if (j + 1 < kv_tiles) {  // prefetch the next tile into the other buffer, then wait for this one
-            load_tile<Dp, kBc, kThreads>(ks + (buf ^ 1) * kBc * kPitch, kg, (j + 1) * kBc, p.lk, p.row_stride, p.d, p.vec);
-            load_tile<Dp, kBc, kThreads>(vs + (buf ^ 1) * kBc * kPitch, vg, (j + 1) * kBc, p.lk, p.row_stride, p.d, p.vec);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        // Tile j's group is complete once at most kStages - 2 younger groups are pending.
+        cp_async_wait<kStages - 2>();
+        // One barrier per tile: tile j is visible to all, and every warp is done with tile j - 1, whose
+        // buffer the load below refills.
         __syncthreads();
+        {
+            const int next = j + kStages - 1, nb = next % kStages;
+            if (next < kv_tiles) {
+                load_tile<Dp, kBc, kThreads>(ks + nb * kBc * kPitch, kg, next * kBc, p.lk, p.row_stride, p.d, p.vec);
+                load_tile<Dp, kBc, kThreads>(vs + nb * kBc * kPitch, vg, next * kBc, p.lk, p.row_stride, p.d, p.vec);
+            }
+            cp_async_commit();
+        }
+        const int buf = j % kStages;
         const __half* kt = ks + buf * kBc * kPitch;
         const __half* vt = vs + buf * kBc * kPitch;
+        if (kQRegs && j == 0) {
+#pragma unroll
+            for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+                for (int kk = 0; kk < kKSteps; ++kk)
+                    ldmatrix_x4(qa[mt][kk], smem_u32(qs + (warp_row0 + mt * 16 + lane % 16) * kPitch + kk * 16 + (lane / 16) * 8));
+        }
 
-        // s = q k^T for this warp's rows and the tile's 64 keys.
+        // s = q k^T for this warp's rows and the tile's kBc keys.
         float s[kMTiles][kNTiles][4];
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt)
@@ -193,8 +214,14 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1) attention_ke
         for (int kk = 0; kk < kKSteps; ++kk) {
             uint32_t a[kMTiles][4];
 #pragma unroll
-            for (int mt = 0; mt < kMTiles; ++mt)
-                ldmatrix_x4(a[mt], smem_u32(qs + (warp_row0 + mt * 16 + lane % 16) * kPitch + kk * 16 + (lane / 16) * 8));
+            for (int mt = 0; mt < kMTiles; ++mt) {
+                if (kQRegs) {
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) a[mt][i] = qa[mt][kQRegs ? kk : 0][i];
+                } else {
+                    ldmatrix_x4(a[mt], smem_u32(qs + (warp_row0 + mt * 16 + lane % 16) * kPitch + kk * 16 + (lane / 16) * 8));
+                }
+            }
 #pragma unroll
             for (int np = 0; np < kNTiles / 2; ++np) {
                 uint32_t bk[4];  // keys np*16 + 0..7 and + 8..15, dims kk*16 + 0..15
@@ -275,10 +302,11 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 4 ? 2 : 1) attention_ke
                 }
             }
         }
-        __syncthreads();  // everyone is done with this buffer before the next iteration refills it
     }
+    cp_async_wait<0>();  // only empty groups can be pending here; leave none behind
 
-    // Normalise, round to fp16, stage in this warp's own rows of the q tile, then store whole rows.
+    // Normalise, round to fp16, stage in this warp's own rows of the q tile (no other warp reads them),
+    // then store whole rows.
     __syncwarp();
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
@@ -326,34 +354,39 @@ struct Entry {
     size_t smem;
 };
 
-template <int Dp, int kWarps, int kMTiles>
+template <int Dp, int kWarps, int kMTiles, int kBc, bool kQRegs, int kMinBlocks>
 void launch_kernel(const Params& p, int blocks, size_t smem, cudaStream_t stream) {
-    attention_kernel<Dp, kWarps, kMTiles><<<blocks, kWarps * 32, smem, stream>>>(p);
+    attention_kernel<Dp, kWarps, kMTiles, kBc, kQRegs, kMinBlocks><<<blocks, kWarps * 32, smem, stream>>>(p);
 }
 
-template <int Dp, int kWarps, int kMTiles>
+template <int Dp, int kWarps, int kMTiles, int kBc = 64, bool kQRegs = false, int kMinBlocks = 1>
 Entry entry() {
     const int rows = kWarps * kMTiles * 16;
-    return {{Dp, kWarps, kMTiles * 16, rows, kBlockKeys},
-            &launch_kernel<Dp, kWarps, kMTiles>,
-            reinterpret_cast<const void*>(&attention_kernel<Dp, kWarps, kMTiles>),
-            size_t(rows + 4 * kBlockKeys) * (Dp + 8) * sizeof(__half)};
+    return {{Dp, kWarps, kMTiles * 16, rows, kBc, 2, kQRegs},
+            &launch_kernel<Dp, kWarps, kMTiles, kBc, kQRegs, kMinBlocks>,
+            reinterpret_cast<const void*>(&attention_kernel<Dp, kWarps, kMTiles, kBc, kQRegs, kMinBlocks>),
+            size_t(rows + 2 * 2 * kBc) * (Dp + 8) * sizeof(__half)};
 }
 
-// Per padded width, the default first. 32 rows per warp halves the shared-memory reads of k and v per
-// product but doubles the accumulators, so it stops at padded_d 96 (register file). The alternatives
-// for the Stable Diffusion widths are there for the benchmark's sweep.
+// Per padded width, in order of preference for long sequences (see choose_attention_config). 16 rows per
+// warp with q in registers, capped at 128 registers so that two 8-warp blocks share a multiprocessor,
+// measured fastest on an H200 at D = 40, 64 and 80 (32 rows per warp read k and v from shared memory half
+// as often but leave room for 8 warps only: kept as the alternative the benchmark times). 64-row blocks
+// are for short sequences with few heads, where 128-row blocks leave multiprocessors idle.
 const std::vector<Entry>& entries_for(int padded_d) {
-    static const std::vector<Entry> e16{entry<16, 4, 2>()};
-    static const std::vector<Entry> e32{entry<32, 4, 2>()};
-    static const std::vector<Entry> e48{entry<48, 4, 2>(), entry<48, 4, 1>(), entry<48, 8, 1>()};
-    static const std::vector<Entry> e64{entry<64, 4, 2>(), entry<64, 4, 1>(), entry<64, 8, 1>()};
-    static const std::vector<Entry> e80{entry<80, 4, 2>(), entry<80, 4, 1>(), entry<80, 8, 1>()};
-    static const std::vector<Entry> e96{entry<96, 4, 2>()};
-    static const std::vector<Entry> e128{entry<128, 4, 1>()};
-    static const std::vector<Entry> e160{entry<160, 4, 1>(), entry<160, 8, 1>()};
-    static const std::vector<Entry> e192{entry<192, 4, 1>()};
-    static const std::vector<Entry> e256{entry<256, 4, 1>()};
+    static const std::vector<Entry> e16{entry<16, 8, 1, 64, true, 2>(), entry<16, 4, 1, 64, true, 4>()};
+    static const std::vector<Entry> e32{entry<32, 8, 1, 64, true, 2>(), entry<32, 4, 1, 64, true, 4>()};
+    static const std::vector<Entry> e48{entry<48, 8, 1, 64, true, 2>(), entry<48, 4, 2, 128, false, 2>(),
+                                        entry<48, 4, 1, 64, true, 4>()};
+    static const std::vector<Entry> e64{entry<64, 8, 1, 64, true, 2>(), entry<64, 4, 2, 128, false, 2>(),
+                                        entry<64, 4, 1, 64, true, 4>()};
+    static const std::vector<Entry> e80{entry<80, 8, 1, 64, true, 2>(), entry<80, 4, 2, 64, false, 2>(),
+                                        entry<80, 4, 1, 64, true, 4>()};
+    static const std::vector<Entry> e96{entry<96, 4, 2, 64, false, 2>(), entry<96, 4, 1, 64, false, 2>()};
+    static const std::vector<Entry> e128{entry<128, 4, 1, 64, true, 2>()};
+    static const std::vector<Entry> e160{entry<160, 4, 1, 64, true, 2>()};
+    static const std::vector<Entry> e192{entry<192, 4, 1, 64, false, 2>()};
+    static const std::vector<Entry> e256{entry<256, 4, 1, 64, false, 1>()};
     static const std::vector<Entry> none;
     switch (padded_d) {
         case 16: return e16;
@@ -433,10 +466,35 @@ void check_args(const __half* q, const __half* k, const __half* v, const __half*
 
 void cuda_attention_f16(const __half* q, const __half* k, const __half* v, __half* out, int B, int Lq, int Lk, int H,
                         int D, cudaStream_t stream, bool causal) {
-    detail::cuda_attention_f16_config(q, k, v, out, B, Lq, Lk, H, D, stream, causal, 0);
+    check_args(q, k, v, out, B, Lq, Lk, H, D);  // before any runtime call: bad sizes are not device errors
+    if (B == 0 || Lq == 0) return;
+    int device = 0, sms = 0;
+    KILN_CUDA_CHECK(cudaGetDevice(&device));
+    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    detail::cuda_attention_f16_config(q, k, v, out, B, Lq, Lk, H, D, stream, causal,
+                                      detail::choose_attention_config(D, B, Lq, H, sms));
 }
 
 namespace detail {
+
+// The busiest multiprocessor's share of query rows, ceil(blocks / SMs) * block_rows, stands for the time.
+// A later configuration replaces the current choice only if it cuts that by a fifth: at equal shares the
+// earlier one was measured faster (e.g. 128-row blocks against 64-row ones at Lq = 1024, D = 80, 16 heads
+// on 132 SMs), while B = 2 x 10 heads of 1024 rows at D = 64 ran 9% faster in 64-row blocks (share 192
+// vs 256 rows).
+int choose_attention_config(int D, int B, int Lq, int H, int multiprocessors) {
+    const std::vector<Entry>& entries = entries_for(padded_width(D));
+    const int64_t sms = std::max(multiprocessors, 1);
+    int best = 0;
+    int64_t best_share = INT64_MAX;
+    for (int i = 0; i < int(entries.size()); ++i) {
+        const int64_t rows = entries[i].config.block_rows;
+        const int64_t blocks = (int64_t(Lq) + rows - 1) / rows * B * H;
+        const int64_t share = (blocks + sms - 1) / sms * rows;
+        if (i == 0 || share * 5 < best_share * 4) best = i, best_share = share;
+    }
+    return best;
+}
 
 std::vector<AttentionConfig> attention_configs(int D) {
     std::vector<AttentionConfig> out;

@@ -26,11 +26,18 @@ struct AttentionConfig {
     int warp_rows;   // query rows per warp (16 or 32)
     int block_rows;  // query rows per block = warps * warp_rows
     int block_keys;  // keys per inner tile
+    int stages;      // key/value tiles in flight
+    bool q_in_registers;
 };
 
-// The configurations compiled for head dim D; the first is the one cuda_attention_f16 uses. Empty when D
-// is out of range.
+// The configurations compiled for head dim D, in order of preference for large problems. Empty when D is
+// out of range.
 std::vector<AttentionConfig> attention_configs(int D);
+
+// The configuration cuda_attention_f16 uses: by the query rows that fall on the busiest multiprocessor,
+// preferring earlier configurations unless a later one cuts that share by a fifth (short sequences, few
+// heads: smaller blocks).
+int choose_attention_config(int D, int B, int Lq, int H, int multiprocessors);
 
 // cuda_attention_f16 with configuration attention_configs(D)[config].
 void cuda_attention_f16_config(const __half* q, const __half* k, const __half* v, __half* out, int B, int Lq, int Lk,
