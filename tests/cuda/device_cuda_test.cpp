@@ -1,0 +1,80 @@
+// Device discovery and the CUDA error mapping. Discovery must answer on any machine: with no driver or
+// no GPU an empty list and a reason, never an exception or a crash.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device_info.h"
+#include "kiln/error.h"
+
+namespace kiln::cuda {
+namespace {
+
+TEST(CudaDevice, ListsDevicesOrSaysWhyNot) {
+    std::string why;
+    std::vector<DeviceInfo> devices;
+    ASSERT_NO_THROW(devices = cuda_devices(&why));
+    if (devices.empty()) {
+        EXPECT_FALSE(why.empty()) << "an empty list must come with a reason";
+        GTEST_SKIP() << "no CUDA GPU on this machine: " << why;
+    }
+    for (size_t i = 0; i < devices.size(); ++i) {
+        const DeviceInfo& d = devices[i];
+        std::printf("[ device   ] %d: %s, compute capability %d.%d, %d multiprocessors, %.1f GiB free of %.1f GiB\n",
+                    d.index, d.name.c_str(), d.cc_major, d.cc_minor, d.multiprocessors, d.free_bytes / 1073741824.0,
+                    d.total_bytes / 1073741824.0);
+        EXPECT_EQ(d.index, int(i));
+        EXPECT_FALSE(d.name.empty());
+        EXPECT_GE(d.cc_major, 5);
+        EXPECT_GT(d.multiprocessors, 0);
+        EXPECT_GT(d.total_bytes, 0u);
+        EXPECT_GT(d.free_bytes, 0u);
+        EXPECT_LE(d.free_bytes, d.total_bytes);
+    }
+}
+
+TEST(CudaDevice, RepeatedCallsAgree) {
+    std::string why1, why2;
+    const auto a = cuda_devices(&why1);
+    const auto b = cuda_devices(&why2);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_EQ(a[i].name, b[i].name);
+        EXPECT_EQ(a[i].total_bytes, b[i].total_bytes);
+    }
+    EXPECT_NO_THROW(cuda_devices());  // the reason is optional
+}
+
+TEST(CudaCheck, MapsErrorsToKindsAndNamesTheCall) {
+    try {
+        KILN_CUDA_CHECK(cudaErrorMemoryAllocation);
+        FAIL() << "no exception";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory);
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("cudaErrorMemoryAllocation"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("device_cuda_test.cpp"), std::string::npos) << msg;
+    }
+    EXPECT_EQ(error_kind_of(cudaErrorInvalidValue), ErrorKind::InvalidArgument);
+    EXPECT_EQ(error_kind_of(cudaErrorNoDevice), ErrorKind::Unsupported);
+    EXPECT_NO_THROW(KILN_CUDA_CHECK(cudaSuccess));
+}
+
+TEST(CudaCheck, AHugeAllocationIsOutOfMemory) {
+    if (cuda_devices().empty()) GTEST_SKIP() << "no CUDA GPU on this machine";
+    void* p = nullptr;
+    try {
+        KILN_CUDA_CHECK(cudaMalloc(&p, size_t(1) << 50));  // 1 PiB
+        cudaFree(p);
+        FAIL() << "a 1 PiB allocation succeeded";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory) << e.what();
+        EXPECT_NE(std::string(e.what()).find("cudaMalloc"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // allocation failures are not sticky
+}
+
+}  // namespace
+}  // namespace kiln::cuda
