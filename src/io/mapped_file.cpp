@@ -1,5 +1,7 @@
 #include "io/mapped_file.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -68,6 +70,15 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 MappedFile::~MappedFile() { release(); }
+
+void MappedFile::drop_pages(uint64_t offset, uint64_t length) const noexcept {
+    if (!data_ || offset >= size_ || length == 0) return;
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t begin = offset / page * page;
+    const uint64_t end = std::min(size_, offset + std::min(length, size_ - offset));
+    // Pages a neighbouring tensor shares are dropped too; it faults them back in from the page cache.
+    ::madvise(const_cast<uint8_t*>(data_) + begin, static_cast<size_t>(end - begin), MADV_DONTNEED);
+}
 
 void MappedFile::release() noexcept {
     if (data_) {

@@ -22,6 +22,11 @@ public:
     const uint8_t* data() const { return data_; }
     uint64_t size() const { return size_; }
 
+    // Tells the kernel this process is done with the pages of [offset, offset + length) for now:
+    // they leave its resident set (a loader that copied a tensor out need not hold the file's pages
+    // too) and are read again from the page cache if touched. Out-of-range parts are ignored.
+    void drop_pages(uint64_t offset, uint64_t length) const noexcept;
+
 private:
     void release() noexcept;
 

@@ -45,6 +45,7 @@ Tensor SafetensorsFile::load(const std::string& name) const {
              path_ + ": no memory for tensor " + quote_name(name) + " of shape " + shape_str(ti.shape));
     }
     decode_to_float(ti.dtype, file_.data() + ti.offset, t.data(), static_cast<size_t>(t.numel()));
+    file_.drop_pages(ti.offset, ti.nbytes);  // the copy is what stays resident, not the file's pages too
     return t;
 }
 
@@ -59,6 +60,7 @@ Tensor SafetensorsFile::load_stored(const std::string& name) const {
              path_ + ": no memory for tensor " + quote_name(name) + " of shape " + shape_str(ti.shape));
     }
     if (!bits.empty()) std::memcpy(bits.data(), file_.data() + ti.offset, bits.size() * sizeof(uint16_t));
+    file_.drop_pages(ti.offset, ti.nbytes);
     return Tensor::from_bits16(ti.shape, ti.dtype, std::move(bits));
 }
 
