@@ -1,5 +1,7 @@
 #include "core/tensor.h"
 
+#include <algorithm>
+
 #include "core/dtype_convert.h"
 #include "kiln/error.h"
 
@@ -65,6 +67,17 @@ Tensor Tensor::to_f32() const {
     Tensor out(shape_);
     decode_to_float(dtype_, reinterpret_cast<const uint8_t*>(bits16_.data()), out.data_.data(), size_t(numel_));
     return out;
+}
+
+void Tensor::row_to_f32(int64_t row, float* out) const {
+    require(rank() >= 1 && row >= 0 && row < shape_[0], ErrorKind::InvalidArgument,
+            "row " + std::to_string(row) + " of a tensor of shape " + shape_str(shape_));
+    const int64_t cols = numel_ / shape_[0];
+    if (dtype_ == DType::F32) {
+        std::copy(data_.begin() + row * cols, data_.begin() + (row + 1) * cols, out);
+        return;
+    }
+    decode_to_float(dtype_, reinterpret_cast<const uint8_t*>(bits16_.data() + row * cols), out, size_t(cols));
 }
 
 Tensor Tensor::converted(DType dtype) const {

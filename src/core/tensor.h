@@ -60,6 +60,8 @@ public:
     const uint16_t* bits16() const;
     // The same values as float32 (a copy; exact for F16 and BF16).
     Tensor to_f32() const;
+    // Row `row` of a [rows, ...] tensor of any dtype into out[numel / rows] as float32 (embedding lookups).
+    void row_to_f32(int64_t row, float* out) const;
     // The values rounded to `dtype` (F32, F16 or BF16; round to nearest even).
     Tensor converted(DType dtype) const;
     float& operator[](int64_t i) { return require_f32(), data_[i]; }

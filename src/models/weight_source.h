@@ -99,7 +99,8 @@ public:
     explicit WeightReader(const WeightSource& source) : source_(source) {}
     Tensor get(const std::string& name, const Shape& expected);
     Tensor get(const std::string& name);  // shape checked by the caller
-    // Weights of linear and conv2d: in the source's weights_dtype, or as the file stores them.
+    // Weights of linear and conv2d, and embedding tables read by rows (Tensor::row_to_f32): in the
+    // source's weights_dtype, or as the file stores them.
     Tensor get_matrix(const std::string& name, const Shape& expected);
     Tensor get_matrix(const std::string& name);  // shape checked by the caller
     bool has(const std::string& name) const { return source_.has(name); }

@@ -74,3 +74,18 @@ TEST(Tensor, MovedFromIsEmpty) {
     EXPECT_EQ(a.numel(), 0);  // NOLINT(bugprone-use-after-move): the state is the point
     EXPECT_TRUE(a.empty());
 }
+
+TEST(Tensor, RowToF32MatchesTheWholeConversion) {
+    const Tensor f({3, 5}, {0.1f, -2.f, 3.3f, 4.f, 5.5f, 6.f, 7.25f, -8.f, 9.f, 10.f, 1e-5f, 12.f, 13.f, -1e4f, 15.f});
+    for (DType d : {DType::F32, DType::F16, DType::BF16}) {
+        const Tensor t = f.converted(d), all = t.to_f32();
+        for (int64_t r = 0; r < 3; ++r) {
+            float row[5];
+            t.row_to_f32(r, row);
+            for (int c = 0; c < 5; ++c) EXPECT_EQ(row[c], all[r * 5 + c]) << dtype_name(d) << " " << r << "," << c;
+        }
+        float row[5];
+        EXPECT_THROW(t.row_to_f32(3, row), Error);
+        EXPECT_THROW(t.row_to_f32(-1, row), Error);
+    }
+}

@@ -14,7 +14,8 @@ ClipTextModel ClipTextModel::load(const WeightSource& source, const ClipTextConf
     WeightReader r(source);
     ClipTextModel m;
     m.config_ = config;
-    m.token_embedding_ = r.get("text_model.embeddings.token_embedding.weight", {config.vocab, h});
+    // The largest text-encoder tensor (49408 rows): kept in the file's precision, rows converted on lookup.
+    m.token_embedding_ = r.get_matrix("text_model.embeddings.token_embedding.weight", {config.vocab, h});
     m.position_embedding_ = r.get("text_model.embeddings.position_embedding.weight", {config.max_positions, h});
     for (int i = 0; i < config.layers; ++i) {
         const std::string p = "text_model.encoder.layers." + std::to_string(i) + ".";
@@ -97,9 +98,9 @@ ClipTextOutput ClipTextModel::encode(const std::vector<std::vector<int>>& ids, i
                         ", position " + std::to_string(t) + " is outside the vocabulary of " +
                         std::to_string(config_.vocab));
             float* dst = x.data() + (b * len + t) * h;
-            const float* tok = token_embedding_.data() + int64_t(id) * h;
+            token_embedding_.row_to_f32(id, dst);
             const float* pos = position_embedding_.data() + t * h;
-            for (int64_t c = 0; c < h; ++c) dst[c] = tok[c] + pos[c];
+            for (int64_t c = 0; c < h; ++c) dst[c] += pos[c];
             if (id > ids[b][eos[b]]) eos[b] = t;  // first position of the largest id, as torch.argmax
         }
     }
