@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ops/blas.h"
 #include "ops/checks.h"
@@ -16,12 +17,48 @@
 
 namespace kiln::ops {
 
+namespace {
+
+// Per (image, channel) plane: the norm im2col applies to x as it reads it (conv2d_group_norm_silu).
+struct InputNorm {
+    std::vector<float> scale, shift;
+};
+
+Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
+                   int64_t im2col_budget_bytes, int64_t weight_budget_bytes, const InputNorm* norm);
+
+}  // namespace
+
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) {
     return detail::conv2d_tiled(x, w, b, stride, padding, detail::kIm2colBudgetBytes);
 }
 
 Tensor detail::conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
                             int64_t im2col_budget_bytes, int64_t weight_budget_bytes) {
+    return conv2d_impl(x, w, b, stride, padding, im2col_budget_bytes, weight_budget_bytes, nullptr);
+}
+
+Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
+                              const Tensor& w, const Tensor* b, int stride, int padding) {
+    return detail::conv2d_group_norm_silu_tiled(x, groups, gamma, beta, eps, w, b, stride, padding,
+                                                detail::kIm2colBudgetBytes);
+}
+
+Tensor detail::conv2d_group_norm_silu_tiled(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                                            float eps, const Tensor& w, const Tensor* b, int stride, int padding,
+                                            int64_t im2col_budget_bytes, int64_t weight_budget_bytes) {
+    InputNorm norm;
+    {
+        OpScope stats(OpKind::GroupNorm);
+        detail::group_norm_affine(x, groups, gamma, beta, eps, norm.scale, norm.shift);
+    }
+    return conv2d_impl(x, w, b, stride, padding, im2col_budget_bytes, weight_budget_bytes, &norm);
+}
+
+namespace {
+
+Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
+                   int64_t im2col_budget_bytes, int64_t weight_budget_bytes, const InputNorm* norm) {
     using detail::check;
     using detail::desc;
     check(x.rank() == 4, "conv2d", desc("x", x) + " must be [N, C, H, W]");
@@ -58,7 +95,8 @@ Tensor detail::conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, i
 
     const float* xp = x.data();
     detail::WeightRows weight(w, "conv2d", weight_budget_bytes);
-    const bool pointwise = kh == 1 && kw == 1 && stride == 1 && padding == 0;
+    // A 1x1 convolution reads x directly, unless the norm must be applied on the way (im2col does it).
+    const bool pointwise = kh == 1 && kw == 1 && stride == 1 && padding == 0 && !norm;
     const detail::ConvGeometry g{cin, h, wd, kh, kw, stride, padding, ho, wo};
     const int64_t tile =
         std::clamp<int64_t>(im2col_budget_bytes / (std::max<int64_t>(k, 1) * int64_t(sizeof(float))), 1, pixels);
@@ -75,12 +113,17 @@ Tensor detail::conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, i
             }
             for (int64_t p0 = 0; p0 < pixels; p0 += tile) {
                 const int64_t p1 = std::min(pixels, p0 + tile);
-                detail::im2col_tile(xn, g, p0, p1, col.get());
+                const detail::ChannelAffine affine =
+                    norm ? detail::ChannelAffine{norm->scale.data() + n * cin, norm->shift.data() + n * cin}
+                         : detail::ChannelAffine{nullptr, nullptr};
+                detail::im2col_tile(xn, g, p0, p1, col.get(), norm ? &affine : nullptr);
                 blas::gemm(false, false, oc, p1 - p0, k, 1.0f, wp, k, col.get(), p1 - p0, beta, yn + p0, pixels);
             }
         }
     }
     return y;
 }
+
+}  // namespace
 
 }  // namespace kiln::ops

@@ -1,5 +1,5 @@
 // group_norm: per-channel sums in double (one pass), combined per group, then y = x * a + c per
-// channel. Channels, not groups, are the unit of parallel work, so a batch of one image still
+// channel (group_norm_affine gives a and c; conv2d_group_norm_silu applies them as im2col reads). Channels, not groups, are the unit of parallel work, so a batch of one image still
 // spreads over many threads.
 #include <algorithm>
 #include <cmath>
@@ -8,10 +8,12 @@
 #include "ops/checks.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
+#include "ops/tuning.h"
 
 namespace kiln::ops {
 
-Tensor group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps) {
+void detail::group_norm_affine(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
+                               std::vector<float>& scale, std::vector<float>& shift) {
     using detail::check;
     using detail::desc;
     check(x.rank() >= 2, "group_norm", desc("x", x) + " must be [N, C, ...]");
@@ -24,68 +26,71 @@ Tensor group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor
           desc("beta", beta) + " must be [" + std::to_string(channels) + "] for " + desc("x", x));
     check(eps >= 0.0f, "group_norm", "eps must be >= 0");
 
-    Tensor y(x.shape());
-    OpScope scope(OpKind::GroupNorm);
     const int64_t planes = n_img * channels;
-    if (planes == 0) return y;
+    scale.assign(planes, 0.0f);
+    shift.assign(planes, 0.0f);
+    if (planes == 0) return;
     const int64_t spatial = x.numel() / planes;
     const int64_t per_group = channels / groups;
-
     const float* xp = x.data();
-    float* yp = y.data();
     const double count = static_cast<double>(per_group * spatial);
     std::vector<double> sum(planes), sum_sq(planes);
-    std::vector<float> scale(planes), shift(planes);
     const int64_t grain = detail::chunk_items(planes, spatial);
-    // One parallel region for the three phases: on some VMs every fork/join costs a scheduler tick.
-#pragma omp parallel if (detail::worth_threads(planes, spatial))
-    {
-        // Sum and sum of squares in double: E[x^2] - E[x]^2 then loses about count * 2^-53 * (mean/std)^2
-        // of the variance, far below float32's 2^-24 for any activations a network produces.
-#pragma omp for schedule(dynamic, grain)
-        for (int64_t p = 0; p < planes; ++p) {
-            const float* row = xp + p * spatial;
-            double s = 0.0, s2 = 0.0;
+    // Sum and sum of squares in double: E[x^2] - E[x]^2 then loses about count * 2^-53 * (mean/std)^2
+    // of the variance, far below float32's 2^-24 for any activations a network produces.
+#pragma omp parallel for schedule(dynamic, grain) if (detail::worth_threads(planes, spatial))
+    for (int64_t p = 0; p < planes; ++p) {
+        const float* row = xp + p * spatial;
+        double s = 0.0, s2 = 0.0;
 #pragma omp simd reduction(+ : s, s2)
-            for (int64_t i = 0; i < spatial; ++i) {
-                const double v = row[i];
-                s += v;
-                s2 += v * v;
-            }
-            sum[p] = s;
-            sum_sq[p] = s2;
+        for (int64_t i = 0; i < spatial; ++i) {
+            const double v = row[i];
+            s += v;
+            s2 += v * v;
         }
-
-        // Per channel: y = x * scale + shift with scale = gamma * rstd, shift = beta - mean * scale.
-#pragma omp single
-        for (int64_t n = 0; n < n_img; ++n) {
-            for (int64_t g = 0; g < groups; ++g) {
-                double s = 0.0, s2 = 0.0;
-                const int64_t c0 = g * per_group;
-                for (int64_t c = c0; c < c0 + per_group; ++c) {
-                    s += sum[n * channels + c];
-                    s2 += sum_sq[n * channels + c];
-                }
-                const double mean = s / count;
-                const double var = std::max(0.0, s2 / count - mean * mean);  // biased, as torch
-                const double rstd = 1.0 / std::sqrt(var + static_cast<double>(eps));
-                for (int64_t c = c0; c < c0 + per_group; ++c) {
-                    const double a = static_cast<double>(gamma[c]) * rstd;
-                    scale[n * channels + c] = static_cast<float>(a);
-                    shift[n * channels + c] = static_cast<float>(static_cast<double>(beta[c]) - mean * a);
-                }
+        sum[p] = s;
+        sum_sq[p] = s2;
+    }
+    // Per channel: y = x * scale + shift with scale = gamma * rstd, shift = beta - mean * scale.
+    for (int64_t n = 0; n < n_img; ++n) {
+        for (int64_t g = 0; g < groups; ++g) {
+            double s = 0.0, s2 = 0.0;
+            const int64_t c0 = g * per_group;
+            for (int64_t c = c0; c < c0 + per_group; ++c) {
+                s += sum[n * channels + c];
+                s2 += sum_sq[n * channels + c];
+            }
+            const double mean = s / count;
+            const double var = std::max(0.0, s2 / count - mean * mean);  // biased, as torch
+            const double rstd = 1.0 / std::sqrt(var + static_cast<double>(eps));
+            for (int64_t c = c0; c < c0 + per_group; ++c) {
+                const double a = static_cast<double>(gamma[c]) * rstd;
+                scale[n * channels + c] = static_cast<float>(a);
+                shift[n * channels + c] = static_cast<float>(static_cast<double>(beta[c]) - mean * a);
             }
         }
+    }
+}
 
-#pragma omp for schedule(dynamic, grain)
-        for (int64_t p = 0; p < planes; ++p) {
+Tensor group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps) {
+    OpScope op(OpKind::GroupNorm);
+    std::vector<float> scale, shift;
+    detail::group_norm_affine(x, groups, gamma, beta, eps, scale, shift);
+    Tensor y(x.shape());
+    const int64_t planes = static_cast<int64_t>(scale.size());
+    if (planes == 0) return y;
+    const int64_t spatial = x.numel() / planes;
+    const float* xp = x.data();
+    float* yp = y.data();
+    detail::parallel_for(planes, spatial, [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) {
             const float a = scale[p], c = shift[p];
             const float* src = xp + p * spatial;
             float* dst = yp + p * spatial;
 #pragma omp simd
             for (int64_t i = 0; i < spatial; ++i) dst[i] = src[i] * a + c;
         }
-    }
+    });
     return y;
 }
 

@@ -1,9 +1,11 @@
+#include "ops/no_trapping_math.h"  // first: as in activations.cpp, so silu compiles the same
 #include "ops/im2col.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "ops/parallel.h"
+#include "ops/vec_math.h"
 
 namespace kiln::ops::detail {
 
@@ -11,7 +13,7 @@ namespace {
 
 // One row of col: tap (c, i, j) for output pixels [p0, p1), which may span several output rows.
 void fill_row(const float* x, const ConvGeometry& g, int64_t c, int64_t i, int64_t j, int64_t p0, int64_t p1,
-              float* dst) {
+              float* dst, const ChannelAffine* affine) {
     const int64_t s = g.stride;
     const int64_t off = j - g.padding;  // ix = ox * s + off
     // Output columns whose tap lands inside the image: 0 <= ox * s + off < width.
@@ -34,6 +36,15 @@ void fill_row(const float* x, const ConvGeometry& g, int64_t c, int64_t i, int64
             } else {
                 for (int64_t ox = lo; ox < hi; ++ox) dst[ox - ox0] = src[ox * s + off];
             }
+            if (affine) {  // group_norm's y = x * a + b, then silu_'s y * sigmoid(y)
+                const float a = affine->scale[c], b = affine->shift[c];
+                float* seg = dst + (lo - ox0);
+#pragma omp simd
+                for (int64_t k = 0; k < hi - lo; ++k) {
+                    const float v = seg[k] * a + b;
+                    seg[k] = v * vec::sigmoid(v);
+                }
+            }
             std::fill(dst + (hi - ox0), dst + (ox1 - ox0), 0.0f);
         }
         dst += ox1 - ox0;
@@ -43,13 +54,14 @@ void fill_row(const float* x, const ConvGeometry& g, int64_t c, int64_t i, int64
 
 }  // namespace
 
-void im2col_tile(const float* x, const ConvGeometry& g, int64_t p0, int64_t p1, float* col) {
+void im2col_tile(const float* x, const ConvGeometry& g, int64_t p0, int64_t p1, float* col,
+                 const ChannelAffine* affine) {
     const int64_t rows = g.channels * g.kh * g.kw;
     const int64_t cols = p1 - p0;
     parallel_for(rows, cols, [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
             const int64_t c = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
-            fill_row(x, g, c, i, j, p0, p1, col + r * cols);
+            fill_row(x, g, c, i, j, p0, p1, col + r * cols, affine);
         }
     });
 }

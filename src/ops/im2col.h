@@ -14,6 +14,13 @@ struct ConvGeometry {
 // x [C, H, W] into col [C * kh * kw, p1 - p0]; row (c * kh + i) * kw + j matches w [O, C, kh, kw]
 // flattened to [O, C * kh * kw]. Taps outside the image read as 0 (zero padding).
 // Runs OpenMP threads over the rows; call it outside a parallel region.
-void im2col_tile(const float* x, const ConvGeometry& g, int64_t p0, int64_t p1, float* col);
+// With `affine` (scale[c], shift[c] per input channel), every in-image tap becomes
+// silu(v * scale[c] + shift[c]), exactly as group_norm then silu_ compute it; padding stays 0.
+struct ChannelAffine {
+    const float* scale;
+    const float* shift;
+};
+void im2col_tile(const float* x, const ConvGeometry& g, int64_t p0, int64_t p1, float* col,
+                 const ChannelAffine* affine = nullptr);
 
 }  // namespace kiln::ops::detail

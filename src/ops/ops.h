@@ -25,6 +25,12 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b);
 // Ho = (H + 2*padding - kh) / stride + 1.
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride = 1, int padding = 0);
 
+// conv2d(silu(group_norm(x, groups, gamma, beta, eps)), w, b, ...) with exactly that result, without the
+// normalised copy of x: im2col applies the norm and SiLU as it reads (a ResNet block's memory peak).
+// Timed as conv2d (plus the statistics pass, as group_norm).
+Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
+                              const Tensor& w, const Tensor* b, int stride = 1, int padding = 0);
+
 // x [N,C,...]; statistics over each group of C/groups channels (and all trailing dims); gamma, beta [C].
 Tensor group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps);
 

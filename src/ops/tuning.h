@@ -2,6 +2,7 @@
 // benchmarks. The public ops in ops.h call these with the defaults below.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -21,6 +22,15 @@ constexpr int64_t kWeightTileBudgetBytes = int64_t(32) << 20;
 // weights, budget of converted weight rows (at least one row; default weight_rows.h's).
 Tensor conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
                     int64_t im2col_budget_bytes, int64_t weight_budget_bytes = kWeightTileBudgetBytes);
+
+// Per (image, channel) plane of x [N, C, ...]: group_norm's y = x * scale + shift (checks as group_norm).
+void group_norm_affine(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
+                       std::vector<float>& scale, std::vector<float>& shift);
+
+// conv2d_group_norm_silu with explicit budgets (as conv2d_tiled).
+Tensor conv2d_group_norm_silu_tiled(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
+                                    const Tensor& w, const Tensor* b, int stride, int padding,
+                                    int64_t im2col_budget_bytes, int64_t weight_budget_bytes = kWeightTileBudgetBytes);
 
 // linear with an explicit budget of converted weight rows for F16/BF16 weights.
 Tensor linear_tiled(const Tensor& x, const Tensor& w, const Tensor* b, int64_t weight_budget_bytes);

@@ -103,6 +103,23 @@ Check conv_check(const ConvShape& s, bool with_bias, int64_t budget_bytes, uint6
     return c;
 }
 
+// The fused GroupNorm+SiLU input must give exactly what conv2d of the materialised silu(group_norm(x))
+// gives: the same float operations per element, the same columns, the same sgemm calls (bound 0). The
+// unfused composition is itself checked against the references above.
+Check fused_norm_conv_check(const ConvShape& s, int groups, int64_t budget_bytes, uint64_t seed,
+                            DType wtype = DType::F32) {
+    const Tensor x = scaled(random_tensor({s.n, s.c, s.h, s.w}, seed), 3.0);
+    const Tensor gamma = random_tensor({s.c}, seed + 3, 0.5f, 1.5f), beta = random_tensor({s.c}, seed + 4);
+    const Tensor w = random_tensor({s.o, s.c, s.kh, s.kw}, seed + 1).converted(wtype);
+    const Tensor b = random_tensor({s.o}, seed + 2);
+    Tensor normed = group_norm(x, groups, gamma, beta, 1e-6f);
+    silu_(normed);
+    Check c{detail::conv2d_group_norm_silu_tiled(x, groups, gamma, beta, 1e-6f, w, &b, s.stride, s.padding, budget_bytes),
+            detail::conv2d_tiled(normed, w, &b, s.stride, s.padding, budget_bytes), {}};
+    c.bound = Tensor(c.expected.shape());
+    return c;
+}
+
 CaseList cases_conv2d() {
     constexpr int64_t kDefault = detail::kIm2colBudgetBytes;
     return {
@@ -130,6 +147,11 @@ CaseList cases_conv2d() {
         // Weight tiles of 2 output channels (33*9 floats each) around im2col tiles of 5 columns.
         {"f16_weight_tiles_of_2_channels_and_5_columns",
          [] { return conv_check({2, 33, 13, 7, 31, 3, 3, 2, 1}, true, 33 * 9 * 5 * 4, 39, DType::F16, 2 * 33 * 9 * 4); }},
+        {"norm_silu_3x3_s1_p1_odd_b2_c32_g8", [] { return fused_norm_conv_check({2, 32, 11, 7, 9, 3, 3, 1, 1}, 8, kDefault, 43); }},
+        {"norm_silu_3x3_s2_p1_tiled_5_columns",
+         [] { return fused_norm_conv_check({1, 6, 13, 7, 5, 3, 3, 2, 1}, 3, 6 * 9 * 5 * 4, 44); }},
+        {"norm_silu_1x1_goes_through_im2col", [] { return fused_norm_conv_check({2, 4, 5, 3, 7, 1, 1, 1, 0}, 2, kDefault, 45); }},
+        {"norm_silu_f16_weight_one_group", [] { return fused_norm_conv_check({1, 5, 4, 4, 3, 3, 3, 1, 1}, 1, kDefault, 46, DType::F16); }},
         {"bf16_weight_tiles_of_1_channel_1x1", [] { return conv_check({1, 6, 5, 4, 3, 1, 1, 1, 0}, false, kDefault, 40, DType::BF16, 1); }},
     };
 }

@@ -50,13 +50,12 @@ void ResnetBlock::load(WeightReader& r, const std::string& name, int64_t in, int
 }
 
 Tensor ResnetBlock::operator()(const Tensor& x, const Tensor& temb_silu) const {
-    Tensor h = norm1(x);
-    ops::silu_(h);
-    h = conv1(h);
+    // conv(silu(norm(.))) fused: the normalised copies are never made.
+    Tensor h = ops::conv2d_group_norm_silu(x, norm1.groups, norm1.gamma, norm1.beta, norm1.eps, conv1.weight,
+                                           &conv1.bias, conv1.stride, conv1.padding);
     ops::add_channel_bias_(h, time_emb_proj(temb_silu));
-    h = norm2(h);
-    ops::silu_(h);
-    h = conv2(h);
+    h = ops::conv2d_group_norm_silu(h, norm2.groups, norm2.gamma, norm2.beta, norm2.eps, conv2.weight, &conv2.bias,
+                                    conv2.stride, conv2.padding);
     if (has_shortcut) ops::add_(h, shortcut(x));
     else ops::add_(h, x);
     return h;

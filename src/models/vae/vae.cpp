@@ -71,8 +71,7 @@ Tensor Vae::decode(const Tensor& latents) const {
         for (const vae::Resnet& res : level.resnets) x = res.forward(x, groups);
         if (level.resample) x = vae::upsample(x, *level.resample);
     }
-    x = vae::norm_silu(x, dec_norm_out_, groups);
-    return ops::conv2d(x, dec_conv_out_.w, &dec_conv_out_.b, 1, 1);
+    return vae::norm_silu_conv(x, dec_norm_out_, groups, dec_conv_out_);
 }
 
 Vae::Posterior Vae::encode(const Tensor& image) const {
@@ -90,7 +89,7 @@ Vae::Posterior Vae::encode(const Tensor& image) const {
         if (level.resample) x = vae::downsample(x, *level.resample);
     }
     x = enc_mid_.forward(x, groups);
-    x = ops::conv2d(vae::norm_silu(x, enc_norm_out_, groups), enc_conv_out_.w, &enc_conv_out_.b, 1, 1);
+    x = vae::norm_silu_conv(x, enc_norm_out_, groups, enc_conv_out_);
     if (quant_conv_) x = ops::conv2d(x, quant_conv_->w, &quant_conv_->b);
 
     // moments [N, 2L, h, w] = mean (first L channels) then logvar.

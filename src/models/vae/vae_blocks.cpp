@@ -15,10 +15,8 @@ Norm Norm::load(WeightReader& r, const std::string& prefix, int64_t channels) {
     return Norm{r.get(prefix + ".weight", {channels}), r.get(prefix + ".bias", {channels})};
 }
 
-Tensor norm_silu(const Tensor& x, const Norm& n, int groups) {
-    Tensor y = ops::group_norm(x, groups, n.w, n.b, kNormEps);
-    ops::silu_(y);
-    return y;
+Tensor norm_silu_conv(const Tensor& x, const Norm& n, int groups, const Conv& conv) {
+    return ops::conv2d_group_norm_silu(x, groups, n.w, n.b, kNormEps, conv.w, &conv.b, 1, 1);
 }
 
 Resnet Resnet::load(WeightReader& r, const std::string& prefix, int64_t in, int64_t out) {
@@ -32,8 +30,9 @@ Resnet Resnet::load(WeightReader& r, const std::string& prefix, int64_t in, int6
 }
 
 Tensor Resnet::forward(const Tensor& x, int groups) const {
-    Tensor h = ops::conv2d(norm_silu(x, norm1, groups), conv1.w, &conv1.b, 1, 1);
-    h = ops::conv2d(norm_silu(h, norm2, groups), conv2.w, &conv2.b, 1, 1);
+    // Fused: the normalised copy of x (the decoder's largest tensor at full size) is never made.
+    Tensor h = norm_silu_conv(x, norm1, groups, conv1);
+    h = norm_silu_conv(h, norm2, groups, conv2);
     if (shortcut)
         ops::add_(h, ops::conv2d(x, shortcut->w, &shortcut->b));
     else

@@ -24,7 +24,8 @@ struct Norm {
 };
 
 // GroupNorm(eps 1e-6) then SiLU, the pre-activation every conv of the VAE gets.
-Tensor norm_silu(const Tensor& x, const Norm& n, int groups);
+// conv (3x3, padding 1) of silu(group_norm(x)), without materialising the normalised x.
+Tensor norm_silu_conv(const Tensor& x, const Norm& n, int groups, const Conv& conv);
 
 struct Resnet {
     Norm norm1, norm2;
