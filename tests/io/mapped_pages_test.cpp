@@ -45,6 +45,8 @@ TEST(MappedPages, LoadingHoldsTheWeightsOnceNotTwice) {
     std::printf("[ pages ] loading %lld bytes of F16 grew the resident set by %lld bytes\n",
                 static_cast<long long>(file_bytes), static_cast<long long>(grown));
     EXPECT_EQ(held[3].bits16()[0], 0x4300);  // 3.5 as F16: the data did arrive
-    // The copies are file_bytes; the file's pages would add as much again without the drop.
-    EXPECT_LT(grown, file_bytes * 5 / 4);
+    // The copies are file_bytes; the file's pages would add as much again without the drop (2x). The
+    // threshold between the two leaves room for AddressSanitizer's shadow (1/8 of what is allocated)
+    // and allocator slack: 1.26x was measured under the sanitizers.
+    EXPECT_LT(grown, file_bytes * 3 / 2);
 }
