@@ -175,6 +175,10 @@ TEST_F(BadArguments, UnknownRng) {
     expect_one_error_line(txt2img({"-W", "64", "-H", "64", "--steps", "1", "--rng", "gpu"}), {"--rng", "gpu"});
 }
 
+TEST_F(BadArguments, UnknownWeightsPrecision) {
+    expect_one_error_line(txt2img({"-W", "64", "-H", "64", "--steps", "1", "--weights", "f8"}), {"--weights", "f8"});
+}
+
 TEST_F(BadArguments, OutputPathIsADirectory) {
     // The image is made, then cannot be put in place: the reason must be the system's ("Is a
     // directory"), and no temporary file may be left beside it.

@@ -275,3 +275,23 @@ TEST(DefaultSize, DiffusersFolderUsesItsSampleSize) {
     EXPECT_EQ(img.width, 128);
     EXPECT_EQ(img.height, 128);
 }
+
+// The fixture's weights are fp16: kept as fp16 (the default) or converted to float32 at load, the
+// products see the same float32 values, so the pixels are identical; bf16 rounds the weights again
+// and still makes an image of the requested size.
+TEST(WeightsOption, Fp16FileGivesTheSamePixelsKeptOrConvertedToFloat32) {
+    TempDir tmp;
+    auto generate = [&](const std::string& name, const std::vector<std::string>& extra) {
+        const std::string out = tmp.file(name);
+        std::vector<std::string> args = {"txt2img", "-m", kSd15, "-p", "a circle", "-W", "72", "-H", "48",
+                                         "--steps", "3", "--seed", "5", "-o", out, "--quiet"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        expect_success(run_kiln(args));
+        return kiln::read_png(out);
+    };
+    const kiln::Image stored = generate("stored.png", {}), f32 = generate("f32.png", {"--weights", "f32"});
+    const kiln::Image bf16 = generate("bf16.png", {"--weights", "bf16"});
+    EXPECT_EQ(stored.pixels, f32.pixels);
+    EXPECT_EQ(bf16.width, 72);
+    EXPECT_EQ(bf16.height, 48);
+}
