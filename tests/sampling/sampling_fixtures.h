@@ -5,10 +5,12 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/noise.h"
+#include "core/tensor.h"
 #include "sampling/scheduler_config.h"
 
 namespace kiln::test {
@@ -63,6 +65,15 @@ private:
         return state_;
     }
     uint64_t state_;
+};
+
+// A denoiser that records the timesteps the loop calls it with and returns zeros.
+struct RecordingDenoiser {
+    std::vector<float> seen;
+    Tensor operator()(const Tensor& x, float t) {
+        seen.push_back(t);
+        return Tensor(x.shape());
+    }
 };
 
 }  // namespace kiln::test

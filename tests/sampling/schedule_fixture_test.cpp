@@ -69,15 +69,6 @@ TEST(ScheduleFixtures, InitNoiseSigmaFollowsSpacing) {
     }
 }
 
-// Records the timesteps the loop calls the model with; returns zeros.
-struct RecordingDenoiser {
-    std::vector<float> seen;
-    Tensor operator()(const Tensor& x, float t) {
-        seen.push_back(t);
-        return Tensor(x.shape());
-    }
-};
-
 TEST(ScheduleFixtures, Img2ImgTimestepsMatchDiffusers) {
     for (const char* model : test::kModels) {
         // img2img loaded the pipeline from the diffusers folder: the saved config, explicit spacing.
@@ -96,7 +87,7 @@ TEST(ScheduleFixtures, Img2ImgTimestepsMatchDiffusers) {
 
             // The loop must call the model with diffusers' timesteps[t_start * order:], where
             // t_start = steps - int(steps * strength) = 8 - 4.
-            RecordingDenoiser rec;
+            test::RecordingDenoiser rec;
             test::TestNoise rng;
             const Tensor init = Tensor::filled({1, 4, 2, 2}, 0.5f);
             run_img2img(*s, steps, strength, init, rng, [&](const Tensor& x, float t) { return rec(x, t); });
@@ -111,7 +102,7 @@ TEST(ScheduleFixtures, Txt2ImgLoopCallsTheModelAtEveryTimestepAndReportsProgress
     const nlohmann::json input = test::loaded_model_scheduler_config("sd15-mini");
     for (const char* name : {"heun", "pndm", "euler_a", "lcm", "dpmpp_2m_karras"}) {
         auto s = make_scheduler(name, scheduler_config_for(name, input));
-        RecordingDenoiser rec;
+        test::RecordingDenoiser rec;
         test::TestNoise rng;
         std::vector<std::pair<int, int>> progress;
         run_txt2img(*s, 6, Tensor::filled({1, 4, 2, 2}, 1.0f), [&](const Tensor& x, float t) { return rec(x, t); }, rng,

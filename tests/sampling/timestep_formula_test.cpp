@@ -242,15 +242,6 @@ TEST(TimestepFormula, DdimStepsToTimestepMinusTheFlooredRatio) {
     }
 }
 
-// Records the timesteps the loop calls the model with; returns zeros.
-struct Recorder {
-    std::vector<float> seen;
-    Tensor operator()(const Tensor& x, float t) {
-        seen.push_back(t);
-        return Tensor(x.shape());
-    }
-};
-
 // img2img (StableDiffusionImg2ImgPipeline.get_timesteps): init_timestep = min(int(n * strength), n),
 // t_start = max(n - init_timestep, 0), the loop runs timesteps[t_start * order:] and the noise is
 // added at the first of them. Every sampler, both spacings of the minis' configs, 1..25 steps.
@@ -265,7 +256,7 @@ TEST(TimestepFormula, Img2ImgStartsAtDiffusersFirstTimestepForEverySampler) {
                     const int t_start = std::max(n - init_timestep, 0);
                     const std::string where = std::string(sampler) + "/" + spacing + "/" + std::to_string(n) +
                                               " steps/strength " + std::to_string(strength);
-                    Recorder rec;
+                    test::RecordingDenoiser rec;
                     test::TestNoise rng;
                     const Tensor init = Tensor::filled({1, 4, 2, 2}, 0.25f);
                     if (init_timestep == 0) {
