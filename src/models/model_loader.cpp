@@ -83,15 +83,17 @@ void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const L
         ClipTokenizer tok = ClipTokenizer::from_folder(tdir.string());
         auto file = open_shared(component_weights(edir, "model"));
         ClipTextConfig config = load_clip_text_config((edir / "config.json").string());
-        m.text_encoders.push_back(TextEncoder{std::move(tok), ClipTextModel::load(with_weights(FileSource(file), options), config)});
+        m.text_encoders.push_back(
+            TextEncoder{std::move(tok), ClipTextModel::load(with_weights(FileSource(file), options), config)});
     }
     const std::string act = m.text_encoders[0].model.config().act;
     m.arch = xl ? Architecture::SDXL : (act == "gelu" ? Architecture::SD2 : Architecture::SD1);
 
     auto unet_file = open_shared(component_weights(dir / "unet", "diffusion_pytorch_model"));
     const fs::path unet_config_path = dir / "unet" / "config.json";
-    m.unet = std::make_unique<UNet>(UNet::load(
-        with_weights(FileSource(unet_file), options), unet_config_from_json(read_json_file(unet_config_path), unet_config_path.string())));
+    m.unet = std::make_unique<UNet>(
+        UNet::load(with_weights(FileSource(unet_file), options),
+                   unet_config_from_json(read_json_file(unet_config_path), unet_config_path.string())));
     auto vae_file = open_shared(component_weights(dir / "vae", "diffusion_pytorch_model"));
     VaeConfig vae_config = load_vae_config((dir / "vae" / "config.json").string());
     m.vae_scale = vae_config.scaling_factor;
@@ -114,8 +116,8 @@ void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadO
     std::vector<std::string> unknown;
 
     auto add_clip = [&](ClipSingleFile clip, const char* pad_token) {
-        MappedSource src(file, std::move(clip.table), "text encoder");
-        src.weights_dtype = options.weights;
+        const MappedSource src =
+            with_weights(MappedSource(file, std::move(clip.table), "text encoder"), options);
         ClipTokenizer tok = ClipTokenizer::builtin();
         tok.set_pad_token(pad_token);
         m.text_encoders.push_back(TextEncoder{std::move(tok), ClipTextModel::load(src, clip.config)});
@@ -151,16 +153,17 @@ void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadO
         MappedSource(file, unet_table, "UNet"), m.arch == Architecture::SD1 ? HeadRule::FixedCount : HeadRule::FixedWidth,
         pooled);
     // Loading again with the config known, so that a missing tensor is named as the file would name it.
-    MappedSource unet_src(file, std::move(unet_table), "UNet", [&unet_config](const std::string& name) {
-        return unet_ldm_name(name, unet_config, "model.diffusion_model.");
-    });
-    unet_src.weights_dtype = options.weights;
+    const MappedSource unet_src = with_weights(
+        MappedSource(file, std::move(unet_table), "UNet",
+                     [&unet_config](const std::string& name) {
+                         return unet_ldm_name(name, unet_config, "model.diffusion_model.");
+                     }),
+        options);
     m.unet = std::make_unique<UNet>(UNet::load(unet_src, unet_config));
 
     m.vae_scale = m.arch == Architecture::SDXL ? 0.13025f : 0.18215f;
     VaeSingleFile vae = ldm_vae_layout(*file, m.vae_scale);
-    MappedSource vae_src(file, std::move(vae.table), "VAE");
-    vae_src.weights_dtype = options.weights;
+    const MappedSource vae_src = with_weights(MappedSource(file, std::move(vae.table), "VAE"), options);
     m.vae = std::make_unique<Vae>(Vae::load(vae_src, vae.config));
 
     const char* component_prefixes[] = {"model.diffusion_model.", "first_stage_model.", "cond_stage_model.",

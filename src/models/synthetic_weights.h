@@ -3,9 +3,9 @@
 // The configurations are those of the released checkpoints (runwayml SD 1.5, stabilityai SD 2.1,
 // SDXL base 1.0); "tiny" is the fixtures' sd15-mini (tests/data) for quick runs of the machinery.
 #pragma once
-#include <optional>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 

@@ -111,11 +111,11 @@ Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, int stride
                 blas::gemm(false, false, oc, pixels, cin, 1.0f, wp, cin, xn, pixels, beta, yn, pixels);
                 continue;
             }
+            const detail::ChannelAffine affine =
+                norm ? detail::ChannelAffine{norm->scale.data() + n * cin, norm->shift.data() + n * cin}
+                     : detail::ChannelAffine{nullptr, nullptr};
             for (int64_t p0 = 0; p0 < pixels; p0 += tile) {
                 const int64_t p1 = std::min(pixels, p0 + tile);
-                const detail::ChannelAffine affine =
-                    norm ? detail::ChannelAffine{norm->scale.data() + n * cin, norm->shift.data() + n * cin}
-                         : detail::ChannelAffine{nullptr, nullptr};
                 detail::im2col_tile(xn, g, p0, p1, col.get(), norm ? &affine : nullptr);
                 blas::gemm(false, false, oc, p1 - p0, k, 1.0f, wp, k, col.get(), p1 - p0, beta, yn + p0, pixels);
             }

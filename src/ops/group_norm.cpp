@@ -1,5 +1,6 @@
 // group_norm: per-channel sums in double (one pass), combined per group, then y = x * a + c per
-// channel (group_norm_affine gives a and c; conv2d_group_norm_silu applies them as im2col reads). Channels, not groups, are the unit of parallel work, so a batch of one image still
+// channel (group_norm_affine gives a and c; conv2d_group_norm_silu applies them as im2col reads).
+// Channels, not groups, are the unit of parallel work, so a batch of one image still
 // spreads over many threads.
 #include <algorithm>
 #include <cmath>

@@ -23,8 +23,8 @@ struct Norm {
     static Norm load(WeightReader& r, const std::string& prefix, int64_t channels);
 };
 
-// GroupNorm(eps 1e-6) then SiLU, the pre-activation every conv of the VAE gets.
-// conv (3x3, padding 1) of silu(group_norm(x)), without materialising the normalised x.
+// conv (3x3, padding 1) of silu(GroupNorm(eps 1e-6)(x)), the pre-activated conv of the VAE, without
+// materialising the normalised x.
 Tensor norm_silu_conv(const Tensor& x, const Norm& n, int groups, const Conv& conv);
 
 struct Resnet {
