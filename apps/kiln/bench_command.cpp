@@ -80,6 +80,8 @@ int run_bench(const BenchOptions& o) {
     report.config.synthetic = synthetic;
     report.config.device = o.device;
     report.config.precision = o.precision;
+    // Synthetic weights are made as float32; a file's stay as it stores them unless --weights says.
+    report.config.weights = !o.weights.empty() ? o.weights : synthetic ? "f32" : "stored";
     report.config.width = o.width;
     report.config.height = o.height;
     report.config.batch = o.batch;

@@ -78,6 +78,7 @@ json bench_report_to_json(const BenchReport& r) {
     j["machine"] = {{"cpu", r.cpu}, {"logical_cpus", r.logical_cpus}, {"os", r.os}};
     const BenchConfig& c = r.config;
     j["config"] = {{"model", c.model},   {"synthetic", c.synthetic}, {"device", c.device}, {"precision", c.precision},
+                   {"weights", c.weights},
                    {"width", c.width},   {"height", c.height},       {"batch", c.batch},   {"steps", c.steps},
                    {"warmup", c.warmup}, {"repeats", c.repeats},     {"threads", c.threads}};
     j["suites"] = json::array();
@@ -113,7 +114,8 @@ std::string format_bench_table(const BenchReport& r) {
     const BenchConfig& c = r.config;
     std::string out = "kiln bench: " + c.model + (c.synthetic ? " (synthetic weights)" : "") + ", " +
                       std::to_string(c.width) + "x" + std::to_string(c.height) + ", batch " + std::to_string(c.batch) +
-                      ", " + c.device + " " + c.precision + ", " + std::to_string(c.threads) + " threads, " +
+                      ", " + c.device + " " + c.precision + ", weights " + c.weights + ", " +
+                      std::to_string(c.threads) + " threads, " +
                       std::to_string(c.warmup) + " warm-up + " + std::to_string(c.repeats) + " timed runs\n";
     out += "machine: " + r.cpu + " (" + std::to_string(r.logical_cpus) + " logical CPUs), " + r.os + "\n\n";
     TextTable t({"suite", "runs", "median ms", "min ms", "max ms", "stddev ms", "cores", "GFLOP", "TFLOP/s",

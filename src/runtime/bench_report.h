@@ -33,6 +33,7 @@ struct BenchConfig {
     std::string model;        // sd15 | sd21 | sdxl, or the path given with -m
     bool synthetic = true;
     std::string device = "cpu", precision = "fp32";
+    std::string weights = "f32";  // precision of the weight matrices in memory: f32, f16, bf16 or "stored"
     int width = 512, height = 512, batch = 1, steps = 20, warmup = 2, repeats = 10, threads = 1;
 };
 

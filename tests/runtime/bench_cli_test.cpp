@@ -150,6 +150,22 @@ TEST(BenchCommand, Sd15TextSuiteHasViTLsFlops) {
     std::remove(json.c_str());
 }
 
+// --weights f16 keeps ViT-L's matrices (12 layers x (4 x 768^2 + 2 x 768 x 3072)) and its 49408 x 768 token
+// embedding at 2 bytes a value; the other 180,480 parameters (position embedding, norms, biases) stay
+// float32. The report says which weights it measured.
+TEST(BenchCommand, Fp16WeightsHalveTheMatricesAndAreRecorded) {
+    const std::string json = temp_path("sd15_text_f16.json");
+    const auto r = run_cli({"bench", "--arch", "sd15", "--suite", "text", "--warmup", "0", "--repeats", "1",
+                            "--weights", "f16", "--json", json});
+    ASSERT_TRUE(r.exited && r.exit_code == 0) << r.describe();
+    const nlohmann::json j = read_json(json);
+    EXPECT_EQ(j["config"]["weights"], "f16");
+    const int64_t matrices = 12LL * (4 * 768 * 768 + 2 * 768 * 3072) + 49408LL * 768;
+    EXPECT_EQ(j["suites"][0]["memory"]["peak_by_category"]["weights"].get<int64_t>(),
+              matrices * 2 + (123060480LL - matrices) * 4);
+    std::remove(json.c_str());
+}
+
 TEST(GenerateProfile, Txt2imgTraceHasOneSpanPerStageZone) {
     const std::string trace = temp_path("gen_trace.json"), png = temp_path("gen.png");
     const auto r = run_cli({"txt2img", "-m", std::string(KILN_TEST_DATA) + "/sd15-mini/sd15-mini.safetensors", "-p",
