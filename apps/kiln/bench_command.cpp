@@ -38,10 +38,7 @@ int run_compare(const BenchOptions& o) {
 int run_bench(const BenchOptions& o) {
     if (!o.compare.empty()) return run_compare(o);
 
-    require(o.device == "cpu", ErrorKind::Unsupported,
-            "device '" + o.device + "': kiln has only the CPU backend so far");
-    require(o.precision == "fp32", ErrorKind::Unsupported,
-            "precision '" + o.precision + "': the CPU backend computes in fp32 only");
+    const Placement placement = resolve_placement(o.device, o.precision);
     require(!o.suites.empty(), ErrorKind::InvalidArgument,
             "name the suites to run with --suite (unet, text, vae-decode, vae-encode, txt2img)");
     require(o.arch.empty() || o.model.empty(), ErrorKind::InvalidArgument,
@@ -64,11 +61,15 @@ int run_bench(const BenchOptions& o) {
         if (synthetic) {
             SyntheticParts parts = parts_for(suites);
             parts.weights = weights_option(o.weights);
+            parts.device = placement.device;
+            parts.precision = placement.precision;
             model = make_synthetic_model(arch, parts);
         } else {
             LoadOptions load;
             if (!o.prediction.empty()) load.prediction = o.prediction[0] == 'v' ? "v_prediction" : "epsilon";
             load.weights = weights_option(o.weights);
+            load.device = placement.device;
+            load.precision = placement.precision;
             model = load_model(o.model, load);
         }
     }
@@ -78,8 +79,8 @@ int run_bench(const BenchOptions& o) {
     describe_machine(report);
     report.config.model = synthetic ? synthetic_arch_name(arch) : o.model;
     report.config.synthetic = synthetic;
-    report.config.device = o.device;
-    report.config.precision = o.precision;
+    report.config.device = device_name(placement.device);
+    report.config.precision = dtype_name(placement.precision);
     // Synthetic weights are made as float32; a file's stay as it stores them unless --weights says.
     report.config.weights = !o.weights.empty() ? o.weights : synthetic ? "f32" : "stored";
     report.config.width = o.width;

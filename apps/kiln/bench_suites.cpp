@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 
+#include "core/backend.h"
 #include "core/memory.h"
 #include "kiln/error.h"
 #include "pipeline/generate.h"
@@ -42,14 +43,17 @@ SuiteRun make_text_run(const StableDiffusionModel& m, const SuiteSettings& s) {
                         for (int b = 0; b < batch; ++b) ids.push_back(te.tokenizer.encode_padded(kPrompt, te.tokenizer.pad_id()));
                     }
                     StageScope zone(Stage::TextEncode);
-                    te.model.encode(ids, 1);
+                    te.model.encode(ids, 1);  // its outputs come back to the host, so the GPU is done
                 }
             }};
 }
 
 struct UnetInputs {
-    Tensor sample, context, text_embeds, time_ids;
+    Tensor sample, context, text_embeds, time_ids, timesteps;
 };
+
+// The model's GPU backend, or null on the CPU.
+Backend* gpu_of(const StableDiffusionModel& m) { return m.device.is_cpu() ? nullptr : &backend_for(m.device); }
 
 SuiteRun make_unet_run(const StableDiffusionModel& m, const SuiteSettings& s, UnetInputs& in) {
     require(m.unet != nullptr, ErrorKind::InvalidArgument, "the unet suite needs the model's UNet");
@@ -65,19 +69,38 @@ SuiteRun make_unet_run(const StableDiffusionModel& m, const SuiteSettings& s, Un
             ids.insert(ids.end(), {float(s.height), float(s.width), 0.0f, 0.0f, float(s.height), float(s.width)});
         in.time_ids = Tensor({b, 6}, std::move(ids));
     }
+    in.timesteps = Tensor({b}, std::vector<float>(b, 500.0f));
+    Backend* gpu = gpu_of(m);
+    if (gpu) {  // inputs go to the GPU once, as the pipeline's conditioning does
+        for (Tensor* t : {&in.sample, &in.context, &in.text_embeds})
+            if (!t->empty()) *t = t->to_device(*gpu, m.precision);
+        for (Tensor* t : {&in.time_ids, &in.timesteps})
+            if (!t->empty()) *t = t->to_device(*gpu, DType::F32);
+    }
     return {"one UNet call, batch " + std::to_string(b) + (b == 2 ? " (one image with guidance)" : "") + ", latents " +
                 size_str(w, h) + ", context 77 tokens",
-            [&m, &in, b] {
+            [&m, &in, gpu] {
                 StageScope zone(Stage::DenoiseStep);
-                UNetInputs u;
-                u.sample = &in.sample;
-                u.timesteps.assign(b, 500.0f);
-                u.context = &in.context;
-                if (!in.text_embeds.empty()) {
-                    u.text_embeds = &in.text_embeds;
-                    u.time_ids = &in.time_ids;
+                const bool sdxl = !in.text_embeds.empty();
+                const Backend::RecordedFn call = [&m, sdxl](const std::vector<const Tensor*>& t) {
+                    UNetInputs u;
+                    u.sample = t[0];
+                    u.timesteps = t[1];
+                    u.context = t[2];
+                    if (sdxl) {
+                        u.text_embeds = t[3];
+                        u.time_ids = t[4];
+                    }
+                    return m.unet->forward(u);
+                };
+                std::vector<const Tensor*> inputs{&in.sample, &in.timesteps, &in.context};
+                if (sdxl) inputs.insert(inputs.end(), {&in.text_embeds, &in.time_ids});
+                if (!gpu) {
+                    call(inputs);
+                    return;
                 }
-                m.unet->forward(u);
+                gpu->run_recorded("bench unet " + shape_str(in.sample.shape()), inputs, call);
+                gpu->synchronize();  // the time of the work, not of queueing it
             }};
 }
 
@@ -90,11 +113,19 @@ SuiteRun make_vae_run(const StableDiffusionModel& m, const SuiteSettings& s, boo
     auto rng = make_noise_generator("cpu", 2);
     if (decode) {
         input = rng->randn({s.batch, c.latent_channels, s.height / f, s.width / f});
+        Backend* gpu = gpu_of(m);
+        if (gpu) input = input.to_device(*gpu, DType::F32);
         return {"VAE decode of " + std::to_string(s.batch) + " latent(s) " + size_str(s.width / f, s.height / f) +
                     " to " + size_str(s.width, s.height) + " pixels",
-                [&m, &input] {
+                [&m, &input, gpu] {
                     StageScope zone(Stage::VaeDecode);
-                    m.vae->decode(input);
+                    if (!gpu) {
+                        m.vae->decode(input);
+                        return;
+                    }
+                    gpu->run_recorded("bench vae decode " + shape_str(input.shape()), {&input},
+                                      [&m](const std::vector<const Tensor*>& t) { return m.vae->decode(*t[0]); });
+                    gpu->synchronize();
                 }};
     }
     input = rng->randn({s.batch, c.in_channels, s.height, s.width});
@@ -202,6 +233,10 @@ BenchSuiteResult run_bench_suite(const StableDiffusionModel& m, BenchSuite suite
     const DeviceMemoryStats mem = memory_stats().device("cpu");
     r.stats = timing_stats(r.seconds);
     r.peak_device_bytes = mem.total.peak;
+    if (Backend* gpu = gpu_of(m)) {  // tensors' peak on the GPU; the allocator's hold is the device's view
+        r.peak_device_bytes = memory_stats().device(device_name(m.device)).total.peak;
+        r.description += "; GPU allocator holds " + std::to_string(gpu->reserved_bytes() >> 20) + " MiB";
+    }
     r.peak_host_bytes = mem.total.peak;  // the CPU backend's device is the host
     for (int k = 0; k < kMemoryCategoryCount; ++k) r.peak_by_category[k] = mem.categories[k].peak;
     r.memory_end_bytes = mem.total.current;

@@ -5,11 +5,15 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/dtype.h"
 
 namespace kiln::cli {
 
 inline constexpr const char* kVersion = "kiln 0.1.0";
+
+// --device's default: $KILN_DEVICE if set (the test suites pin "cpu"), else "auto" (a GPU when there is one).
+std::string default_device();
 
 struct GenerateOptions {
     std::string model, prompt, output = "kiln.png", init_image;
@@ -19,6 +23,8 @@ struct GenerateOptions {
     double cfg_scale = 7.5, strength = 0.75;
     std::string sampler, schedule, timestep_spacing, rng = "cpu", prediction;
     std::string weights;  // --weights f32|f16|bf16; empty: as the file stores them
+    std::string device = default_device();  // --device cpu|cuda[:N]|auto
+    std::string precision;                  // --precision fp16|bf16|fp32; empty: fp16 on a GPU, fp32 on the CPU
     std::string seed = "-1";  // -1: pick one; else 0 .. 2^64-1
     bool quiet = false;
     bool profile = false;  // --profile: stage / op / memory tables on stderr at the end
@@ -30,12 +36,20 @@ struct BenchOptions {
     std::string arch, model, prediction;
     std::string weights;  // --weights f32|f16|bf16; empty: the file's (synthetic: f32)
     int width = 512, height = 512, batch = 1, steps = 20, warmup = 2, repeats = 10, threads = 0;
-    std::string device = "cpu", precision = "fp32";
+    std::string device = default_device(), precision;
     std::string json;                 // --json FILE
     std::vector<std::string> compare; // --compare OLD NEW
     bool profile = false;
     std::string trace;
 };
+
+// --device and --precision resolved: the device (checked to exist) and the dtype activations have there.
+// The CPU computes in float32 only: another --precision there is Unsupported.
+struct Placement {
+    Device device;
+    DType precision = DType::F32;
+};
+Placement resolve_placement(const std::string& device, const std::string& precision);
 
 // --weights as a dtype: empty (keep the file's) gives none; CLI11 has checked the spelling.
 inline std::optional<DType> weights_option(const std::string& s) {
@@ -45,6 +59,7 @@ inline std::optional<DType> weights_option(const std::string& s) {
 
 int run_generate(const GenerateOptions& options, bool img2img);
 int run_info(const std::string& path);
+int run_info_devices();
 int run_bench(const BenchOptions& options);
 
 }  // namespace kiln::cli

@@ -88,6 +88,9 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     LoadOptions load;
     if (!o.prediction.empty()) load.prediction = (o.prediction[0] == 'v') ? "v_prediction" : "epsilon";
     load.weights = weights_option(o.weights);
+    const Placement placement = resolve_placement(o.device, o.precision);
+    load.device = placement.device;
+    load.precision = placement.precision;
     StableDiffusionModel model;
     std::string hash;
     {

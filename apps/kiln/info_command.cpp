@@ -7,6 +7,8 @@
 #include "image/infotext.h"
 #include "kiln/error.h"
 #include "models/model_info.h"
+#include "core/backend.h"
+#include "pipeline/compiled_backends.h"
 
 namespace kiln::cli {
 
@@ -31,6 +33,20 @@ int run_info(const std::string& path) {
     std::string text = is_png(path) ? describe_png_parameters(path) : format_model_info(inspect_model(path));
     if (!text.empty() && text.back() != '\n') text += '\n';
     std::fputs(text.c_str(), stdout);
+    return 0;
+}
+
+int run_info_devices() {
+    register_compiled_backends();
+    std::vector<std::string> why;
+    for (const DeviceDescription& d : list_devices(&why)) {
+        std::printf("%-8s %s", device_name(d.device).c_str(), d.name.c_str());
+        if (!d.device.is_cpu())
+            std::printf(", %.1f GiB (%.1f GiB free), %s", double(d.memory.total) / (1 << 30),
+                        double(d.memory.free) / (1 << 30), d.detail.c_str());
+        std::printf("\n");
+    }
+    for (const std::string& w : why) std::printf("no GPU: %s\n", w.c_str());
     return 0;
 }
 

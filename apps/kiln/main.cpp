@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
     kiln::cli::GenerateOptions gen;
     const char* kWeightsHelp =
         "f32 | f16 | bf16: precision of the weights in memory (default: as the file stores them)";
+    const char* kDeviceHelp = "cpu | cuda | cuda:N | auto (a GPU when there is one; kiln info --devices lists them)";
+    const char* kPrecisionHelp = "fp16 | bf16 | fp32: activations on a GPU (default fp16; the CPU computes in fp32)";
     auto add_generation_options = [&](CLI::App* cmd, bool img2img) {
         cmd->add_option("-m,--model", gen.model, "checkpoint: a .safetensors file or a diffusers folder")->required();
         cmd->add_option("-p,--prompt", gen.prompt, "what to draw")->required();
@@ -53,6 +55,8 @@ int main(int argc, char** argv) {
         cmd->add_option("--prediction", gen.prediction, "eps | v: what an SD 2.x single file predicts")
             ->check(CLI::IsMember({"eps", "epsilon", "v", "v_prediction"}));
         cmd->add_option("--weights", gen.weights, kWeightsHelp)->check(CLI::IsMember({"f32", "f16", "bf16"}));
+        cmd->add_option("--device", gen.device, kDeviceHelp)->capture_default_str();
+        cmd->add_option("--precision", gen.precision, kPrecisionHelp)->check(CLI::IsMember({"fp16", "bf16", "fp32"}));
         cmd->add_option("-o,--output", gen.output, "output PNG")->capture_default_str();
         cmd->add_flag("-q,--quiet", gen.quiet, "no progress bar");
         cmd->add_flag("--profile", gen.profile, "print time per stage and per op kind, and memory, to stderr at the end");
@@ -84,8 +88,8 @@ int main(int argc, char** argv) {
     bench->add_option("--warmup", bench_opts.warmup, "untimed runs first")->capture_default_str();
     bench->add_option("--repeats", bench_opts.repeats, "timed runs")->capture_default_str();
     bench->add_option("--threads", bench_opts.threads, "CPU threads (default: OpenMP's)");
-    bench->add_option("--device", bench_opts.device, "cpu (the only backend so far)")->capture_default_str();
-    bench->add_option("--precision", bench_opts.precision, "fp32 (the CPU backend's only one)")->capture_default_str();
+    bench->add_option("--device", bench_opts.device, kDeviceHelp)->capture_default_str();
+    bench->add_option("--precision", bench_opts.precision, kPrecisionHelp)->check(CLI::IsMember({"fp16", "bf16", "fp32"}));
     bench->add_option("--json", bench_opts.json, "write the results (or the comparison) as JSON to FILE");
     bench->add_option("--compare", bench_opts.compare, "OLD.json NEW.json: print ratios new/old")->expected(2);
     bench->add_flag("--profile", bench_opts.profile, "print time per stage and op kind, and memory, to stderr");
@@ -93,7 +97,9 @@ int main(int argc, char** argv) {
 
     std::string info_path;
     CLI::App* info = app.add_subcommand("info", "describe a model (architecture, components) or a PNG's parameters");
-    info->add_option("path", info_path, "model file/folder or PNG image")->required();
+    bool info_devices = false;
+    info->add_option("path", info_path, "model file/folder or PNG image");
+    info->add_flag("--devices", info_devices, "list the devices kiln can run on, with their memory");
 
     try {
         app.parse(argc, argv);
@@ -112,7 +118,11 @@ int main(int argc, char** argv) {
     try {
         if (txt2img->parsed()) return kiln::cli::run_generate(gen, false);
         if (img2img->parsed()) return kiln::cli::run_generate(gen, true);
-        if (info->parsed()) return kiln::cli::run_info(info_path);
+        if (info->parsed()) {
+            if (info_devices) return kiln::cli::run_info_devices();
+            if (info_path.empty()) throw kiln::Error(kiln::ErrorKind::InvalidArgument, "info needs a path (or --devices)");
+            return kiln::cli::run_info(info_path);
+        }
         if (bench->parsed()) return kiln::cli::run_bench(bench_opts);
     } catch (const kiln::Error& e) {
         std::fprintf(stderr, "kiln: error: %s\n", e.what());

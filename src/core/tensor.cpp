@@ -51,18 +51,96 @@ Tensor Tensor::from_bits16(Shape shape, DType dtype, std::vector<uint16_t> bits)
     return t;
 }
 
+Tensor::Tensor(const Tensor& other)
+    : shape_(other.shape_),
+      numel_(other.numel_),
+      dtype_(other.dtype_),
+      data_(other.data_),
+      bits16_(other.bits16_),
+      lease_(other.lease_) {
+    if (other.device_) {
+        device_ = std::make_shared<DeviceBuffer>(other.device_->backend(), other.device_->bytes());
+        device_->backend().copy(device_->data(), other.device_->data(), other.device_->bytes());
+    }
+}
+
+Tensor& Tensor::operator=(const Tensor& other) {
+    if (this != &other) *this = Tensor(other);
+    return *this;
+}
+
+Tensor Tensor::empty_on(Backend& backend, Shape shape, DType dtype) {
+    Tensor t;
+    t.numel_ = shape_numel(shape);
+    t.shape_ = std::move(shape);
+    t.dtype_ = dtype;
+    t.device_ = std::make_shared<DeviceBuffer>(backend, t.numel_ * int64_t(dtype_size(dtype)));
+    return t;
+}
+
+Backend& Tensor::backend() const {
+    require(device_ != nullptr, ErrorKind::InvalidArgument,
+            "tensor of shape " + shape_str(shape_) + " is on the host, not on a device");
+    return device_->backend();
+}
+
+void* Tensor::device_data() { return backend(), device_->data(); }
+const void* Tensor::device_data() const { return backend(), device_->data(); }
+
+Tensor Tensor::to_device(Backend& backend, DType dtype) const {
+    Tensor out = empty_on(backend, shape_, dtype);
+    if (numel_ == 0) return out;
+    if (device_) {
+        require(&device_->backend() == &backend, ErrorKind::Unsupported,
+                "copies between two devices (" + device_name(device()) + " to " + device_name(backend.device()) + ")");
+        backend.convert(device_->data(), dtype_, out.device_->data(), dtype, numel_);
+        return out;
+    }
+    // Round on the host, then move the bytes: conversions are exact-to-nearest-even either way.
+    if (dtype == DType::F32) {
+        const Tensor f = to_f32();
+        backend.upload(out.device_->data(), f.data_.data(), numel_ * 4);
+    } else {
+        const Tensor c = converted(dtype);
+        backend.upload(out.device_->data(), c.bits16_.data(), numel_ * 2);
+    }
+    return out;
+}
+
+Tensor Tensor::to_host() const {
+    if (!device_) return to_f32();
+    Tensor out(shape_);
+    if (numel_ == 0) return out;
+    if (dtype_ == DType::F32) {
+        device_->backend().download(out.data_.data(), device_->data(), numel_ * 4);
+        return out;
+    }
+    std::vector<uint16_t> bits(static_cast<size_t>(numel_));
+    device_->backend().download(bits.data(), device_->data(), numel_ * 2);
+    decode_to_float(dtype_, reinterpret_cast<const uint8_t*>(bits.data()), out.data_.data(), size_t(numel_));
+    return out;
+}
+
+void Tensor::throw_not_host() const {
+    fail(ErrorKind::InvalidArgument, "tensor of shape " + shape_str(shape_) + " is on " + device_name(device()) +
+                                         "; copy it to the host first (to_host)");
+}
+
 void Tensor::throw_not_f32() const {
+    if (device_) throw_not_host();
     fail(ErrorKind::InvalidArgument, std::string("a float32 tensor is needed here, got ") + dtype_name(dtype_) +
                                          " of shape " + shape_str(shape_));
 }
 
 const uint16_t* Tensor::bits16() const {
+    require_host();
     require(dtype_ == DType::F16 || dtype_ == DType::BF16, ErrorKind::InvalidArgument,
             std::string("a 16-bit tensor is needed here, got ") + dtype_name(dtype_) + " of shape " + shape_str(shape_));
     return bits16_.data();
 }
 
 Tensor Tensor::to_f32() const {
+    require_host();
     if (dtype_ == DType::F32) return *this;
     Tensor out(shape_);
     decode_to_float(dtype_, reinterpret_cast<const uint8_t*>(bits16_.data()), out.data_.data(), size_t(numel_));
@@ -70,6 +148,7 @@ Tensor Tensor::to_f32() const {
 }
 
 void Tensor::row_to_f32(int64_t row, float* out) const {
+    require_host();
     require(rank() >= 1 && row >= 0 && row < shape_[0], ErrorKind::InvalidArgument,
             "row " + std::to_string(row) + " of a tensor of shape " + shape_str(shape_));
     const int64_t cols = numel_ / shape_[0];
@@ -81,6 +160,7 @@ void Tensor::row_to_f32(int64_t row, float* out) const {
 }
 
 Tensor Tensor::converted(DType dtype) const {
+    require_host();
     if (dtype == dtype_) return *this;
     if (dtype == DType::F32) return to_f32();
     const Tensor f = to_f32();

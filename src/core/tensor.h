@@ -2,6 +2,9 @@
 // 16-bit codes of F16/BF16 weights kept in the precision their file stores them in (half the memory;
 // the ops that take weights, linear and conv2d, convert tiles of them to float32 as they go).
 // Float32 is the currency between models, samplers and the CPU backend: data() refuses other dtypes.
+// A tensor may instead live on a GPU (device() is not the CPU): then its storage is a DeviceBuffer of its
+// backend (core/backend.h) in any of the three dtypes, the host accessors refuse it, and a copy of the tensor
+// is a copy on the device. to_host() and to_device() move values across.
 // Its storage counts itself in the memory accounting (core/memory.h): numel * element size on "cpu", in the
 // category current on the creating thread (Activations unless a MemoryCategoryScope says otherwise).
 // A copy counts in the copier's category, a move keeps the count's category. Growing values() in place
@@ -9,10 +12,13 @@
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/backend.h"
+#include "core/device.h"
 #include "core/dtype.h"
 #include "core/memory.h"
 
@@ -29,8 +35,8 @@ public:
     explicit Tensor(Shape shape);                     // zero-filled
     Tensor(Shape shape, std::vector<float> values);   // takes the values; sizes must agree
     static Tensor filled(Shape shape, float value);
-    Tensor(const Tensor&) = default;
-    Tensor& operator=(const Tensor&) = default;
+    Tensor(const Tensor& other);
+    Tensor& operator=(const Tensor& other);
     // A moved-from tensor is empty (numel 0), as a moved-from vector is.
     Tensor(Tensor&& other) noexcept { *this = std::move(other); }
     Tensor& operator=(Tensor&& other) noexcept {
@@ -40,6 +46,7 @@ public:
         data_ = std::move(other.data_);
         bits16_ = std::move(other.bits16_);
         lease_ = std::move(other.lease_);
+        device_ = std::move(other.device_);
         other.shape_.clear();
         return *this;
     }
@@ -52,6 +59,19 @@ public:
     int64_t numel() const { return numel_; }
     bool empty() const { return numel_ == 0; }
     DType dtype() const { return dtype_; }
+
+    // ---- device tensors ----
+    // Uninitialised storage on `backend`'s device.
+    static Tensor empty_on(Backend& backend, Shape shape, DType dtype);
+    Device device() const { return device_ ? device_->backend().device() : Device{}; }
+    bool on_device() const { return device_ != nullptr; }
+    Backend& backend() const;  // a host tensor: InvalidArgument
+    void* device_data();
+    const void* device_data() const;
+    // The values on `backend`'s device, rounded to `dtype` (from the host or from another dtype there).
+    Tensor to_device(Backend& backend, DType dtype) const;
+    // The values on the host as float32 (a copy; a host float32 tensor is returned as is).
+    Tensor to_host() const;
 
     // Float32 storage; a 16-bit tensor throws InvalidArgument naming its dtype (call to_f32() first).
     float* data() { return require_f32(), data_.data(); }
@@ -75,8 +95,12 @@ public:
 
 private:
     void require_f32() const {
-        if (dtype_ != DType::F32) throw_not_f32();
+        if (dtype_ != DType::F32 || device_) throw_not_f32();
     }
+    void require_host() const {
+        if (device_) throw_not_host();
+    }
+    [[noreturn]] void throw_not_host() const;
     [[noreturn]] void throw_not_f32() const;
 
     Shape shape_;
@@ -85,6 +109,7 @@ private:
     std::vector<float> data_;       // F32
     std::vector<uint16_t> bits16_;  // F16, BF16
     MemoryLease lease_;  // after data_: counted only once the storage exists
+    std::shared_ptr<DeviceBuffer> device_;  // set for a device tensor (then data_ and bits16_ are empty)
 };
 
 }  // namespace kiln

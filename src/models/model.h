@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/device.h"
 #include "core/dtype.h"
 #include "models/clip/clip_text_model.h"
 #include "models/unet/unet.h"
@@ -31,7 +32,15 @@ struct LoadOptions {
     // Precision of the linear/conv weights in memory: unset keeps the file's (F16/BF16 files stay 16-bit,
     // half the memory of float32); F32, F16 or BF16 converts at load (--weights).
     std::optional<DType> weights;
+    // Where the model runs. On a GPU every weight is moved there in `precision`, the dtype activations are
+    // computed in (--precision); SDXL's VAE, whose activations overflow fp16, runs in float32 as diffusers'
+    // force_upcast does.
+    Device device;
+    DType precision = DType::F16;
 };
+
+// The dtype a component's weights and activations have on options.device (SDXL's VAE: see above).
+DType device_precision(const LoadOptions& options, Architecture arch, bool is_vae);
 
 struct StableDiffusionModel {
     Architecture arch = Architecture::SD1;
@@ -44,6 +53,8 @@ struct StableDiffusionModel {
     float vae_scale = 0.18215f;
     nlohmann::json scheduler_config;      // diffusers' scheduler_config.json for this model
     bool force_zeros_for_empty_prompt = false;  // SDXL: an empty negative prompt means zero embeddings
+    Device device;                        // where the weights are (LoadOptions::device)
+    DType precision = DType::F32;         // the UNet's and text encoders' activations there (F32 on the CPU)
 };
 
 StableDiffusionModel load_model(const std::string& path, const LoadOptions& options = {});

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/memory.h"
+#include "core/backend.h"
 #include "kiln/error.h"
 #include "models/clip/clip_single_file.h"
 #include "models/model.h"
@@ -54,10 +55,14 @@ fs::path component_weights(const fs::path& dir, const std::string& stem) {
                                       " (kiln reads safetensors weights only; .bin/.ckpt pickles are not loaded)");
 }
 
-// A weight source that hands out matrices in the precision the options ask for.
+// A weight source that hands out matrices in the precision the options ask for, on their device.
 template <typename Source>
-Source with_weights(Source source, const LoadOptions& options) {
+Source with_weights(Source source, const LoadOptions& options, DType device_dtype = DType::F16) {
     source.weights_dtype = options.weights;
+    if (!options.device.is_cpu()) {
+        source.device = &backend_for(options.device);
+        source.device_dtype = device_dtype;
+    }
     return source;
 }
 
@@ -83,8 +88,8 @@ void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const L
         ClipTokenizer tok = ClipTokenizer::from_folder(tdir.string());
         auto file = open_shared(component_weights(edir, "model"));
         ClipTextConfig config = load_clip_text_config((edir / "config.json").string());
-        m.text_encoders.push_back(
-            TextEncoder{std::move(tok), ClipTextModel::load(with_weights(FileSource(file), options), config)});
+        m.text_encoders.push_back(TextEncoder{
+            std::move(tok), ClipTextModel::load(with_weights(FileSource(file), options, options.precision), config)});
     }
     const std::string act = m.text_encoders[0].model.config().act;
     m.arch = xl ? Architecture::SDXL : (act == "gelu" ? Architecture::SD2 : Architecture::SD1);
@@ -92,12 +97,13 @@ void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const L
     auto unet_file = open_shared(component_weights(dir / "unet", "diffusion_pytorch_model"));
     const fs::path unet_config_path = dir / "unet" / "config.json";
     m.unet = std::make_unique<UNet>(
-        UNet::load(with_weights(FileSource(unet_file), options),
+        UNet::load(with_weights(FileSource(unet_file), options, options.precision),
                    unet_config_from_json(read_json_file(unet_config_path), unet_config_path.string())));
     auto vae_file = open_shared(component_weights(dir / "vae", "diffusion_pytorch_model"));
     VaeConfig vae_config = load_vae_config((dir / "vae" / "config.json").string());
     m.vae_scale = vae_config.scaling_factor;
-    m.vae = std::make_unique<Vae>(Vae::load(with_weights(FileSource(vae_file), options), vae_config));
+    m.vae = std::make_unique<Vae>(Vae::load(
+        with_weights(FileSource(vae_file), options, device_precision(options, m.arch, true)), vae_config));
     {
         const fs::path sched = dir / "scheduler" / "scheduler_config.json";
         std::ifstream f(sched);
@@ -117,7 +123,7 @@ void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadO
 
     auto add_clip = [&](ClipSingleFile clip, const char* pad_token) {
         const MappedSource src =
-            with_weights(MappedSource(file, std::move(clip.table), "text encoder"), options);
+            with_weights(MappedSource(file, std::move(clip.table), "text encoder"), options, options.precision);
         ClipTokenizer tok = ClipTokenizer::builtin();
         tok.set_pad_token(pad_token);
         m.text_encoders.push_back(TextEncoder{std::move(tok), ClipTextModel::load(src, clip.config)});
@@ -158,12 +164,13 @@ void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadO
                      [&unet_config](const std::string& name) {
                          return unet_ldm_name(name, unet_config, "model.diffusion_model.");
                      }),
-        options);
+        options, options.precision);
     m.unet = std::make_unique<UNet>(UNet::load(unet_src, unet_config));
 
     m.vae_scale = m.arch == Architecture::SDXL ? 0.13025f : 0.18215f;
     VaeSingleFile vae = ldm_vae_layout(*file, m.vae_scale);
-    const MappedSource vae_src = with_weights(MappedSource(file, std::move(vae.table), "VAE"), options);
+    const MappedSource vae_src = with_weights(MappedSource(file, std::move(vae.table), "VAE"), options,
+                                              device_precision(options, m.arch, true));
     m.vae = std::make_unique<Vae>(Vae::load(vae_src, vae.config));
 
     const char* component_prefixes[] = {"model.diffusion_model.", "first_stage_model.", "cond_stage_model.",
@@ -182,6 +189,11 @@ void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadO
 }
 
 }  // namespace
+
+DType device_precision(const LoadOptions& options, Architecture arch, bool is_vae) {
+    if (is_vae && arch == Architecture::SDXL && options.precision == DType::F16) return DType::F32;
+    return options.precision;
+}
 
 const char* architecture_name(Architecture a) {
     switch (a) {
@@ -217,6 +229,8 @@ StableDiffusionModel load_model(const std::string& path, const LoadOptions& opti
     if (options.prediction)
         require(*options.prediction == "epsilon" || *options.prediction == "v_prediction", ErrorKind::InvalidArgument,
                 "prediction type must be epsilon or v_prediction");
+    m.device = options.device;
+    m.precision = options.device.is_cpu() ? DType::F32 : options.precision;
     // The component loads below make only weights (memory accounting by category).
     MemoryCategoryScope weights(MemoryCategory::Weights);
     if (fs::is_directory(p)) {

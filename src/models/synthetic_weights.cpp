@@ -1,5 +1,7 @@
 #include "models/synthetic_weights.h"
 
+#include "core/backend.h"
+
 #include <cmath>
 
 #include "core/memory.h"
@@ -198,23 +200,34 @@ StableDiffusionModel make_synthetic_model(SyntheticArch arch, const SyntheticPar
     m.scheduler_config = a.scheduler_config;
     m.force_zeros_for_empty_prompt = a.force_zeros_for_empty_prompt;
 
+    m.device = parts.device;
+    m.precision = parts.device.is_cpu() ? DType::F32 : parts.precision;
+    LoadOptions placement;
+    placement.device = parts.device;
+    placement.precision = parts.precision;
+    auto place = [&](SyntheticSource& src, bool is_vae) {
+        src.weights_dtype = parts.weights;
+        if (parts.device.is_cpu()) return;
+        src.device = &backend_for(parts.device);
+        src.device_dtype = device_precision(placement, a.arch, is_vae);
+    };
     MemoryCategoryScope weights(MemoryCategory::Weights);
     if (parts.text)
         for (size_t i = 0; i < a.text_encoders.size(); ++i) {
             ClipTokenizer tok = ClipTokenizer::builtin();
             tok.set_pad_token(a.pad_tokens[i]);
             SyntheticSource src("text_encoder" + std::string(i ? "_2" : ""), seed, false);
-            src.weights_dtype = parts.weights;
+            place(src, false);
             m.text_encoders.push_back(TextEncoder{std::move(tok), ClipTextModel::load(src, a.text_encoders[i])});
         }
     if (parts.unet) {
         SyntheticSource src("unet", seed, a.unet_conv_projections);
-        src.weights_dtype = parts.weights;
+        place(src, false);
         m.unet = std::make_unique<UNet>(UNet::load(src, a.unet));
     }
     if (parts.vae) {
         SyntheticSource src("vae", seed, false);
-        src.weights_dtype = parts.weights;
+        place(src, true);
         m.vae = std::make_unique<Vae>(Vae::load(src, a.vae));
     }
     return m;

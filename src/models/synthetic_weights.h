@@ -35,6 +35,8 @@ ArchitectureConfigs architecture_configs(SyntheticArch arch);
 struct SyntheticParts {
     bool text = true, unet = true, vae = true;
     std::optional<DType> weights;  // precision of the linear/conv weights (default float32)
+    Device device;                 // where the model runs (LoadOptions::device)
+    DType precision = DType::F16;  // activations and weights there (LoadOptions::precision)
 };
 
 // A model of `arch` whose weights are made from `seed` (the same seed gives the same bits). Parts left

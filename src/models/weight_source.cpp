@@ -110,10 +110,21 @@ Tensor WeightReader::read(const std::string& name, const Shape* expected, bool m
     return t;
 }
 
-Tensor WeightReader::get(const std::string& name, const Shape& expected) { return read(name, &expected, false); }
-Tensor WeightReader::get(const std::string& name) { return read(name, nullptr, false); }
-Tensor WeightReader::get_matrix(const std::string& name, const Shape& expected) { return read(name, &expected, true); }
-Tensor WeightReader::get_matrix(const std::string& name) { return read(name, nullptr, true); }
+Tensor WeightReader::place(Tensor t) const {
+    if (!source_.device) return t;
+    return t.to_device(*source_.device, source_.device_dtype);  // the host copy goes when t does
+}
+
+Tensor WeightReader::get(const std::string& name, const Shape& expected) { return place(read(name, &expected, false)); }
+Tensor WeightReader::get(const std::string& name) { return place(read(name, nullptr, false)); }
+Tensor WeightReader::get_matrix(const std::string& name, const Shape& expected) {
+    return place(read(name, &expected, true));
+}
+Tensor WeightReader::get_matrix(const std::string& name) { return place(read(name, nullptr, true)); }
+Tensor WeightReader::get_host(const std::string& name, const Shape& expected) { return read(name, &expected, false); }
+Tensor WeightReader::get_matrix_host(const std::string& name, const Shape& expected) {
+    return read(name, &expected, true);
+}
 
 void WeightReader::check_all_used(const std::function<bool(const std::string&)>& ignore) const {
     std::vector<std::string> extra;

@@ -54,6 +54,10 @@ public:
     // The precision WeightReader::get_matrix hands matrices out in: unset keeps load_matrix's (the
     // file's); F32, F16 or BF16 converts at load (the --weights option). Other tensors are float32.
     std::optional<DType> weights_dtype;
+    // Set when the component runs on a GPU: every tensor WeightReader hands out (but the host ones, below)
+    // is moved there in device_dtype, the precision the backend computes in.
+    Backend* device = nullptr;
+    DType device_dtype = DType::F16;
 };
 
 // Every tensor of a safetensors file, by its own name (diffusers folders).
@@ -103,6 +107,10 @@ public:
     // source's weights_dtype, or as the file stores them.
     Tensor get_matrix(const std::string& name, const Shape& expected);
     Tensor get_matrix(const std::string& name);  // shape checked by the caller
+    // As get / get_matrix, but kept on the host whatever the source's device: tables the model reads by rows
+    // on the host (CLIP's token and position embeddings).
+    Tensor get_host(const std::string& name, const Shape& expected);
+    Tensor get_matrix_host(const std::string& name, const Shape& expected);
     bool has(const std::string& name) const { return source_.has(name); }
     // A tensor as messages name it: as the user's file names it, and in which file.
     std::string where(const std::string& name) const { return source_.display_name(name) + " in " + source_.describe(); }
@@ -113,6 +121,7 @@ public:
 
 private:
     Tensor read(const std::string& name, const Shape* expected, bool matrix);
+    Tensor place(Tensor t) const;
 
     const WeightSource& source_;
     std::set<std::string> used_;

@@ -13,6 +13,7 @@
 
 #include "ops/blas.h"
 #include "ops/checks.h"
+#include "ops/device_ops.h"
 #include "ops/ops.h"
 #include "ops/tuning.h"
 #include "ops/vec_math.h"
@@ -50,6 +51,7 @@ int64_t detail::attention_block_rows(int64_t lq, int64_t lk, int64_t batch_heads
 }
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal) {
+    if (q.on_device()) return device_ops(q).attention(q, k, v, heads, causal);
     return detail::attention_blocked(q, k, v, heads, causal, 0);
 }
 

@@ -10,6 +10,7 @@
 #include "ops/blas.h"
 #include "ops/checks.h"
 #include "ops/im2col.h"
+#include "ops/device_ops.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
 #include "ops/tuning.h"
@@ -30,6 +31,7 @@ Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, int stride
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) {
+    if (x.on_device()) return device_ops(x).conv2d(x, w, b, stride, padding);
     return detail::conv2d_tiled(x, w, b, stride, padding, detail::kIm2colBudgetBytes);
 }
 
@@ -40,6 +42,8 @@ Tensor detail::conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, i
 
 Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
                               const Tensor& w, const Tensor* b, int stride, int padding) {
+    if (x.on_device())
+        return device_ops(x).conv2d_group_norm_silu(x, groups, gamma, beta, eps, w, b, stride, padding);
     return detail::conv2d_group_norm_silu_tiled(x, groups, gamma, beta, eps, w, b, stride, padding,
                                                 detail::kIm2colBudgetBytes);
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ops/checks.h"
+#include "ops/device_ops.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
 #include "ops/tuning.h"
@@ -74,6 +75,7 @@ void detail::group_norm_affine(const Tensor& x, int groups, const Tensor& gamma,
 }
 
 Tensor group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps) {
+    if (x.on_device()) return device_ops(x).group_norm(x, groups, gamma, beta, eps);
     OpScope op(OpKind::GroupNorm);
     std::vector<float> scale, shift;
     detail::group_norm_affine(x, groups, gamma, beta, eps, scale, shift);

@@ -3,12 +3,14 @@
 #include <cmath>
 
 #include "ops/checks.h"
+#include "ops/device_ops.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
 
 namespace kiln::ops {
 
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) {
+    if (x.on_device()) return device_ops(x).layer_norm(x, gamma, beta, eps);
     using detail::check;
     using detail::desc;
     check(x.rank() >= 1, "layer_norm", desc("x", x) + " must have at least one dim");

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "ops/checks.h"
+#include "ops/device_ops.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
 
@@ -34,6 +35,7 @@ void transpose_batched(const float* src, float* dst, int64_t count, int64_t rows
 
 Tensor nchw_to_nlc(const Tensor& x) {
     detail::check(x.rank() == 4, "nchw_to_nlc", detail::desc("x", x) + " must be [N, C, H, W]");
+    if (x.on_device()) return device_ops(x).nchw_to_nlc(x);
     const int64_t n = x.dim(0), c = x.dim(1), l = x.dim(2) * x.dim(3);
     Tensor y({n, l, c});
     OpScope scope(OpKind::NchwToNlc);
@@ -44,6 +46,7 @@ Tensor nchw_to_nlc(const Tensor& x) {
 Tensor nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) {
     detail::check(x.rank() == 3 && h >= 0 && w >= 0 && x.dim(1) == h * w, "nlc_to_nchw",
                   detail::desc("x", x) + " must be [N, h*w, C] for h = " + std::to_string(h) + ", w = " + std::to_string(w));
+    if (x.on_device()) return device_ops(x).nlc_to_nchw(x, h, w);
     const int64_t n = x.dim(0), l = x.dim(1), c = x.dim(2);
     Tensor y({n, c, h, w});
     OpScope scope(OpKind::NlcToNchw);
@@ -57,6 +60,7 @@ Tensor concat_channels(const Tensor& a, const Tensor& b) {
     for (int d = 2; ok && d < a.rank(); ++d) ok = a.dim(d) == b.dim(d);
     detail::check(ok, "concat_channels",
                   desc("a", a) + " and " + desc("b", b) + " must agree in every dim but dim 1 (rank >= 2)");
+    if (a.on_device()) return device_ops(a).concat_channels(a, b);
     Shape shape = a.shape();
     shape[1] += b.dim(1);
     Tensor y(shape);

@@ -4,6 +4,7 @@
 
 #include "ops/blas.h"
 #include "ops/checks.h"
+#include "ops/device_ops.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
 #include "ops/tuning.h"
@@ -12,6 +13,7 @@
 namespace kiln::ops {
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) {
+    if (x.on_device()) return device_ops(x).linear(x, w, b);
     return detail::linear_tiled(x, w, b, detail::kWeightTileBudgetBytes);
 }
 

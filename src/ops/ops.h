@@ -68,5 +68,14 @@ Tensor softmax_lastdim(const Tensor& x);
 // diffusers' get_timestep_embedding (scale 1): [len(timesteps), dim], float32 arithmetic in torch's order.
 Tensor timestep_embedding(const std::vector<float>& timesteps, int dim, bool flip_sin_to_cos,
                           float downscale_freq_shift, float max_period = 10000);
+// The same for a float32 tensor of timesteps (any shape, read flat); on a device the embedding is made there,
+// stored as out_type. On the host out_type must be F32.
+Tensor timestep_embedding(const Tensor& timesteps, int dim, bool flip_sin_to_cos, float downscale_freq_shift,
+                          DType out_type, float max_period = 10000);
+
+// x moved to where `like` lives, in the dtype ops compute in there: like's dtype on a device, float32 on the
+// host (a host float32 x comes back as it is). Model code calls this on its inputs, so that it runs wherever
+// its weights were loaded without naming a device.
+Tensor on_device_of(Tensor x, const Tensor& like);
 
 }  // namespace kiln::ops

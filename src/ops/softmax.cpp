@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ops/checks.h"
+#include "ops/device_ops.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
 #include "ops/vec_math.h"
@@ -10,6 +11,7 @@
 namespace kiln::ops {
 
 Tensor softmax_lastdim(const Tensor& x) {
+    if (x.on_device()) return device_ops(x).softmax_lastdim(x);
     detail::check(x.rank() >= 1, "softmax_lastdim", detail::desc("x", x) + " must have at least one dim");
     Tensor y(x.shape());
     OpScope scope(OpKind::SoftmaxLastdim);

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "kiln/error.h"
+#include "ops/device_ops.h"
 #include "ops/ops.h"
 
 namespace kiln::ops {
@@ -43,6 +44,24 @@ Tensor timestep_embedding(const std::vector<float>& timesteps, int dim, bool fli
         }
     }
     return emb;
+}
+
+Tensor timestep_embedding(const Tensor& timesteps, int dim, bool flip_sin_to_cos, float downscale_freq_shift,
+                          DType out_type, float max_period) {
+    if (timesteps.on_device())
+        return device_ops(timesteps)
+            .timestep_embedding(timesteps, dim, flip_sin_to_cos, downscale_freq_shift, max_period, out_type);
+    require(out_type == DType::F32, ErrorKind::InvalidArgument, "ops::timestep_embedding: host embeddings are float32");
+    return timestep_embedding(timesteps.values(), dim, flip_sin_to_cos, downscale_freq_shift, max_period);
+}
+
+Tensor on_device_of(Tensor x, const Tensor& like) {
+    if (like.on_device()) {
+        if (x.on_device() && &x.backend() == &like.backend() && x.dtype() == like.dtype()) return x;
+        return x.to_device(like.backend(), like.dtype());
+    }
+    if (!x.on_device() && x.dtype() == DType::F32) return x;
+    return x.to_host();
 }
 
 }  // namespace kiln::ops

@@ -1,11 +1,13 @@
 // Nearest-neighbour 2x upsampling (the UNet and VAE Upsample2D before their conv).
 #include "ops/checks.h"
+#include "ops/device_ops.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
 
 namespace kiln::ops {
 
 Tensor upsample_nearest2x(const Tensor& x) {
+    if (x.on_device()) return device_ops(x).upsample_nearest2x(x);
     detail::check(x.rank() == 4, "upsample_nearest2x", detail::desc("x", x) + " must be [N, C, H, W]");
     const int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3);
     Tensor y({x.dim(0), x.dim(1), 2 * h, 2 * w});

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kiln/error.h"
+#include "core/backend.h"
 #include "pipeline/conditioning.h"
 #include "pipeline/memory_check.h"
 #include "rng/noise_generator_factory.h"
@@ -102,18 +103,37 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         encode_conditioning(model, r.prompt, r.negative_prompt, cfg, r.clip_skip, r.width, r.height);
     const Shape latent_shape{1, 4, r.height / 8, r.width / 8};
 
+    // On a GPU the conditioning goes there once; each UNet call moves only its latents and timestep, and runs
+    // as a recorded call (a CUDA graph from the second step on).
+    Backend* gpu = model.device.is_cpu() ? nullptr : &backend_for(model.device);
+    auto to_model = [&](const Tensor& t, DType dtype) { return gpu ? t.to_device(*gpu, dtype) : t; };
+    const bool sdxl = !cond.text_embeds.empty();
+    const Tensor context = to_model(cond.context, model.precision);
+    const Tensor text_embeds = sdxl ? to_model(cond.text_embeds, model.precision) : Tensor();
+    const Tensor time_ids = sdxl ? to_model(cond.time_ids, DType::F32) : Tensor();
+    const Backend::RecordedFn unet_call = [&](const std::vector<const Tensor*>& t) {
+        UNetInputs in;
+        in.sample = t[0];
+        in.timesteps = t[1];
+        in.context = t[2];
+        if (sdxl) {
+            in.text_embeds = t[3];
+            in.time_ids = t[4];
+        }
+        return model.unet->forward(in);
+    };
+
     Denoiser denoise = [&](const Tensor& x, float t) {
         StageScope zone(Stage::DenoiseStep);  // one UNet evaluation (Heun makes two per step)
-        UNetInputs in;
-        Tensor input = cfg ? batch_of_two(x) : x;
-        in.sample = &input;
-        in.timesteps.assign(cfg ? 2 : 1, t);
-        in.context = &cond.context;
-        if (!cond.text_embeds.empty()) {
-            in.text_embeds = &cond.text_embeds;
-            in.time_ids = &cond.time_ids;
-        }
-        Tensor out = model.unet->forward(in);
+        const int64_t batch = cfg ? 2 : 1;
+        const Tensor input = to_model(cfg ? batch_of_two(x) : x, model.precision);
+        const Tensor timesteps = to_model(Tensor({batch}, std::vector<float>(batch, t)), DType::F32);
+        std::vector<const Tensor*> inputs{&input, &timesteps, &context};
+        if (sdxl) inputs.insert(inputs.end(), {&text_embeds, &time_ids});
+        Tensor out = gpu ? gpu->run_recorded("unet " + shape_str(input.shape()) + " " + dtype_name(input.dtype()),
+                                             inputs, unet_call)
+                               .to_host()
+                         : unet_call(inputs);
         if (!cfg) return out;
         const int64_t n = x.numel();
         Tensor guided(x.shape());
@@ -121,7 +141,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         return guided;
     };
 
-    check_memory_for(model, r.width, r.height);
+    if (!gpu) check_memory_for(model, r.width, r.height);  // host RAM; a GPU reports its own out-of-memory
     GenerationResult result;
     if (!r.init_image) {
         Tensor noise = rng->randn(latent_shape);
@@ -164,7 +184,14 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         // diffusers divides (latents / scaling_factor); times the rounded reciprocal is 1 ulp off in
         // about one element in five.
         for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = latents[i] / model.vae_scale;
-        Tensor decoded = model.vae->decode(latents);
+        Tensor decoded = model.vae->decode(latents).to_host();
+        // A reduced-precision VAE that overflowed gives NaN or infinity, which would be a black picture.
+        // (SDXL's VAE, the one known to overflow fp16, already runs in float32.)
+        if (gpu)
+            for (float v : decoded.values())
+                require(std::isfinite(v), ErrorKind::Unsupported,
+                        "the VAE decode overflowed on " + device_name(model.device) +
+                            " (NaN or infinite pixels); run with --precision fp32");
         for (int64_t i = 0; i < decoded.numel(); ++i) decoded[i] = std::clamp(decoded[i] / 2.0f + 0.5f, 0.0f, 1.0f);
         result.image = std::move(decoded);
     }

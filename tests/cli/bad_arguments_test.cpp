@@ -276,3 +276,24 @@ TEST_F(BadArguments, InitImageIsACheckpoint) {
     // A model given as -i by mistake: "not a PNG" from its first bytes.
     expect_one_error_line(img2img(kSd15), {kSd15}, {"not a png"});
 }
+
+TEST_F(BadArguments, UnknownDevice) {
+    expect_one_error_line(txt2img({"--device", "gpu7"}), {"gpu7"}, {"unknown device"});
+}
+
+TEST_F(BadArguments, MissingGpuIsOneLineNamingIt) {
+    // cuda:7 exists on no machine this runs on (CI has no GPU; the GPU machine has one).
+    expect_one_error_line(txt2img({"--device", "cuda:7"}), {"cuda:7"}, {"not available"});
+}
+
+TEST_F(BadArguments, ReducedPrecisionOnTheCpu) {
+    expect_one_error_line(txt2img({"--device", "cpu", "--precision", "fp16"}), {"--precision fp16"}, {"fp32 only"});
+}
+
+TEST(InfoDevices, ListsTheCpuAndSaysWhyThereIsNoGpu) {
+    const ProcessResult r = run_kiln({"info", "--devices"});
+    expect_success(r);
+    EXPECT_EQ(r.out.rfind("cpu", 0), 0u) << r.out;  // the CPU first, always
+    // Either a GPU line or the reason there is none.
+    EXPECT_TRUE(r.out.find("cuda:0") != std::string::npos || r.out.find("no GPU") != std::string::npos) << r.out;
+}

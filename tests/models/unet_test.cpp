@@ -42,7 +42,7 @@ void check_unet(const UNet& unet, const std::string& model) {
         UNetInputs in;
         in.sample = &sample;
         in.context = &context;
-        in.timesteps = t.values();
+        in.timesteps = &t;
         Tensor text_embeds, time_ids;
         if (ref.has(p + "text_embeds")) {
             text_embeds = ref.load(p + "text_embeds");
@@ -134,7 +134,8 @@ TEST(UNet, KeepsFp16WeightsAtHalfTheMemoryWithTheSameResult) {
     UNetInputs in;
     in.sample = &sample;
     in.context = &context;
-    in.timesteps = ref.load("unet.wide.timestep").values();
+    const Tensor timesteps = ref.load("unet.wide.timestep");
+    in.timesteps = &timesteps;
     EXPECT_LT(kiln::test::relative_error(stored->forward(in), f32->forward(in)), 1e-7);
     check_unet(*stored, c.model);
 }

@@ -15,8 +15,10 @@ ClipTextModel ClipTextModel::load(const WeightSource& source, const ClipTextConf
     ClipTextModel m;
     m.config_ = config;
     // The largest text-encoder tensor (49408 rows): kept in the file's precision, rows converted on lookup.
-    m.token_embedding_ = r.get_matrix("text_model.embeddings.token_embedding.weight", {config.vocab, h});
-    m.position_embedding_ = r.get("text_model.embeddings.position_embedding.weight", {config.max_positions, h});
+    // Read by rows on the host, whatever device the layers are on.
+    m.token_embedding_ = r.get_matrix_host("text_model.embeddings.token_embedding.weight", {config.vocab, h});
+    m.position_embedding_ =
+        r.get_host("text_model.embeddings.position_embedding.weight", {config.max_positions, h});
     for (int i = 0; i < config.layers; ++i) {
         const std::string p = "text_model.encoder.layers." + std::to_string(i) + ".";
         Layer l;
@@ -105,21 +107,26 @@ ClipTextOutput ClipTextModel::encode(const std::vector<std::vector<int>>& ids, i
         }
     }
 
+    x = ops::on_device_of(std::move(x), final_ln_w_);  // the layers run where their weights are
+
     // hidden_states[i] for i = 0..layers; keep only the two the caller asked for.
     const int keep_last = config_.layers + 1 - skip, keep_pen = config_.layers - skip;
     ClipTextOutput out;
-    if (keep_pen == 0) out.penultimate = x;
+    if (keep_pen == 0) out.penultimate = x.to_host();
     for (int i = 0; i < config_.layers; ++i) {
         x = run_layer(layers_[i], x);
-        if (i + 1 == keep_pen) out.penultimate = x;
-        if (i + 1 == keep_last && skip > 1) out.last_hidden_state = ops::layer_norm(x, final_ln_w_, final_ln_b_, config_.eps);
+        if (i + 1 == keep_pen) out.penultimate = x.to_host();
+        if (i + 1 == keep_last && skip > 1)
+            out.last_hidden_state = ops::layer_norm(x, final_ln_w_, final_ln_b_, config_.eps).to_host();
     }
-    Tensor final_state = ops::layer_norm(x, final_ln_w_, final_ln_b_, config_.eps);
+    Tensor final_state = ops::layer_norm(x, final_ln_w_, final_ln_b_, config_.eps).to_host();
 
     Tensor pooled({batch, h});
     for (int64_t b = 0; b < batch; ++b)
         std::memcpy(pooled.data() + b * h, final_state.data() + (b * len + eos[b]) * h, sizeof(float) * h);
-    out.pooled = config_.projection_dim > 0 ? ops::linear(pooled, projection_, nullptr) : std::move(pooled);
+    out.pooled = config_.projection_dim > 0
+                     ? ops::linear(ops::on_device_of(std::move(pooled), projection_), projection_, nullptr).to_host()
+                     : std::move(pooled);
     if (skip == 1) out.last_hidden_state = std::move(final_state);
     return out;
 }

@@ -15,6 +15,8 @@ namespace {
 Tensor upsample_nearest_to(const Tensor& x, int64_t out_h, int64_t out_w) {
     const int64_t n = x.dim(0), c = x.dim(1), in_h = x.dim(2), in_w = x.dim(3);
     if (out_h == 2 * in_h && out_w == 2 * in_w) return ops::upsample_nearest2x(x);
+    // Latent sizes that are not multiples of 8: rare, so on a device the values take a trip to the host.
+    if (x.on_device()) return ops::on_device_of(upsample_nearest_to(x.to_host(), out_h, out_w), x);
     // torch computes the scale in float and floors index * scale.
     const float sh = static_cast<float>(in_h) / out_h, sw = static_cast<float>(in_w) / out_w;
     std::vector<int64_t> src_x(out_w);
@@ -119,14 +121,16 @@ Tensor UNet::forward(const UNetInputs& in) const {
     require(x.rank() == 4 && x.dim(1) == c.in_channels, ErrorKind::InvalidArgument,
             "UNet: sample of shape " + shape_str(x.shape()) + " for a model with " + std::to_string(c.in_channels) +
                 " input channels");
-    require(static_cast<int64_t>(in.timesteps.size()) == batch, ErrorKind::InvalidArgument,
+    require(in.timesteps && in.timesteps->numel() == batch, ErrorKind::InvalidArgument,
             "UNet: one timestep per sample expected");
     require(in.context->rank() == 3 && in.context->dim(0) == batch && in.context->dim(2) == c.cross_attention_dim,
             ErrorKind::InvalidArgument,
             "UNet: context of shape " + shape_str(in.context->shape()) + ", expected [" + std::to_string(batch) +
                 ", L, " + std::to_string(c.cross_attention_dim) + "]");
 
-    Tensor emb = ops::timestep_embedding(in.timesteps, c.block_out_channels[0], c.flip_sin_to_cos, c.freq_shift);
+    const DType act = x.dtype();
+    Tensor emb =
+        ops::timestep_embedding(*in.timesteps, c.block_out_channels[0], c.flip_sin_to_cos, c.freq_shift, act);
     emb = time_linear_1_(emb);
     ops::silu_(emb);
     emb = time_linear_2_(emb);
@@ -137,14 +141,12 @@ Tensor UNet::forward(const UNetInputs& in) const {
         const int64_t d = c.addition_time_embed_dim, pooled = in.text_embeds->numel() / batch;
         require(pooled + 6 * d == c.projection_class_embeddings_input_dim, ErrorKind::InvalidArgument,
                 "UNet: pooled text embeddings of width " + std::to_string(pooled) + " do not fit this model");
-        Tensor time_emb = ops::timestep_embedding(in.time_ids->values(), static_cast<int>(d), c.flip_sin_to_cos,
-                                                  c.freq_shift);
-        Tensor add({batch, c.projection_class_embeddings_input_dim});
-        for (int64_t b = 0; b < batch; ++b) {
-            float* dst = add.data() + b * c.projection_class_embeddings_input_dim;
-            std::copy_n(in.text_embeds->data() + b * pooled, pooled, dst);
-            std::copy_n(time_emb.data() + b * 6 * d, 6 * d, dst + pooled);
-        }
+        Tensor time_emb =
+            ops::timestep_embedding(*in.time_ids, static_cast<int>(d), c.flip_sin_to_cos, c.freq_shift, act);
+        // [pooled text | embedded time ids] per sample: a concatenation along dim 1 of [B, ., 1] views.
+        Tensor add = ops::concat_channels(in.text_embeds->reshaped({batch, pooled, 1}),
+                                          std::move(time_emb).reshaped({batch, 6 * d, 1}))
+                         .reshaped({batch, c.projection_class_embeddings_input_dim});
         Tensor aug = add_linear_1_(add);
         ops::silu_(aug);
         ops::add_(emb, add_linear_2_(aug));

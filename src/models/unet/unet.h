@@ -1,4 +1,6 @@
-// UNet2DConditionModel for SD 1.x, SD 2.x and SDXL (text_time conditioning), float32 on the CPU.
+// UNet2DConditionModel for SD 1.x, SD 2.x and SDXL (text_time conditioning). It runs where its weights are:
+// float32 on the CPU, or on a GPU in the weights' dtype; the inputs must be on that device already
+// (ops::on_device_of), so a call can be recorded and replayed (Backend::run_recorded).
 #pragma once
 #include <vector>
 
@@ -9,7 +11,7 @@ namespace kiln {
 
 struct UNetInputs {
     const Tensor* sample = nullptr;           // [B, 4, h, w]
-    std::vector<float> timesteps;             // B values
+    const Tensor* timesteps = nullptr;        // [B] float32
     const Tensor* context = nullptr;          // [B, 77, cross_attention_dim]
     const Tensor* text_embeds = nullptr;      // SDXL: [B, pooled dim]
     const Tensor* time_ids = nullptr;         // SDXL: [B, 6]

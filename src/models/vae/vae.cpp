@@ -64,7 +64,8 @@ Tensor Vae::decode(const Tensor& latents) const {
                 std::to_string(config_.latent_channels) + ", h, w]");
     const int groups = config_.norm_num_groups;
     // Each stage replaces x, so only the current activation and a block's temporaries are alive.
-    Tensor x = post_quant_conv_ ? ops::conv2d(latents, post_quant_conv_->w, &post_quant_conv_->b) : latents;
+    Tensor x = ops::on_device_of(latents, dec_conv_in_.w);
+    if (post_quant_conv_) x = ops::conv2d(x, post_quant_conv_->w, &post_quant_conv_->b);
     x = ops::conv2d(x, dec_conv_in_.w, &dec_conv_in_.b, 1, 1);
     x = dec_mid_.forward(x, groups);
     for (const Level& level : up_) {
@@ -83,7 +84,7 @@ Vae::Posterior Vae::encode(const Tensor& image) const {
             "VAE encode: image of " + std::to_string(image.dim(3)) + "x" + std::to_string(image.dim(2)) +
                 " is smaller than the VAE's downsampling factor " + std::to_string(f));
     const int groups = config_.norm_num_groups;
-    Tensor x = ops::conv2d(image, enc_conv_in_.w, &enc_conv_in_.b, 1, 1);
+    Tensor x = ops::conv2d(ops::on_device_of(image, enc_conv_in_.w), enc_conv_in_.w, &enc_conv_in_.b, 1, 1);
     for (const Level& level : down_) {
         for (const vae::Resnet& res : level.resnets) x = res.forward(x, groups);
         if (level.resample) x = vae::downsample(x, *level.resample);
@@ -91,6 +92,7 @@ Vae::Posterior Vae::encode(const Tensor& image) const {
     x = enc_mid_.forward(x, groups);
     x = vae::norm_silu_conv(x, enc_norm_out_, groups, enc_conv_out_);
     if (quant_conv_) x = ops::conv2d(x, quant_conv_->w, &quant_conv_->b);
+    x = x.on_device() ? x.to_host() : std::move(x);
 
     // moments [N, 2L, h, w] = mean (first L channels) then logvar.
     const int64_t n = x.dim(0), latent = config_.latent_channels, plane = x.dim(2) * x.dim(3);

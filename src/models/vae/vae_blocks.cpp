@@ -88,14 +88,19 @@ Tensor MidBlock::forward(const Tensor& x, int groups) const {
 }
 
 Tensor downsample(const Tensor& x, const Conv& conv) {
-    // ops::conv2d pads symmetrically; the one-sided pad is made here.
+    // ops::conv2d pads symmetrically; the one-sided pad is made here, on the host (once per encode).
+    if (x.on_device()) return ops::conv2d(ops::on_device_of(downsample_pad(x.to_host()), conv.w), conv.w, &conv.b, 2, 0);
+    return ops::conv2d(downsample_pad(x), conv.w, &conv.b, 2, 0);
+}
+
+Tensor downsample_pad(const Tensor& x) {
     const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), w = x.dim(3);
     Tensor padded({n, c, h + 1, w + 1});
     for (int64_t plane = 0; plane < n * c; ++plane)
         for (int64_t y = 0; y < h; ++y)
             std::memcpy(padded.data() + (plane * (h + 1) + y) * (w + 1), x.data() + (plane * h + y) * w,
                         sizeof(float) * w);
-    return ops::conv2d(padded, conv.w, &conv.b, 2, 0);
+    return padded;
 }
 
 Tensor upsample(const Tensor& x, const Conv& conv) {

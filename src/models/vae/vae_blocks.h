@@ -55,6 +55,8 @@ struct MidBlock {
 // diffusers' Downsample2D as the VAE configures it: pad the right and bottom by one zero, then a 3x3
 // conv of stride 2 without padding (the asymmetric padding of the original LDM code).
 Tensor downsample(const Tensor& x, const Conv& conv);
+// x [N, C, H, W] (host) with one zero row below and one zero column on the right: the encoder's asymmetric pad.
+Tensor downsample_pad(const Tensor& x);
 
 // Upsample2D: nearest-neighbour 2x, then a 3x3 conv with padding 1.
 Tensor upsample(const Tensor& x, const Conv& conv);

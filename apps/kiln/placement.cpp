@@ -1,0 +1,32 @@
+// --device and --precision: which backend runs the model, and in which precision.
+#include <cstdlib>
+
+#include "commands.h"
+#include "core/backend.h"
+#include "kiln/error.h"
+#include "pipeline/compiled_backends.h"
+
+namespace kiln::cli {
+
+std::string default_device() {
+    const char* env = std::getenv("KILN_DEVICE");
+    return env && *env ? env : "auto";
+}
+
+Placement resolve_placement(const std::string& device, const std::string& precision) {
+    register_compiled_backends();
+    Placement p;
+    p.device = resolve_device(device);
+    if (p.device.is_cpu()) {
+        require(precision.empty() || precision == "fp32", ErrorKind::Unsupported,
+                "--precision " + precision + ": the CPU computes in fp32 only (weights may still be 16-bit: --weights)");
+        p.precision = DType::F32;
+        return p;
+    }
+    p.precision = precision.empty() || precision == "fp16" ? DType::F16
+                  : precision == "bf16"                    ? DType::BF16
+                                                           : DType::F32;
+    return p;
+}
+
+}  // namespace kiln::cli

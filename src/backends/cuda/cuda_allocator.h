@@ -1,0 +1,56 @@
+// Device memory for one GPU, cached so that the steady state makes no cudaMalloc: a freed block goes back
+// to a free list and the next request of about its size takes it (PyTorch's caching allocator does the same).
+// Blocks belong to pools. Pool 0 serves ordinary work; a recorded call (CUDA graph) gets a pool of its own
+// for as long as the recording lives, because the graph's kernels keep the addresses they were captured with
+// and nothing else may be handed those blocks.
+// Not thread-safe: the backend calls it from the thread that runs its stream.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+namespace kiln::cuda {
+
+class CudaAllocator {
+public:
+    explicit CudaAllocator(int device) : device_(device), free_(1) {}
+    ~CudaAllocator();
+    CudaAllocator(const CudaAllocator&) = delete;
+    CudaAllocator& operator=(const CudaAllocator&) = delete;
+
+    // From the current pool; bytes > 0. Out of memory after giving back every cached block: OutOfMemory
+    // naming the bytes asked and the device's free and total memory.
+    void* allocate(int64_t bytes);
+    void deallocate(void* p) noexcept;  // back to the free list of the block's pool
+
+    int new_pool();
+    void set_current_pool(int pool) { current_ = pool; }
+    int current_pool() const { return current_; }
+    // Returns the pool's blocks to the device (they must all be free, or be freed later: a live block of a
+    // released pool is given back when it is deallocated). Synchronises the device.
+    void release_pool(int pool) noexcept;
+
+    int64_t reserved_bytes() const { return reserved_; }  // held from the device: live + cached
+    int64_t live_bytes() const { return live_bytes_; }
+
+    // The size a request is served with: 512-byte granules below 1 MiB, 2 MiB granules above, so that
+    // blocks of near sizes are interchangeable.
+    static int64_t rounded(int64_t bytes);
+
+private:
+    struct Block {
+        int64_t size;
+        int pool;
+    };
+    void release_cached() noexcept;  // every free block of every pool back to the device
+
+    int device_;
+    int current_ = 0;
+    std::unordered_map<void*, Block> live_;
+    std::vector<std::multimap<int64_t, void*>> free_;  // per pool: size -> block
+    std::vector<bool> released_{false};
+    int64_t reserved_ = 0, live_bytes_ = 0;
+};
+
+}  // namespace kiln::cuda

@@ -1,0 +1,175 @@
+#include "backends/cuda/cuda_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_device_ops.h"
+#include "backends/cuda/device_info.h"
+#include "backends/cuda/kernels.h"
+#include "core/tensor.h"
+#include "kiln/error.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+// Makes the backend's device current for the calls in its scope (the process may hold several GPUs).
+class DeviceScope {
+public:
+    explicit DeviceScope(int index) {
+        if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+        if (previous_ != index) KILN_CUDA_CHECK(cudaSetDevice(index));
+    }
+    ~DeviceScope() {
+        int now = -1;
+        if (previous_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+    }
+
+private:
+    int previous_ = -1;
+};
+
+}  // namespace
+
+CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
+    std::string why;
+    const std::vector<DeviceInfo> devices = cuda_devices(&why);
+    bool found = false;
+    for (const DeviceInfo& d : devices)
+        if (d.index == index) {
+            found = true;
+            multiprocessors_ = d.multiprocessors;
+        }
+    require(found, ErrorKind::Unsupported,
+            "cuda:" + std::to_string(index) + " is not available" + (why.empty() ? std::string() : " (" + why + ")"));
+    KILN_CUDA_CHECK(cudaSetDevice(index));
+    KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    gemm_ = std::make_unique<Gemm>();
+    ops_ = std::make_unique<CudaDeviceOps>(*this);
+    const char* env = std::getenv("KILN_CUDA_GRAPHS");
+    graphs_enabled_ = !(env && std::strcmp(env, "0") == 0);
+}
+
+CudaBackend::~CudaBackend() {
+    cudaStreamSynchronize(stream_);
+    for (auto& [key, r] : recordings_)
+        if (r.exec) cudaGraphExecDestroy(r.exec);
+    recordings_.clear();
+    ops_.reset();
+    gemm_.reset();
+    if (stream_) cudaStreamDestroy(stream_);
+}
+
+DeviceDescription CudaBackend::describe() const {
+    std::string why;
+    for (const DeviceInfo& d : cuda_devices(&why))
+        if (d.index == index_)
+            return {device(), d.name,
+                    "compute capability " + std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor) + ", " +
+                        std::to_string(d.multiprocessors) + " multiprocessors",
+                    {int64_t(d.free_bytes), int64_t(d.total_bytes)}};
+    return {device(), "?", why, {}};
+}
+
+DeviceMemoryInfo CudaBackend::memory_info() const {
+    DeviceScope scope(index_);
+    size_t free_b = 0, total_b = 0;
+    KILN_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return {int64_t(free_b), int64_t(total_b)};
+}
+
+void* CudaBackend::allocate(int64_t bytes) {
+    DeviceScope scope(index_);
+    return allocator_.allocate(bytes);
+}
+
+void CudaBackend::upload(void* dst, const void* src, int64_t bytes) {
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, stream_));
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));  // src (pageable, the caller's) may go after this
+}
+
+void CudaBackend::download(void* dst, const void* src, int64_t bytes) {
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToHost, stream_));
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy(void* dst, const void* src, int64_t bytes) {
+    if (bytes > 0) KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) {
+    if (src_type == dst_type) return copy(dst, src, n * int64_t(dtype_size(src_type)));
+    cuda::convert(src, src_type, dst, dst_type, n, stream_);
+}
+
+void CudaBackend::synchronize() { KILN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+Tensor CudaBackend::run_recorded(const std::string& key, const std::vector<const Tensor*>& inputs,
+                                 const RecordedFn& fn) {
+    Recording& r = recordings_[key];
+    ++r.calls;
+    // The first call runs eagerly: it loads kernels and picks cuBLASLt algorithms, which capture cannot do.
+    if (!graphs_enabled_ || r.failed || r.calls == 1) return fn(inputs);
+    if (!r.exec) {
+        r.pool = allocator_.new_pool();
+        allocator_.set_current_pool(r.pool);
+        cudaGraph_t graph = nullptr;
+        try {
+            for (const Tensor* t : inputs) r.inputs.push_back(*t);  // copies into the recording's pool
+            std::vector<const Tensor*> views;
+            for (const Tensor& t : r.inputs) views.push_back(&t);
+            KILN_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+            try {
+                r.output = std::make_unique<Tensor>(fn(views));
+            } catch (...) {
+                cudaStreamEndCapture(stream_, &graph);
+                if (graph) cudaGraphDestroy(graph);
+                cudaGetLastError();
+                throw;
+            }
+            KILN_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+            KILN_CUDA_CHECK(cudaGraphInstantiate(&r.exec, graph, 0));
+            cudaGraphDestroy(graph);
+        } catch (const Error&) {
+            // Not recordable (a host round trip inside, say): run this key eagerly from now on.
+            allocator_.set_current_pool(0);
+            r.failed = true;
+            r.inputs.clear();
+            r.output.reset();
+            if (r.exec) cudaGraphExecDestroy(r.exec);
+            r.exec = nullptr;
+            allocator_.release_pool(r.pool);
+            return fn(inputs);
+        }
+        allocator_.set_current_pool(0);
+    } else {
+        for (size_t i = 0; i < inputs.size(); ++i) {
+            require(inputs[i]->shape() == r.inputs[i].shape() && inputs[i]->dtype() == r.inputs[i].dtype(),
+                    ErrorKind::InvalidArgument, "recorded call '" + key + "': input " + std::to_string(i) +
+                                                    " changed shape or dtype");
+            copy(r.inputs[i].device_data(), inputs[i]->device_data(),
+                 inputs[i]->numel() * int64_t(dtype_size(inputs[i]->dtype())));
+        }
+    }
+    KILN_CUDA_CHECK(cudaGraphLaunch(r.exec, stream_));
+    return Tensor(*r.output);  // a copy in the ordinary pool: the next replay overwrites the recording's
+}
+
+BackendFactory cuda_backend_factory() {
+    BackendFactory f;
+    f.list = [](std::string* why) {
+        std::vector<DeviceDescription> out;
+        for (const DeviceInfo& d : cuda_devices(why))
+            out.push_back({Device{DeviceKind::Cuda, d.index}, d.name,
+                           "compute capability " + std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor) +
+                               ", " + std::to_string(d.multiprocessors) + " multiprocessors",
+                           {int64_t(d.free_bytes), int64_t(d.total_bytes)}});
+        if (why && !why->empty()) *why = "cuda: " + *why;
+        return out;
+    };
+    f.create = [](int index) -> std::unique_ptr<Backend> { return std::make_unique<CudaBackend>(index); };
+    return f;
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,331 @@
+#include "backends/cuda/cuda_device_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "backends/cuda/attention.h"
+#include "backends/cuda/causal_mask.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/kernels.h"
+#include "kiln/error.h"
+#include "ops/op_observer.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+std::string desc(const char* name, const Tensor& t) {
+    return std::string(name) + " " + shape_str(t.shape()) + " " + dtype_name(t.dtype()) + " on " + device_name(t.device());
+}
+
+[[noreturn]] void bad(const char* op, const std::string& what) {
+    fail(ErrorKind::InvalidArgument, std::string("ops::") + op + " (cuda): " + what);
+}
+
+// Every operand on x's device with x's dtype: the backend computes in one precision per call.
+void same_place(const char* op, const Tensor& x, const Tensor& t, const char* name) {
+    if (!t.on_device() || t.device() != x.device()) bad(op, desc(name, t) + " is not on " + device_name(x.device()));
+    if (t.dtype() != x.dtype()) bad(op, desc(name, t) + " has another dtype than " + desc("x", x));
+}
+
+int64_t esize(const Tensor& t) { return int64_t(dtype_size(t.dtype())); }
+
+const char* at(const Tensor& t, int64_t elements) {
+    return static_cast<const char*>(t.device_data()) + elements * esize(t);
+}
+char* at(Tensor& t, int64_t elements) { return static_cast<char*>(t.device_data()) + elements * esize(t); }
+
+// Column buffers of im2col are tiled to stay under this (elements x dtype size).
+constexpr int64_t kColumnBudgetBytes = int64_t(256) << 20;
+// Attention by products keeps its per-block scores (float32, plus the rounded probabilities) under this.
+constexpr int64_t kScoreBudgetBytes = int64_t(512) << 20;
+
+}  // namespace
+
+Tensor CudaDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b) const {
+    if (x.rank() < 1 || w.rank() != 2 || x.dim(-1) != w.dim(1)) bad("linear", desc("x", x) + " and " + desc("w", w));
+    same_place("linear", x, w, "w");
+    const int64_t k = w.dim(1), n = w.dim(0), m = k ? x.numel() / k : 0;
+    if (b) {
+        same_place("linear", x, *b, "b");
+        if (b->numel() != n) bad("linear", desc("b", *b) + " for " + desc("w", w));
+    }
+    Shape shape = x.shape();
+    shape.back() = n;
+    Tensor y = Tensor::empty_on(backend_, shape, x.dtype());
+    if (y.numel() == 0) return y;
+    // Counted for bench's FLOP totals; the span is the host's queueing time, not the GPU's.
+    ops::OpScope scope(ops::OpKind::Linear, 2.0 * double(m) * double(n) * double(k));
+    GemmArgs g;
+    g.trans_a = true;  // w [n, k] row-major is k x n column-major
+    g.m = n, g.n = m, g.k = k;
+    g.a = w.device_data(), g.lda = k;
+    g.b = x.device_data(), g.ldb = k;
+    g.c = y.device_data(), g.ldc = n;
+    g.ab_type = g.c_type = x.dtype();
+    backend_.gemm().run(g, backend_.stream());
+    if (b) add_row_bias(y.device_data(), b->device_data(), y.dtype(), m, n, backend_.stream());
+    return y;
+}
+
+Tensor CudaDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
+                           const Tensor* stats, const Tensor* gamma, const Tensor* beta, int groups) const {
+    if (x.rank() != 4 || w.rank() != 4 || w.dim(1) != x.dim(1) || w.dim(2) != w.dim(3) || stride < 1 || padding < 0)
+        bad("conv2d", desc("x", x) + ", " + desc("w", w) + ", stride " + std::to_string(stride) + ", padding " +
+                          std::to_string(padding) + " (square kernels only)");
+    same_place("conv2d", x, w, "w");
+    const int64_t n = x.dim(0), cin = x.dim(1), h = x.dim(2), wd = x.dim(3), cout = w.dim(0), kk = w.dim(2);
+    if (h + 2 * padding < kk || wd + 2 * padding < kk) bad("conv2d", desc("x", x) + " is smaller than the kernel");
+    if (b) {
+        same_place("conv2d", x, *b, "b");
+        if (b->numel() != cout) bad("conv2d", desc("b", *b) + " for " + desc("w", w));
+    }
+    const int64_t oh = (h + 2 * padding - kk) / stride + 1, ow = (wd + 2 * padding - kk) / stride + 1;
+    const int64_t pixels = oh * ow, kc = cin * kk * kk;
+    Tensor y = Tensor::empty_on(backend_, {n, cout, oh, ow}, x.dtype());
+    if (y.numel() == 0) return y;
+    ops::OpScope scope(ops::OpKind::Conv2d, 2.0 * double(n) * double(cout) * double(pixels) * double(kc));
+    cudaStream_t s = backend_.stream();
+    const bool direct = kk == 1 && stride == 1 && padding == 0 && !stats;  // x is its own column matrix
+    const int64_t tile = direct ? pixels
+                                : std::clamp<int64_t>(kColumnBudgetBytes / std::max<int64_t>(1, kc * esize(x)), 1, pixels);
+    Tensor col;
+    if (!direct) col = Tensor::empty_on(backend_, {kc * tile}, x.dtype());
+    for (int64_t img = 0; img < n; ++img) {
+        const char* x_img = at(x, img * cin * h * wd);
+        char* y_img = at(y, img * cout * pixels);
+        for (int64_t first = 0; first < pixels; first += tile) {
+            const int64_t count = std::min(tile, pixels - first);
+            const void* a = x_img;
+            if (!direct) {
+                Im2colNorm norm;
+                if (stats) {
+                    norm.stats = static_cast<const float*>(stats->device_data()) + img * groups * 2;
+                    norm.gamma = gamma->device_data();
+                    norm.beta = beta->device_data();
+                    norm.groups = groups;
+                }
+                im2col(x_img, col.device_data(), x.dtype(), cin, h, wd, int(kk), stride, padding, oh, ow, first, count,
+                       stats ? &norm : nullptr, s);
+                a = col.device_data();
+            }
+            // y_img [cout, pixels] row-major = col^T x w^T column-major: m = pixels of the tile, n = cout.
+            GemmArgs g;
+            g.m = count, g.n = cout, g.k = kc;
+            g.a = a, g.lda = direct ? pixels : count;
+            g.b = w.device_data(), g.ldb = kc;
+            g.c = y_img + first * esize(y), g.ldc = pixels;
+            g.ab_type = g.c_type = x.dtype();
+            backend_.gemm().run(g, s);
+        }
+        if (b) add_channel_bias(y_img, b->device_data(), y.dtype(), 1, cout, pixels, s);
+    }
+    return y;
+}
+
+Tensor CudaDeviceOps::conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const {
+    return conv(x, w, b, stride, padding, nullptr, nullptr, nullptr, 0);
+}
+
+Tensor CudaDeviceOps::conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                                             float eps, const Tensor& w, const Tensor* b, int stride,
+                                             int padding) const {
+    if (x.rank() != 4 || groups < 1 || x.dim(1) % groups || gamma.numel() != x.dim(1) || beta.numel() != x.dim(1))
+        bad("conv2d_group_norm_silu", desc("x", x) + " with " + std::to_string(groups) + " groups, " +
+                                          desc("gamma", gamma) + ", " + desc("beta", beta));
+    same_place("conv2d_group_norm_silu", x, gamma, "gamma");
+    same_place("conv2d_group_norm_silu", x, beta, "beta");
+    Tensor stats = Tensor::empty_on(backend_, {x.dim(0), groups, 2}, DType::F32);
+    group_norm_stats(x.device_data(), x.dtype(), x.dim(0), x.dim(1), x.dim(2) * x.dim(3), groups, eps,
+                     static_cast<float*>(stats.device_data()), backend_.stream());
+    return conv(x, w, b, stride, padding, &stats, &gamma, &beta, groups);
+}
+
+Tensor CudaDeviceOps::group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                                 float eps) const {
+    if (x.rank() < 2 || groups < 1 || x.dim(1) % groups || gamma.numel() != x.dim(1) || beta.numel() != x.dim(1))
+        bad("group_norm", desc("x", x) + " with " + std::to_string(groups) + " groups");
+    same_place("group_norm", x, gamma, "gamma");
+    same_place("group_norm", x, beta, "beta");
+    const int64_t n = x.dim(0), c = x.dim(1), inner = c ? x.numel() / (n * c) : 0;
+    Tensor y = Tensor::empty_on(backend_, x.shape(), x.dtype());
+    if (y.numel() == 0) return y;
+    Tensor stats = Tensor::empty_on(backend_, {n, groups, 2}, DType::F32);
+    float* st = static_cast<float*>(stats.device_data());
+    group_norm_stats(x.device_data(), x.dtype(), n, c, inner, groups, eps, st, backend_.stream());
+    group_norm_apply(x.device_data(), st, gamma.device_data(), beta.device_data(), y.device_data(), x.dtype(), n, c,
+                     inner, groups, false, backend_.stream());
+    return y;
+}
+
+Tensor CudaDeviceOps::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) const {
+    if (x.rank() < 1 || gamma.numel() != x.dim(-1) || beta.numel() != x.dim(-1))
+        bad("layer_norm", desc("x", x) + ", " + desc("gamma", gamma));
+    same_place("layer_norm", x, gamma, "gamma");
+    same_place("layer_norm", x, beta, "beta");
+    Tensor y = Tensor::empty_on(backend_, x.shape(), x.dtype());
+    if (y.numel() == 0) return y;
+    const int64_t cols = x.dim(-1);
+    cuda::layer_norm(x.device_data(), gamma.device_data(), beta.device_data(), y.device_data(), x.dtype(), x.numel() / cols,
+               cols, eps, backend_.stream());
+    return y;
+}
+
+Tensor CudaDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal) const {
+    if (q.rank() != 3 || k.rank() != 3 || v.shape() != k.shape() || q.dim(0) != k.dim(0) || q.dim(2) != k.dim(2) ||
+        heads < 1 || q.dim(2) % heads)
+        bad("attention", desc("q", q) + ", " + desc("k", k) + ", " + desc("v", v) + ", " + std::to_string(heads) +
+                             " heads");
+    same_place("attention", q, k, "k");
+    same_place("attention", q, v, "v");
+    const int64_t d = q.dim(2) / heads;
+    ops::OpScope scope(ops::OpKind::Attention, 4.0 * double(q.dim(0)) * double(q.dim(1)) * double(k.dim(1)) * double(q.dim(2)));
+    if (q.dtype() == DType::F16 && d <= 256 && k.dim(1) >= 1) {
+        Tensor out = Tensor::empty_on(backend_, q.shape(), q.dtype());
+        if (out.numel() == 0) return out;
+        cuda_attention_f16(static_cast<const __half*>(q.device_data()), static_cast<const __half*>(k.device_data()),
+                           static_cast<const __half*>(v.device_data()), static_cast<__half*>(out.device_data()),
+                           int(q.dim(0)), int(q.dim(1)), int(k.dim(1)), heads, int(d), backend_.stream(), causal);
+        return out;
+    }
+    return attention_by_products(q, k, v, heads, causal);
+}
+
+// softmax(q k^T / sqrt(D)) v per (batch, head) in blocks of query rows: scores in float32, probabilities
+// rounded to the operands' dtype before the second product (as the flash kernel does).
+Tensor CudaDeviceOps::attention_by_products(const Tensor& q, const Tensor& k, const Tensor& v, int heads,
+                                            bool causal) const {
+    const int64_t batch = q.dim(0), lq = q.dim(1), lk = k.dim(1), hd = q.dim(2), d = hd / heads;
+    Tensor out = Tensor::empty_on(backend_, q.shape(), q.dtype());
+    if (out.numel() == 0) return out;
+    if (lk == 0) bad("attention", "no keys");
+    cudaStream_t s = backend_.stream();
+    const bool f32 = q.dtype() == DType::F32;
+    const int64_t per_row = heads * lk * (4 + 4 + (f32 ? 0 : esize(q)));
+    const int64_t block = std::clamp<int64_t>(kScoreBudgetBytes / per_row, 1, lq);
+    Tensor scores = Tensor::empty_on(backend_, {heads * block * lk}, DType::F32);
+    Tensor probs = Tensor::empty_on(backend_, {heads * block * lk}, DType::F32);
+    Tensor probs_cast;
+    if (!f32) probs_cast = Tensor::empty_on(backend_, {heads * block * lk}, q.dtype());
+    for (int64_t bi = 0; bi < batch; ++bi)
+        for (int64_t q0 = 0; q0 < lq; q0 += block) {
+            const int64_t rows = std::min(block, lq - q0);
+            GemmArgs g;  // scores^T (lk x rows, column-major) = k_h q_h^T, per head
+            g.trans_a = true;
+            g.m = lk, g.n = rows, g.k = d;
+            g.a = at(k, bi * lk * hd), g.lda = hd;
+            g.b = at(q, (bi * lq + q0) * hd), g.ldb = hd;
+            g.c = scores.device_data(), g.ldc = lk;
+            g.ab_type = q.dtype(), g.c_type = DType::F32;
+            g.alpha = 1.0f / std::sqrt(static_cast<float>(d));
+            g.batch = heads, g.stride_a = d, g.stride_b = d, g.stride_c = rows * lk;
+            backend_.gemm().run(g, s);
+            if (causal) causal_mask(static_cast<float*>(scores.device_data()), heads, rows, lk, q0, s);
+            cuda::softmax_lastdim(scores.device_data(), probs.device_data(), DType::F32, heads * rows, lk, s);
+            const void* p = probs.device_data();
+            if (!f32) {
+                convert(probs.device_data(), DType::F32, probs_cast.device_data(), q.dtype(), heads * rows * lk, s);
+                p = probs_cast.device_data();
+            }
+            GemmArgs o;  // out_h^T (d x rows) = v_h^T p_h^T
+            o.m = d, o.n = rows, o.k = lk;
+            o.a = at(v, bi * lk * hd), o.lda = hd;
+            o.b = p, o.ldb = lk;
+            o.c = at(out, (bi * lq + q0) * hd), o.ldc = hd;
+            o.ab_type = o.c_type = q.dtype();
+            o.batch = heads, o.stride_a = d, o.stride_b = rows * lk, o.stride_c = d;
+            backend_.gemm().run(o, s);
+        }
+    return out;
+}
+
+void CudaDeviceOps::activation_(Tensor& x, ops::DeviceActivation f) const {
+    static constexpr Activation kinds[] = {Activation::Silu, Activation::Gelu, Activation::GeluTanh,
+                                           Activation::QuickGelu};
+    activation(x.device_data(), x.dtype(), x.numel(), kinds[static_cast<int>(f)], backend_.stream());
+}
+
+Tensor CudaDeviceOps::geglu(const Tensor& x) const {
+    if (x.rank() < 1 || x.dim(-1) % 2) bad("geglu", desc("x", x) + ": the last dim must be even");
+    Shape shape = x.shape();
+    shape.back() /= 2;
+    Tensor y = Tensor::empty_on(backend_, shape, x.dtype());
+    if (y.numel() == 0) return y;
+    const int64_t half = y.dim(-1);
+    cuda::geglu(x.device_data(), y.device_data(), x.dtype(), y.numel() / half, half, backend_.stream());
+    return y;
+}
+
+Tensor CudaDeviceOps::upsample_nearest2x(const Tensor& x) const {
+    if (x.rank() != 4) bad("upsample_nearest2x", desc("x", x) + " must be [N, C, H, W]");
+    Tensor y = Tensor::empty_on(backend_, {x.dim(0), x.dim(1), 2 * x.dim(2), 2 * x.dim(3)}, x.dtype());
+    if (y.numel() == 0) return y;
+    cuda::upsample_nearest2x(x.device_data(), y.device_data(), x.dtype(), x.dim(0) * x.dim(1), x.dim(2), x.dim(3),
+                             backend_.stream());
+    return y;
+}
+
+Tensor CudaDeviceOps::concat_channels(const Tensor& a, const Tensor& b) const {
+    same_place("concat_channels", a, b, "b");
+    Shape shape = a.shape();
+    shape[1] += b.dim(1);
+    Tensor y = Tensor::empty_on(backend_, shape, a.dtype());
+    if (y.numel() == 0) return y;
+    const int64_t n = a.dim(0), inner = y.numel() / (n * shape[1]);
+    cuda::concat_channels(a.device_data(), b.device_data(), y.device_data(), a.dtype(), n, a.dim(1), b.dim(1), inner,
+                          backend_.stream());
+    return y;
+}
+
+void CudaDeviceOps::add_(Tensor& a, const Tensor& b) const {
+    same_place("add_", a, b, "b");
+    add(a.device_data(), b.device_data(), a.dtype(), a.numel(), backend_.stream());
+}
+
+void CudaDeviceOps::add_channel_bias_(Tensor& x, const Tensor& bias_nc) const {
+    same_place("add_channel_bias_", x, bias_nc, "bias");
+    const int64_t planes = x.dim(0) * x.dim(1);
+    if (planes == 0) return;
+    add_channel_bias(x.device_data(), bias_nc.device_data(), x.dtype(), x.dim(0), x.dim(1), x.numel() / planes,
+                     backend_.stream());
+}
+
+void CudaDeviceOps::scale_(Tensor& x, float s) const { scale(x.device_data(), x.dtype(), x.numel(), s, backend_.stream()); }
+
+Tensor CudaDeviceOps::nchw_to_nlc(const Tensor& x) const {
+    const int64_t n = x.dim(0), c = x.dim(1), l = x.dim(2) * x.dim(3);
+    Tensor y = Tensor::empty_on(backend_, {n, l, c}, x.dtype());
+    if (y.numel()) cuda::nchw_to_nlc(x.device_data(), y.device_data(), x.dtype(), n, c, l, backend_.stream());
+    return y;
+}
+
+Tensor CudaDeviceOps::nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) const {
+    const int64_t n = x.dim(0), c = x.dim(2);
+    Tensor y = Tensor::empty_on(backend_, {n, c, h, w}, x.dtype());
+    if (y.numel()) cuda::nlc_to_nchw(x.device_data(), y.device_data(), x.dtype(), n, h * w, c, backend_.stream());
+    return y;
+}
+
+Tensor CudaDeviceOps::softmax_lastdim(const Tensor& x) const {
+    Tensor y = Tensor::empty_on(backend_, x.shape(), x.dtype());
+    if (y.numel() == 0) return y;
+    const int64_t cols = x.dim(-1);
+    cuda::softmax_lastdim(x.device_data(), y.device_data(), x.dtype(), x.numel() / cols, cols, backend_.stream());
+    return y;
+}
+
+Tensor CudaDeviceOps::timestep_embedding(const Tensor& timesteps, int dim, bool flip_sin_to_cos,
+                                         float downscale_freq_shift, float max_period, DType out_type) const {
+    if (timesteps.dtype() != DType::F32) bad("timestep_embedding", desc("timesteps", timesteps) + " must be float32");
+    require(max_period == 10000.0f, ErrorKind::Unsupported,
+            "ops::timestep_embedding (cuda): max_period other than 10000");
+    require(dim >= 1, ErrorKind::InvalidArgument, "ops::timestep_embedding: dim must be >= 1");
+    Tensor y = Tensor::empty_on(backend_, {timesteps.numel(), dim}, out_type);
+    if (y.numel())
+        cuda::timestep_embedding(static_cast<const float*>(timesteps.device_data()), y.device_data(), out_type,
+                                 timesteps.numel(), dim, flip_sin_to_cos, downscale_freq_shift, backend_.stream());
+    return y;
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,43 @@
+// The ops of ops.h on the CUDA backend: checks the operands, allocates outputs from the backend and runs
+// the kernels (kernels.h, attention.h) and cuBLASLt products (gemm.h). Compositions live here:
+// linear = product + bias, conv2d = im2col + product + bias (GroupNorm+SiLU fused into the im2col),
+// attention = flash kernel (F16, head dim <= 256) or products + softmax in blocks of queries.
+#pragma once
+#include "ops/device_ops.h"
+
+namespace kiln::cuda {
+
+class CudaBackend;
+
+class CudaDeviceOps final : public ops::DeviceOps {
+public:
+    explicit CudaDeviceOps(CudaBackend& backend) : backend_(backend) {}
+    Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) const override;
+    Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const override;
+    Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
+                                  const Tensor& w, const Tensor* b, int stride, int padding) const override;
+    Tensor group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps) const override;
+    Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) const override;
+    Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal) const override;
+    void activation_(Tensor& x, ops::DeviceActivation f) const override;
+    Tensor geglu(const Tensor& x) const override;
+    Tensor upsample_nearest2x(const Tensor& x) const override;
+    Tensor concat_channels(const Tensor& a, const Tensor& b) const override;
+    void add_(Tensor& a, const Tensor& b) const override;
+    void add_channel_bias_(Tensor& x, const Tensor& bias_nc) const override;
+    void scale_(Tensor& x, float s) const override;
+    Tensor nchw_to_nlc(const Tensor& x) const override;
+    Tensor nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) const override;
+    Tensor softmax_lastdim(const Tensor& x) const override;
+    Tensor timestep_embedding(const Tensor& timesteps, int dim, bool flip_sin_to_cos, float downscale_freq_shift,
+                              float max_period, DType out_type) const override;
+
+private:
+    Tensor conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding, const Tensor* norm_stats,
+                const Tensor* gamma, const Tensor* beta, int groups) const;
+    Tensor attention_by_products(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal) const;
+
+    CudaBackend& backend_;
+};
+
+}  // namespace kiln::cuda

@@ -1,0 +1,94 @@
+#include "core/backend.h"
+
+#include <map>
+#include <mutex>
+
+#include "core/tensor.h"
+#include "kiln/error.h"
+
+namespace kiln {
+
+Tensor Backend::run_recorded(const std::string&, const std::vector<const Tensor*>& inputs, const RecordedFn& fn) {
+    return fn(inputs);
+}
+
+DeviceBuffer::DeviceBuffer(Backend& backend, int64_t bytes)
+    : backend_(&backend),
+      data_(bytes > 0 ? backend.allocate(bytes) : nullptr),
+      bytes_(bytes),
+      lease_(bytes, current_memory_category(), memory_device(device_name(backend.device()))) {}
+
+DeviceBuffer::~DeviceBuffer() {
+    if (data_) backend_->deallocate(data_);
+}
+
+namespace {
+
+struct Registry {
+    std::mutex mutex;
+    std::map<DeviceKind, BackendFactory> factories;
+    std::map<std::pair<DeviceKind, int>, std::unique_ptr<Backend>> backends;
+};
+
+Registry& registry() {
+    static Registry r;  // leaked order: backends outlive every tensor of static storage duration made after them
+    return r;
+}
+
+}  // namespace
+
+void register_backend_factory(DeviceKind kind, BackendFactory factory) {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    r.factories[kind] = std::move(factory);
+}
+
+Backend& backend_for(const Device& device) {
+    require(!device.is_cpu(), ErrorKind::InvalidArgument, "the CPU has no backend object (host tensors run on src/ops)");
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    auto key = std::pair{device.kind, device.index};
+    if (auto it = r.backends.find(key); it != r.backends.end()) return *it->second;
+    auto f = r.factories.find(device.kind);
+    require(f != r.factories.end(), ErrorKind::Unsupported,
+            "device " + device_name(device) + ": this build of kiln has no CUDA backend (built without nvcc)");
+    std::unique_ptr<Backend> made = f->second.create(device.index);
+    Backend& b = *made;
+    r.backends.emplace(key, std::move(made));
+    return b;
+}
+
+std::vector<DeviceDescription> list_devices(std::vector<std::string>* why_none) {
+    std::vector<DeviceDescription> out{{Device{}, "CPU", "host memory, OpenBLAS + OpenMP", {}}};
+    Registry& r = registry();
+    std::map<DeviceKind, BackendFactory> factories;
+    {
+        std::lock_guard lock(r.mutex);
+        factories = r.factories;
+    }
+    if (factories.empty() && why_none) why_none->push_back("cuda: this build has no CUDA backend (built without nvcc)");
+    for (auto& [kind, f] : factories) {
+        std::string why;
+        for (DeviceDescription& d : f.list(&why)) out.push_back(std::move(d));
+        if (!why.empty() && why_none) why_none->push_back(why);
+    }
+    return out;
+}
+
+Device resolve_device(const std::string& text) {
+    if (text == "auto") {
+        std::vector<DeviceDescription> all = list_devices();
+        return all.size() > 1 ? all[1].device : Device{};
+    }
+    Device d = parse_device(text);
+    if (d.is_cpu()) return d;
+    std::vector<std::string> why;
+    for (const DeviceDescription& desc : list_devices(&why))
+        if (desc.device == d) return d;
+    std::string reason;
+    for (const std::string& w : why) reason += (reason.empty() ? "" : "; ") + w;
+    fail(ErrorKind::Unsupported,
+         "device " + text + " is not available" + (reason.empty() ? std::string() : " (" + reason + ")"));
+}
+
+}  // namespace kiln

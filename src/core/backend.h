@@ -1,0 +1,102 @@
+// A backend is memory + a stream + kernels for one device (DESIGN decision 2). The CPU needs no object:
+// host tensors hold their own storage and the ops in src/ops are its kernels. A GPU backend owns its
+// device's allocations (tensors made on it hold a DeviceBuffer), orders every copy and kernel on one
+// stream, and gives the ops layer its kernels (ops/device_ops.h). Model code never names a backend:
+// it runs wherever its weights are.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/memory.h"
+
+namespace kiln {
+
+namespace ops {
+class DeviceOps;
+}
+class Tensor;
+
+struct DeviceMemoryInfo {
+    int64_t free = 0, total = 0;  // bytes, as the driver reports them
+};
+
+// One line per device for `kiln info --devices`.
+struct DeviceDescription {
+    Device device;
+    std::string name;  // "NVIDIA H200"
+    std::string detail;  // compute capability, multiprocessors, ...
+    DeviceMemoryInfo memory;
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual Device device() const = 0;
+    virtual DeviceDescription describe() const = 0;
+    virtual DeviceMemoryInfo memory_info() const = 0;
+    // Bytes the backend's allocator holds from the device (live buffers plus its cache).
+    virtual int64_t reserved_bytes() const = 0;
+
+    // Device memory. allocate throws ErrorKind::OutOfMemory naming the bytes asked and free.
+    virtual void* allocate(int64_t bytes) = 0;
+    virtual void deallocate(void* p) noexcept = 0;
+    // Copies, ordered on the backend's stream. upload returns once src may be reused; download once dst holds
+    // the bytes (it waits for the work queued before it).
+    virtual void upload(void* dst, const void* src, int64_t bytes) = 0;
+    virtual void download(void* dst, const void* src, int64_t bytes) = 0;
+    virtual void copy(void* dst, const void* src, int64_t bytes) = 0;
+    // dst = src rounded to dst_type (both on the device).
+    virtual void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) = 0;
+    virtual void synchronize() = 0;
+
+    virtual const ops::DeviceOps& ops() const = 0;
+
+    // Runs fn(inputs) as a recorded call: the first call with a key runs it eagerly; the second records it
+    // (on CUDA: stream capture into a graph with its own memory pool) and later calls copy the inputs into
+    // the recording's buffers and replay it. Inputs must be on this device with the shapes and dtypes the key
+    // stands for. The result is a fresh tensor. A call that cannot be recorded keeps running eagerly.
+    using RecordedFn = std::function<Tensor(const std::vector<const Tensor*>&)>;
+    virtual Tensor run_recorded(const std::string& key, const std::vector<const Tensor*>& inputs,
+                                const RecordedFn& fn);
+};
+
+// Device storage of a tensor: freed through its backend when the last tensor using it goes.
+class DeviceBuffer {
+public:
+    DeviceBuffer(Backend& backend, int64_t bytes);
+    ~DeviceBuffer();
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+    Backend& backend() const { return *backend_; }
+    void* data() const { return data_; }
+    int64_t bytes() const { return bytes_; }
+
+private:
+    Backend* backend_;
+    void* data_;
+    int64_t bytes_;
+    MemoryLease lease_;
+};
+
+// ---- registry ----
+// A compiled GPU backend registers a factory for its kind (register_compiled_backends in
+// backends/registry.h does it for every backend this build has).
+struct BackendFactory {
+    std::function<std::vector<DeviceDescription>(std::string* why_none)> list;
+    std::function<std::unique_ptr<Backend>(int index)> create;
+};
+void register_backend_factory(DeviceKind kind, BackendFactory factory);
+// The backend of a GPU device, made on first use and kept for the process. The CPU has none: InvalidArgument.
+// A kind this build lacks, or a device that is not there: Unsupported naming it and why.
+Backend& backend_for(const Device& device);
+// Every device of every registered kind, the CPU first; why_none collects the reasons a kind found none.
+std::vector<DeviceDescription> list_devices(std::vector<std::string>* why_none = nullptr);
+// "auto": the first GPU if one is present, else the CPU. Otherwise parse_device(text), checked to exist.
+Device resolve_device(const std::string& text);
+
+}  // namespace kiln

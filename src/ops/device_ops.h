@@ -1,0 +1,44 @@
+// The kernels a GPU backend gives the ops layer: one method per op of ops.h, same arguments and meaning.
+// The public functions in ops.h send a call here when its first tensor is on a device (one line at the top
+// of each), so model code calls the same ops wherever its weights live. Tensors on a device carry the
+// dtype the backend computes in (F16, BF16 or F32); outputs have their input's dtype. An operand on another
+// device than the first is an InvalidArgument error naming both.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace kiln::ops {
+
+enum class DeviceActivation { Silu, Gelu, GeluTanh, QuickGelu };
+
+class DeviceOps {
+public:
+    virtual ~DeviceOps() = default;
+    virtual Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) const = 0;
+    virtual Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const = 0;
+    virtual Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                                          float eps, const Tensor& w, const Tensor* b, int stride,
+                                          int padding) const = 0;
+    virtual Tensor group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                              float eps) const = 0;
+    virtual Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) const = 0;
+    virtual Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal) const = 0;
+    virtual void activation_(Tensor& x, DeviceActivation f) const = 0;
+    virtual Tensor geglu(const Tensor& x) const = 0;
+    virtual Tensor upsample_nearest2x(const Tensor& x) const = 0;
+    virtual Tensor concat_channels(const Tensor& a, const Tensor& b) const = 0;
+    virtual void add_(Tensor& a, const Tensor& b) const = 0;
+    virtual void add_channel_bias_(Tensor& x, const Tensor& bias_nc) const = 0;
+    virtual void scale_(Tensor& x, float s) const = 0;
+    virtual Tensor nchw_to_nlc(const Tensor& x) const = 0;
+    virtual Tensor nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) const = 0;
+    virtual Tensor softmax_lastdim(const Tensor& x) const = 0;
+    // timesteps: float32 [n] on the device.
+    virtual Tensor timestep_embedding(const Tensor& timesteps, int dim, bool flip_sin_to_cos,
+                                      float downscale_freq_shift, float max_period, DType out_type) const = 0;
+};
+
+inline const DeviceOps& device_ops(const Tensor& t) { return t.backend().ops(); }
+
+}  // namespace kiln::ops

@@ -1,0 +1,9 @@
+// Registers the GPU backends this build has (CUDA where nvcc was found) with the registry in core/backend.h.
+// Programs call it once before naming a device; calling it again does nothing.
+#pragma once
+
+namespace kiln {
+
+void register_compiled_backends();
+
+}  // namespace kiln

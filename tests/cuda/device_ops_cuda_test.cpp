@@ -1,0 +1,220 @@
+// The ops of ops.h called on device tensors (the CUDA backend's DeviceOps: cuBLASLt products, im2col
+// convolutions, the flash kernel or products for attention, the plain kernels) against the same ops on the
+// host, for every storage dtype, on shapes that break tiles: 1-element batches, odd sizes, 1x1 and strided
+// convolutions, head dims above the flash kernel's 256. Skipped without a GPU.
+//
+// Inputs are rounded to the dtype first, so both sides see the same numbers; the host computes in float32.
+// Bound per output element, with u = 2^-24 (float32) and u_s the storage dtype's unit roundoff (2^-24, 2^-11,
+// 2^-8 for F32, F16, BF16): the device rounds the result once to the storage dtype (u_s |ref|), and each side
+// sums K products in float32 in its own order ((K + 2) u S each, S = the same sum over absolute values,
+// computed by running the op on |inputs|). Compositions that store an intermediate in the storage dtype
+// (the im2col columns are exact copies; the normalised input of a fused GroupNorm conv is rounded, as is the
+// probability matrix of attention) add u_s times their own absolute sum: the bound below takes 2 u_s S + u_s |ref|
+// for those. A wrong index or a missing bias is off by O(|ref|), far above.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "cuda_test_util.h"
+#include "ops/ops.h"
+
+using namespace kiln;
+
+namespace {
+
+double unit(DType t) { return t == DType::F32 ? std::ldexp(1.0, -24) : t == DType::F16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8); }
+
+Tensor random(Shape shape, uint32_t seed, DType t, float lo = -1.0f, float hi = 1.0f) {
+    std::mt19937 g(seed);
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+    for (float& x : v) x = d(g);
+    return Tensor(std::move(shape), std::move(v)).converted(t).to_f32();  // representable in t
+}
+
+Tensor abs_of(const Tensor& x) {
+    Tensor a = x;
+    for (float& v : a.values()) v = std::fabs(v);
+    return a;
+}
+
+// |dev - ref| <= (k + 2) * 2u * S + factor * us * S + us * |ref| per element.
+void expect_close(const Tensor& dev, const Tensor& ref, const Tensor& abs_sum, double k, DType t, double factor,
+                  const std::string& what) {
+    ASSERT_EQ(dev.shape(), ref.shape()) << what;
+    const double u = std::ldexp(1.0, -24), us = unit(t);
+    double worst = 0;
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+        const double bound = (k + 2) * 2 * u * abs_sum[i] + factor * us * abs_sum[i] + us * std::fabs(ref[i]) + 1e-30;
+        worst = std::max(worst, std::fabs(double(dev[i]) - ref[i]) / bound);
+    }
+    EXPECT_LE(worst, 1.0) << what << " " << dtype_name(t);
+    std::printf("[ device ops ] %-40s %-5s err/bound %.3f\n", what.c_str(), dtype_name(t), worst);
+}
+
+const DType kTypes[] = {DType::F32, DType::F16, DType::BF16};
+
+}  // namespace
+
+TEST(DeviceOpsCuda, Linear) {
+    KILN_CUDA_BACKEND_OR_SKIP(gpu);
+    for (DType t : kTypes)
+        for (auto [rows, in, out] : {std::tuple{1, 1, 1}, {3, 33, 31}, {77, 320, 640}, {2, 5, 1}}) {
+            Tensor x = random({1, rows, in}, 1, t), w = random({out, in}, 2, t), b = random({out}, 3, t);
+            Tensor ref = ops::linear(x, w, &b);
+            Tensor bias_abs = abs_of(b);
+            Tensor scale = ops::linear(abs_of(x), abs_of(w), &bias_abs);
+            Tensor xd = x.to_device(*gpu, t), wd = w.to_device(*gpu, t), bd = b.to_device(*gpu, t);
+            expect_close(ops::linear(xd, wd, &bd).to_host(), ref, scale, in, t, 0,
+                         "linear " + std::to_string(rows) + "x" + std::to_string(in) + "->" + std::to_string(out));
+        }
+}
+
+TEST(DeviceOpsCuda, Conv2dAndFusedNorm) {
+    KILN_CUDA_BACKEND_OR_SKIP(gpu);
+    struct C {
+        int n, cin, h, w, cout, k, stride, pad, groups;
+    };
+    for (DType t : kTypes)
+        for (C c : {C{1, 4, 7, 5, 3, 3, 1, 1, 2}, C{2, 8, 9, 9, 8, 3, 2, 1, 4}, C{1, 6, 5, 6, 10, 1, 1, 0, 3},
+                    C{2, 32, 16, 16, 16, 3, 1, 1, 32}}) {
+            Tensor x = random({c.n, c.cin, c.h, c.w}, 4, t), w = random({c.cout, c.cin, c.k, c.k}, 5, t);
+            Tensor b = random({c.cout}, 6, t), gamma = random({c.cin}, 7, t, 0.5f, 1.5f), beta = random({c.cin}, 8, t);
+            const std::string name = "conv " + std::to_string(c.cin) + "x" + std::to_string(c.h) + "x" +
+                                     std::to_string(c.w) + " k" + std::to_string(c.k) + " s" + std::to_string(c.stride);
+            const double k = double(c.cin) * c.k * c.k;
+            Tensor babs = abs_of(b);
+            Tensor xd = x.to_device(*gpu, t), wd = w.to_device(*gpu, t), bd = b.to_device(*gpu, t);
+            {
+                Tensor ref = ops::conv2d(x, w, &b, c.stride, c.pad);
+                Tensor scale = ops::conv2d(abs_of(x), abs_of(w), &babs, c.stride, c.pad);
+                expect_close(ops::conv2d(xd, wd, &bd, c.stride, c.pad).to_host(), ref, scale, k, t, 0, name);
+            }
+            {
+                Tensor ref = ops::conv2d_group_norm_silu(x, c.groups, gamma, beta, 1e-5f, w, &b, c.stride, c.pad);
+                Tensor normed = ops::group_norm(x, c.groups, gamma, beta, 1e-5f);
+                ops::silu_(normed);
+                Tensor scale = ops::conv2d(abs_of(normed), abs_of(w), &babs, c.stride, c.pad);
+                // The normalised input is rounded to t before the product, and its statistics differ by float32
+                // rounding over h*w*cin/groups values: 2 u_s S covers both for t != F32; for F32, the statistics'
+                // own (n + 2) u relative error (n values per group) is added as k.
+                const double kk = k + double(c.h) * c.w * c.cin / c.groups;
+                expect_close(ops::conv2d_group_norm_silu(xd, c.groups, gamma.to_device(*gpu, t),
+                                                         beta.to_device(*gpu, t), 1e-5f, wd, &bd, c.stride, c.pad)
+                                 .to_host(),
+                             ref, scale, kk, t, 2, name + " +groupnorm+silu");
+            }
+        }
+}
+
+TEST(DeviceOpsCuda, AttentionFlashAndProducts) {
+    KILN_CUDA_BACKEND_OR_SKIP(gpu);
+    struct A {
+        int b, lq, lk, heads, d;
+        bool causal;
+    };
+    for (DType t : kTypes)
+        for (A a : {A{1, 77, 77, 2, 64, true}, A{2, 33, 77, 3, 40, false}, A{1, 64, 64, 1, 512, false},
+                    A{1, 5, 9, 1, 300, true}}) {
+            const int hd = a.heads * a.d;
+            Tensor q = random({a.b, a.lq, hd}, 9, t), k = random({a.b, a.lk, hd}, 10, t), v = random({a.b, a.lk, hd}, 11, t);
+            Tensor ref = ops::attention(q, k, v, a.heads, a.causal);
+            // Scale: the attention of |v| with the same weights bounds sum_j p_j |v_j|; the scores' error
+            // (d + 2) u sum|q||k| / sqrt(d) <= (d + 2) u d / sqrt(d) moves each weight by that factor (|q|,|k| <= 1).
+            Tensor scale = ops::attention(q, k, abs_of(v), a.heads, a.causal);
+            const double score_err = (a.d + 2) * std::sqrt(double(a.d));
+            expect_close(ops::attention(q.to_device(*gpu, t), k.to_device(*gpu, t), v.to_device(*gpu, t), a.heads,
+                                        a.causal)
+                             .to_host(),
+                         ref, scale, score_err + a.lk, t, 2,
+                         "attention " + std::to_string(a.lq) + "x" + std::to_string(a.lk) + " d" + std::to_string(a.d) +
+                             (a.causal ? " causal" : ""));
+        }
+}
+
+TEST(DeviceOpsCuda, ElementwiseLayoutAndNorms) {
+    KILN_CUDA_BACKEND_OR_SKIP(gpu);
+    for (DType t : kTypes) {
+        Tensor x = random({2, 6, 5, 7}, 12, t), y = random({2, 6, 5, 7}, 13, t);
+        Tensor xd = x.to_device(*gpu, t), yd = y.to_device(*gpu, t);
+        Tensor absx = abs_of(x);
+        auto check = [&](const Tensor& dev, const Tensor& ref, double k, const std::string& what) {
+            Tensor mag = abs_of(ref);
+            for (int64_t i = 0; i < mag.numel(); ++i) mag[i] = std::max(mag[i], 1.0f);  // O(1) inputs
+            expect_close(dev, ref, mag, k, t, 0, what);
+        };
+        check(ops::upsample_nearest2x(xd).to_host(), ops::upsample_nearest2x(x), 0, "upsample_nearest2x");
+        check(ops::concat_channels(xd, yd).to_host(), ops::concat_channels(x, y), 0, "concat_channels");
+        check(ops::nchw_to_nlc(xd).to_host(), ops::nchw_to_nlc(x), 0, "nchw_to_nlc");
+        check(ops::nlc_to_nchw(ops::nchw_to_nlc(xd), 5, 7).to_host(), x, 0, "nlc_to_nchw");
+        {
+            Tensor a = x, ad = xd;
+            ops::add_(a, y);
+            ops::add_(ad, yd);
+            check(ad.to_host(), a, 1, "add_");
+        }
+        {
+            Tensor a = x, ad = xd;
+            ops::silu_(a);
+            ops::silu_(ad);
+            check(ad.to_host(), a, 4, "silu_");
+        }
+        {
+            Tensor g = random({6}, 14, t, 0.5f, 1.5f), b = random({6}, 15, t);
+            // Statistics over 3 channels x 35 values in float32 on both sides.
+            check(ops::group_norm(xd, 2, g.to_device(*gpu, t), b.to_device(*gpu, t), 1e-5f).to_host(),
+                  ops::group_norm(x, 2, g, b, 1e-5f), 3 * 35 * 4, "group_norm");
+            Tensor lg = random({7}, 16, t, 0.5f, 1.5f), lb = random({7}, 17, t);
+            check(ops::layer_norm(xd, lg.to_device(*gpu, t), lb.to_device(*gpu, t), 1e-5f).to_host(),
+                  ops::layer_norm(x, lg, lb, 1e-5f), 7 * 4, "layer_norm");
+        }
+        check(ops::geglu(xd).to_host(), ops::geglu(x), 8, "geglu");
+        check(ops::softmax_lastdim(xd).to_host(), ops::softmax_lastdim(x), 7 * 4, "softmax_lastdim");
+        (void)absx;
+    }
+}
+
+TEST(DeviceOpsCuda, TimestepEmbeddingAndErrors) {
+    KILN_CUDA_BACKEND_OR_SKIP(gpu);
+    Tensor ts({3}, {999.0f, 1.0f, 500.5f});
+    Tensor ref = ops::timestep_embedding(ts, 33, true, 1.0f, DType::F32);
+    Tensor dev = ops::timestep_embedding(ts.to_device(*gpu, DType::F32), 33, true, 1.0f, DType::F32).to_host();
+    // sin/cos of the same float32 argument, both correctly rounded from double: equal, or 1 ulp apart.
+    for (int64_t i = 0; i < ref.numel(); ++i) EXPECT_NEAR(dev[i], ref[i], 1.2e-7) << i;
+    // An operand left on the host is a clear error, not a crash.
+    Tensor x = random({2, 4}, 18, DType::F16).to_device(*gpu, DType::F16), w = random({3, 4}, 19, DType::F32);
+    try {
+        ops::linear(x, w, nullptr);
+        ADD_FAILURE() << "no error for a host weight";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("not on cuda"), std::string::npos) << e.what();
+    }
+}
+
+TEST(DeviceOpsCuda, MemoryAccountingAgreesWithTheDevice) {
+    KILN_CUDA_BACKEND_OR_SKIP(gpu);
+    gpu->synchronize();
+    const DeviceMemoryInfo before = gpu->memory_info();
+    const int64_t reserved_before = gpu->reserved_bytes();
+    {
+        Tensor big = Tensor::empty_on(*gpu, {256, 1024, 1024}, DType::F16);  // 512 MiB
+        gpu->synchronize();
+        const DeviceMemoryInfo during = gpu->memory_info();
+        const int64_t driver_delta = before.free - during.free, ours = gpu->reserved_bytes() - reserved_before;
+        // The driver maps in 2 MiB pages; the allocator rounds to 2 MiB: the two agree within a few pages.
+        EXPECT_NEAR(double(driver_delta), double(ours), 8.0 * (1 << 20)) << driver_delta << " vs " << ours;
+        EXPECT_EQ(memory_stats().device(device_name(gpu->device())).total.current >= int64_t(512) << 20, true);
+    }
+    // Out of memory is a typed, recoverable error naming the bytes.
+    try {
+        Tensor huge = Tensor::empty_on(*gpu, {int64_t(1) << 40}, DType::F32);
+        ADD_FAILURE() << "4 TiB allocated?";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory) << e.what();
+        EXPECT_NE(std::string(e.what()).find("MiB"), std::string::npos) << e.what();
+    }
+    Tensor after = Tensor::empty_on(*gpu, {1024}, DType::F32);  // the backend still works
+    EXPECT_EQ(after.numel(), 1024);
+}

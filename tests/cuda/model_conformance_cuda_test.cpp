@@ -1,0 +1,136 @@
+// The fixture models (tests/data: SD1-, SD2- and SDXL-shaped minis, both file layouts) on the CUDA backend
+// against the CPU's float32 results: each module (text encoder, UNet, VAE decode) and whole txt2img runs
+// with every sampler. Skipped without a GPU.
+//
+// Bounds (relative L2 error against the CPU):
+//  - float32 on the GPU differs from the CPU only by summation order, as the CPU differs from diffusers
+//    (tests/models, tests/pipeline): the same 2e-5 per module and 3e-5 / 3e-4 for a pipeline's latents / image.
+//  - fp16 and bf16 round every op's output to the storage type (u = 2^-11, 2^-8). Along the deepest path of
+//    these minis a value passes about 64 such roundings (2 ResNet convs, norms and attention per level, up
+//    and down), each adding at most u of relative error to first order with unit gain: 64 u, i.e. 3.1e-2 for
+//    fp16 and 0.25 for bf16 (bf16 is checked only to be finite and correlated at that bound).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/fixtures.h"
+#include "cuda_test_util.h"
+#include "io/safetensors.h"
+#include "ops/ops.h"
+#include "pipeline/generate.h"
+
+using namespace kiln;
+using kiln::test::data_path;
+
+namespace {
+
+struct ModelCase {
+    std::string model;
+    bool single_file;
+};
+
+std::vector<ModelCase> model_cases() {
+    std::vector<ModelCase> out;
+    for (const char* m : {"sd15-mini", "sd2-mini", "sdxl-mini"})
+        for (bool single : {false, true}) out.push_back({m, single});
+    return out;
+}
+
+std::string case_name(const ModelCase& c) { return c.model + (c.single_file ? " single file" : " diffusers"); }
+
+StableDiffusionModel load_on(const ModelCase& c, Device device, DType precision) {
+    LoadOptions o;
+    if (c.single_file && c.model == "sd2-mini") o.prediction = "v_prediction";
+    o.device = device;
+    o.precision = precision;
+    return load_model(data_path(c.model + (c.single_file ? "/" + c.model + ".safetensors" : "/diffusers")), o);
+}
+
+double rounding_bound(DType t) { return t == DType::F32 ? 2e-5 : 64 * (t == DType::F16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8)); }
+
+}  // namespace
+
+TEST(ModelsCuda, ModulesMatchTheCpu) {
+    KILN_CUDA_BACKEND_OR_SKIP(gpu);
+    for (const ModelCase& c : model_cases()) {
+        const StableDiffusionModel cpu = load_on(c, Device{}, DType::F32);
+        SafetensorsFile ref = SafetensorsFile::open(data_path(c.model + "/modules.safetensors"));
+        for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+            const StableDiffusionModel dev = load_on(c, gpu->device(), t);
+            const double bound = rounding_bound(t);
+            // UNet on the fixture's inputs.
+            Tensor sample = ref.load("unet.sq.sample"), context = ref.load("unet.sq.context"),
+                   timestep = ref.load("unet.sq.timestep");
+            UNetInputs in;
+            in.sample = &sample;
+            in.context = &context;
+            in.timesteps = &timestep;
+            Tensor text_embeds, time_ids;
+            if (ref.has("unet.sq.text_embeds")) {
+                text_embeds = ref.load("unet.sq.text_embeds");
+                time_ids = ref.load("unet.sq.time_ids");
+                in.text_embeds = &text_embeds;
+                in.time_ids = &time_ids;
+            }
+            const Tensor want = cpu.unet->forward(in);
+            Tensor ds = sample.to_device(*gpu, t), dc = context.to_device(*gpu, t), dt = timestep.to_device(*gpu, DType::F32);
+            Tensor de, di;
+            UNetInputs din{&ds, &dt, &dc, nullptr, nullptr};
+            if (in.text_embeds) {
+                de = text_embeds.to_device(*gpu, t);
+                di = time_ids.to_device(*gpu, DType::F32);
+                din.text_embeds = &de;
+                din.time_ids = &di;
+            }
+            const double unet_err = kiln::test::relative_error(dev.unet->forward(din).to_host(), want);
+            // VAE decode and the text encoder.
+            Tensor latents = ref.load("vae.sq.latent");
+            const double vae_err =
+                kiln::test::relative_error(dev.vae->decode(latents).to_host(), cpu.vae->decode(latents));
+            std::vector<int> ids(77, 0);
+            for (int i = 0; i < 77; ++i) ids[i] = (i * 37 + 5) % 1000;
+            const double text_err = kiln::test::relative_error(dev.text_encoders[0].model.encode(ids).last_hidden_state,
+                                                               cpu.text_encoders[0].model.encode(ids).last_hidden_state);
+            std::printf("[ models cuda ] %-24s %-4s unet %.2e vae %.2e text %.2e (bound %.1e)\n", case_name(c).c_str(),
+                        dtype_name(t), unet_err, vae_err, text_err, bound);
+            EXPECT_LT(unet_err, bound) << case_name(c) << " " << dtype_name(t);
+            EXPECT_LT(text_err, bound) << case_name(c) << " " << dtype_name(t);
+            // SDXL's VAE runs in float32 whatever the precision (force_upcast).
+            EXPECT_LT(vae_err, c.model == "sdxl-mini" && t == DType::F16 ? 2e-5 : bound)
+                << case_name(c) << " " << dtype_name(t);
+        }
+    }
+}
+
+TEST(ModelsCuda, Txt2imgEverySamplerMatchesTheCpu) {
+    KILN_CUDA_BACKEND_OR_SKIP(gpu);
+    for (const ModelCase& c : model_cases()) {
+        const StableDiffusionModel cpu = load_on(c, Device{}, DType::F32);
+        const StableDiffusionModel f32 = load_on(c, gpu->device(), DType::F32);
+        const StableDiffusionModel f16 = load_on(c, gpu->device(), DType::F16);
+        for (const char* sampler : {"ddim", "pndm", "euler", "euler_a", "heun", "lms", "dpmpp_2m", "unipc", "lcm"}) {
+            GenerationRequest r;
+            r.prompt = "a red circle";
+            r.negative_prompt = "blue";
+            r.width = 64;
+            r.height = 48;  // non-square, as users call it
+            r.steps = 5;
+            r.seed = 7;
+            r.sampler = sampler;
+            const GenerationResult want = generate(cpu, r);
+            const GenerationResult got = generate(f32, r);
+            const double latent_err = kiln::test::relative_error(got.final_latent, want.final_latent);
+            const double image_err = kiln::test::relative_error(got.image, want.image);
+            EXPECT_LT(latent_err, 3e-5) << case_name(c) << " " << sampler;
+            EXPECT_LT(image_err, 3e-4) << case_name(c) << " " << sampler;
+            // fp16: 5 steps of guidance 7.5 amplify each call's 64 u (see the top) by at most
+            // 1 + 2 * 7.5 = 16 and add them up: 5 * 16 * 3.1e-2 would exceed 1, so the check is the weaker
+            // one that the fp16 image is the same picture: within 0.1 of the float32 image.
+            const GenerationResult half = generate(f16, r);
+            const double half_err = kiln::test::relative_error(half.image, want.image);
+            EXPECT_LT(half_err, 0.1) << case_name(c) << " " << sampler;
+            std::printf("[ txt2img cuda ] %-24s %-9s f32 latent %.2e image %.2e | f16 image %.2e\n",
+                        case_name(c).c_str(), sampler, latent_err, image_err, half_err);
+        }
+    }
+}
