@@ -1,0 +1,78 @@
+// The CUDA backend's plain kernels (no tensor cores: HIP compiles them too), on raw device pointers.
+// Each enqueues on `stream` and returns; a launch failure throws kiln::Error. Element types are kiln's
+// storage dtypes (F32, F16, BF16); values are read into float, computed in float and rounded once when
+// stored, and every sum or statistic (norms, softmax) is accumulated in float. Shapes follow the CPU ops of
+// the same name in ops/ops.h, which are the reference each kernel is tested against (tests/cuda).
+// n == 0 (or any zero extent) is a no-op.
+#pragma once
+#include <cstdint>
+
+#include "backends/cuda/gpu_runtime.h"
+#include "core/dtype.h"
+
+namespace kiln::cuda {
+
+// dst[i] = src[i] rounded to dst_type (round to nearest even); src and dst must not overlap unless equal types.
+void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n, cudaStream_t stream);
+
+// In place, x[i] = f(x[i]).
+enum class Activation { Silu, Gelu, GeluTanh, QuickGelu };
+void activation(void* x, DType type, int64_t n, Activation f, cudaStream_t stream);
+
+void add(void* a, const void* b, DType type, int64_t n, cudaStream_t stream);  // a += b
+void scale(void* x, DType type, int64_t n, float s, cudaStream_t stream);      // x *= s
+// x [n, c, inner] += bias [n, c] broadcast over inner.
+void add_channel_bias(void* x, const void* bias, DType type, int64_t n, int64_t c, int64_t inner,
+                      cudaStream_t stream);
+// out [rows, cols] += bias [cols] (a linear layer's bias, broadcast over rows).
+void add_row_bias(void* out, const void* bias, DType type, int64_t rows, int64_t cols, cudaStream_t stream);
+
+// x [rows, 2*half] -> out [rows, half]: out = a * gelu(g) with a = x[:, :half], g = x[:, half:] (diffusers' GEGLU).
+void geglu(const void* x, void* out, DType type, int64_t rows, int64_t half, cudaStream_t stream);
+
+// x [planes, h, w] -> out [planes, 2h, 2w].
+void upsample_nearest2x(const void* x, void* out, DType type, int64_t planes, int64_t h, int64_t w,
+                        cudaStream_t stream);
+// a [n, ca, inner], b [n, cb, inner] -> out [n, ca + cb, inner].
+void concat_channels(const void* a, const void* b, void* out, DType type, int64_t n, int64_t ca, int64_t cb,
+                     int64_t inner, cudaStream_t stream);
+// [n, c, hw] <-> [n, hw, c].
+void nchw_to_nlc(const void* x, void* out, DType type, int64_t n, int64_t c, int64_t hw, cudaStream_t stream);
+void nlc_to_nchw(const void* x, void* out, DType type, int64_t n, int64_t hw, int64_t c, cudaStream_t stream);
+
+// Row-wise over the last dim of [rows, cols]. gamma/beta [cols] have the storage type of x.
+void softmax_lastdim(const void* x, void* out, DType type, int64_t rows, int64_t cols, cudaStream_t stream);
+void layer_norm(const void* x, const void* gamma, const void* beta, void* out, DType type, int64_t rows,
+                int64_t cols, float eps, cudaStream_t stream);
+
+// GroupNorm as statistics then an affine per (image, channel):
+// stats [n * groups * 2] = (mean, 1/sqrt(var + eps)) of each group, biased variance, in float.
+void group_norm_stats(const void* x, DType type, int64_t n, int64_t c, int64_t hw, int groups, float eps,
+                      float* stats, cudaStream_t stream);
+// out = (x - mean) * rstd * gamma + beta, then SiLU if silu; out may equal x. gamma/beta [c] in x's type.
+void group_norm_apply(const void* x, const float* stats, const void* gamma, const void* beta, void* out, DType type,
+                      int64_t n, int64_t c, int64_t hw, int groups, bool silu, cudaStream_t stream);
+
+// The column matrix of one image for a k x k convolution: x [c, h, w] -> col [c * k * k, count], holding
+// output pixels first .. first + count - 1 of the oh x ow output (row-major), zero where the window falls in
+// the padding. With norm (stats and gamma/beta as for group_norm_apply, for this one image: stats points at
+// its groups), each value read from x is normalised and passed through SiLU first (the padding stays 0),
+// which fuses GroupNorm+SiLU into the convolution as the CPU op conv2d_group_norm_silu does.
+struct Im2colNorm {
+    const float* stats = nullptr;  // [groups * 2] for this image
+    const void* gamma = nullptr;
+    const void* beta = nullptr;
+    int groups = 0;
+};
+void im2col(const void* x, void* col, DType type, int64_t c, int64_t h, int64_t w, int k, int stride, int padding,
+            int64_t oh, int64_t ow, int64_t first, int64_t count, const Im2colNorm* norm, cudaStream_t stream);
+
+// out [n, dim]: diffusers' get_timestep_embedding of the float32 timesteps [n] (a device array), as the CPU op
+// ops::timestep_embedding computes it (same argument order of sin/cos, same float arithmetic).
+void timestep_embedding(const float* timesteps, void* out, DType type, int64_t n, int dim, bool flip_sin_to_cos,
+                        float freq_shift, cudaStream_t stream);
+
+// Sets *flag (device int) to 1 if any of x's n values is NaN or infinite; leaves it alone otherwise.
+void find_nonfinite(const void* x, DType type, int64_t n, int* flag, cudaStream_t stream);
+
+}  // namespace kiln::cuda
