@@ -5,8 +5,13 @@
 #pragma once
 
 #if defined(KILN_HIP)
+#include <hip/hip_bf16.h>
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
+
+// bfloat16 under CUDA's names. HIP's __float2bfloat16 rounds to nearest even, as __float2bfloat16_rn does.
+#define __nv_bfloat16 __hip_bfloat16
+#define __float2bfloat16_rn __float2bfloat16
 
 #define cudaError_t hipError_t
 #define cudaSuccess hipSuccess
@@ -22,6 +27,7 @@
 #define cudaFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
 #define cudaMemcpyHostToDevice hipMemcpyHostToDevice
 #define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
 #define cudaGetErrorName hipGetErrorName
 #define cudaGetErrorString hipGetErrorString
 #define cudaGetLastError hipGetLastError
@@ -36,6 +42,7 @@
 #define cudaMalloc hipMalloc
 #define cudaFree hipFree
 #define cudaMemcpy hipMemcpy
+#define cudaMemcpyAsync hipMemcpyAsync
 #define cudaMemset hipMemset
 #define cudaStreamSynchronize hipStreamSynchronize
 #define cudaEventCreate hipEventCreate
@@ -46,6 +53,7 @@
 #define cudaRuntimeGetVersion hipRuntimeGetVersion
 #define cudaDriverGetVersion hipDriverGetVersion
 #else
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #endif

@@ -1,0 +1,90 @@
+// In-place arithmetic: a += b, x *= s and the two broadcast bias additions. Each is one float operation
+// on values widened exactly, so the result is the exact one rounded to float and then to the storage type.
+#include "backends/cuda/kernel_common.cuh"
+#include "backends/cuda/kernels.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+template <class T>
+__global__ void add_kernel(T* a, const T* b, int64_t n) {
+    for (int64_t i = detail::grid_first(); i < n; i += detail::grid_step())
+        a[i] = detail::from_float<T>(detail::to_float(a[i]) + detail::to_float(b[i]));
+}
+
+template <class T>
+__global__ void scale_kernel(T* x, int64_t n, float s) {
+    for (int64_t i = detail::grid_first(); i < n; i += detail::grid_step())
+        x[i] = detail::from_float<T>(detail::to_float(x[i]) * s);
+}
+
+// x [planes, inner] += bias: bias[plane] for a channel bias ([n, c] over inner), bias[j] for a row bias
+// (a linear layer's [cols] over rows).
+template <class T, bool kPerPlane>
+__global__ void add_bias_kernel(T* x, const T* bias, int64_t planes, int64_t inner) {
+    for (int64_t p = detail::plane_first(); p < planes; p += detail::plane_step()) {
+        T* row = x + p * inner;
+        const float plane_bias = kPerPlane ? detail::to_float(bias[p]) : 0.0f;
+        for (int64_t j = detail::grid_first(); j < inner; j += detail::grid_step())
+            row[j] = detail::from_float<T>(detail::to_float(row[j]) + (kPerPlane ? plane_bias : detail::to_float(bias[j])));
+    }
+}
+
+template <bool kPerPlane>
+void add_bias(const char* op, void* x, const void* bias, DType type, int64_t planes, int64_t inner,
+              cudaStream_t stream) {
+    detail::check_pointer(op, "x", x);
+    detail::check_pointer(op, "bias", bias);
+    const detail::PlaneGrid grid = detail::plane_grid(planes, inner);
+    detail::dispatch(op, type, [&](auto t) {
+        using T = typename decltype(t)::type;
+        add_bias_kernel<T, kPerPlane><<<grid.blocks, grid.threads, 0, stream>>>(static_cast<T*>(x),
+                                                                                 static_cast<const T*>(bias), planes, inner);
+    });
+    KILN_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void add(void* a, const void* b, DType type, int64_t n, cudaStream_t stream) {
+    const int64_t count = detail::checked_count("add", {n});
+    detail::dispatch("add", type, [](auto) {});
+    if (count == 0) return;
+    detail::check_pointer("add", "a", a);
+    detail::check_pointer("add", "b", b);
+    detail::dispatch("add", type, [&](auto t) {
+        using T = typename decltype(t)::type;
+        add_kernel<T><<<detail::blocks_for(count), detail::kThreads, 0, stream>>>(static_cast<T*>(a),
+                                                                                    static_cast<const T*>(b), count);
+    });
+    KILN_CUDA_CHECK(cudaGetLastError());
+}
+
+void scale(void* x, DType type, int64_t n, float s, cudaStream_t stream) {
+    const int64_t count = detail::checked_count("scale", {n});
+    detail::dispatch("scale", type, [](auto) {});
+    if (count == 0) return;
+    detail::check_pointer("scale", "x", x);
+    detail::dispatch("scale", type, [&](auto t) {
+        using T = typename decltype(t)::type;
+        scale_kernel<T><<<detail::blocks_for(count), detail::kThreads, 0, stream>>>(static_cast<T*>(x), count, s);
+    });
+    KILN_CUDA_CHECK(cudaGetLastError());
+}
+
+void add_channel_bias(void* x, const void* bias, DType type, int64_t n, int64_t c, int64_t inner, cudaStream_t stream) {
+    const int64_t count = detail::checked_count("add_channel_bias", {n, c, inner});
+    detail::dispatch("add_channel_bias", type, [](auto) {});
+    if (count == 0) return;
+    add_bias<true>("add_channel_bias", x, bias, type, n * c, inner, stream);
+}
+
+void add_row_bias(void* out, const void* bias, DType type, int64_t rows, int64_t cols, cudaStream_t stream) {
+    const int64_t count = detail::checked_count("add_row_bias", {rows, cols});
+    detail::dispatch("add_row_bias", type, [](auto) {});
+    if (count == 0) return;
+    add_bias<false>("add_row_bias", out, bias, type, rows, cols, stream);
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,132 @@
+// What the plain kernels (kernels.h) share: the storage types as float and back, the host-side choice of
+// the kernel instantiated for a DType, argument checks that throw before any runtime call, and the launch
+// shape of grid-stride loops. Plain CUDA that HIP also compiles: names from gpu_runtime.h only.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/gpu_runtime.h"
+#include "core/dtype.h"
+#include "kiln/error.h"
+
+namespace kiln::cuda::detail {
+
+// ------------------------------------------------------------------------------------------ device side
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// The one rounding of a result to its storage type: to nearest, ties to even.
+template <class T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// Grid-stride loops in 64-bit indices: a launch covers any count with a capped grid (blocks_for).
+__device__ __forceinline__ int64_t grid_first() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ int64_t grid_step() { return int64_t(gridDim.x) * blockDim.x; }
+// Plane loops (plane_grid): planes over blockIdx.y, the elements of a plane over x. Whatever depends on
+// the plane alone (a bias, a group's statistics) is computed once per plane, not per element: no 64-bit
+// division per element.
+__device__ __forceinline__ int64_t plane_first() { return blockIdx.y; }
+__device__ __forceinline__ int64_t plane_step() { return gridDim.y; }
+
+// -------------------------------------------------------------------------------------------- host side
+
+// Threads per block of the elementwise kernels. Block reductions need a multiple of the warp size, which
+// is 32 or 64 depending on the GPU: every block size here is a multiple of 64.
+constexpr int kThreads = 256;
+
+// Blocks for a grid-stride loop over `items`, `per_block` items per block in each round; at least 1.
+// The cap keeps the grid far inside every device's limit; the loop covers what is beyond it.
+inline unsigned blocks_for(int64_t items, int64_t per_block = kThreads) {
+    constexpr int64_t kMaxBlocks = int64_t(1) << 16;
+    return static_cast<unsigned>(std::clamp<int64_t>((items + per_block - 1) / per_block, 1, kMaxBlocks));
+}
+
+// Threads for a block that covers `items` values (a row to reduce, a plane): enough for them, in multiples
+// of 64 (so of any warp size), from 64 up to `most` (itself a multiple of 64, at most 1024).
+inline int threads_for(int64_t items, int most) {
+    const int64_t want = std::min<int64_t>(items, most);
+    return static_cast<int>(std::max<int64_t>(64, (want + 63) / 64 * 64));
+}
+
+// The launch of a plane loop over [planes, inner] (planes >= 1, inner >= 1): blockIdx.y walks the planes
+// (up to the 65535 a grid's y allows, looping beyond), x covers a plane's elements; at most 2^16 blocks.
+struct PlaneGrid {
+    dim3 blocks;
+    int threads;
+};
+inline PlaneGrid plane_grid(int64_t planes, int64_t inner) {
+    const int threads = threads_for(inner, kThreads);
+    const int64_t y = std::min<int64_t>(planes, 65535);
+    const int64_t x = std::clamp<int64_t>((inner + threads - 1) / threads, 1, std::max<int64_t>(1, (int64_t(1) << 16) / y));
+    return {dim3(static_cast<unsigned>(x), static_cast<unsigned>(y)), threads};
+}
+
+// The product of extents, each checked >= 0 and the product checked against int64 overflow; `op` names
+// the kernels.h function in the message. Any zero extent makes an empty problem: 0, whatever the rest.
+inline int64_t checked_count(const char* op, std::initializer_list<int64_t> extents) {
+    std::string shape;
+    for (int64_t e : extents) shape += (shape.empty() ? "" : ", ") + std::to_string(e);
+    bool empty = false;
+    for (int64_t e : extents) {
+        require(e >= 0, ErrorKind::InvalidArgument,
+                std::string("kiln::cuda::") + op + ": negative extent in (" + shape + ")");
+        empty = empty || e == 0;
+    }
+    if (empty) return 0;
+    int64_t total = 1;
+    for (int64_t e : extents) {
+        require(total <= INT64_MAX / e, ErrorKind::InvalidArgument,
+                std::string("kiln::cuda::") + op + ": (" + shape + ") overflows 64-bit element counts");
+        total *= e;
+    }
+    return total;
+}
+
+inline void check_pointer(const char* op, const char* name, const void* p) {
+    require(p != nullptr, ErrorKind::InvalidArgument, std::string("kiln::cuda::") + op + ": " + name + " is null");
+}
+
+template <class T>
+struct Type {
+    using type = T;
+};
+
+// Calls f(Type<T>{}) with T the device type of `type`: float, __half or __nv_bfloat16.
+template <class F>
+void dispatch(const char* op, DType type, F&& f) {
+    switch (type) {
+        case DType::F32: f(Type<float>{}); return;
+        case DType::F16: f(Type<__half>{}); return;
+        case DType::BF16: f(Type<__nv_bfloat16>{}); return;
+        default:
+            fail(ErrorKind::InvalidArgument, std::string("kiln::cuda::") + op + ": " + dtype_name(type) +
+                                                 " is not a storage type (F32, F16 or BF16)");
+    }
+}
+
+// For kernels that only move elements: the unsigned integer of the element's width, so that copies are
+// bit-exact by construction and F16 and BF16 share one instantiation.
+template <class F>
+void dispatch_bits(const char* op, DType type, F&& f) {
+    switch (type) {
+        case DType::F32: f(Type<uint32_t>{}); return;
+        case DType::F16:
+        case DType::BF16: f(Type<uint16_t>{}); return;
+        default:
+            fail(ErrorKind::InvalidArgument, std::string("kiln::cuda::") + op + ": " + dtype_name(type) +
+                                                 " is not a storage type (F32, F16 or BF16)");
+    }
+}
+
+}  // namespace kiln::cuda::detail

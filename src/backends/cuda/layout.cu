@@ -1,0 +1,126 @@
+// Data movement: nearest 2x upsampling, channel concatenation and the NCHW <-> NLC transposes. Elements
+// are moved as raw 16- or 32-bit words (dispatch_bits), so every result is a bit-exact copy.
+#include "backends/cuda/kernel_common.cuh"
+#include "backends/cuda/kernels.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+// Planes are output rows (plane * 2h + oy); each reads input row oy / 2 of its plane.
+template <class W>
+__global__ void upsample_nearest2x_kernel(const W* x, W* out, int64_t planes, int64_t h, int64_t w) {
+    const int64_t out_rows = planes * 2 * h;
+    for (int64_t r = detail::plane_first(); r < out_rows; r += detail::plane_step()) {
+        const int64_t plane = r / (2 * h), iy = r % (2 * h) / 2;
+        const W* src = x + (plane * h + iy) * w;
+        W* dst = out + r * 2 * w;
+        for (int64_t ox = detail::grid_first(); ox < 2 * w; ox += detail::grid_step()) dst[ox] = src[ox / 2];
+    }
+}
+
+// Planes are images: a's block of ca * inner values, then b's.
+template <class W>
+__global__ void concat_channels_kernel(const W* a, const W* b, W* out, int64_t n, int64_t a_block, int64_t b_block) {
+    for (int64_t img = detail::plane_first(); img < n; img += detail::plane_step()) {
+        const W* pa = a + img * a_block;
+        const W* pb = b + img * b_block;
+        W* dst = out + img * (a_block + b_block);
+        for (int64_t k = detail::grid_first(); k < a_block + b_block; k += detail::grid_step())
+            dst[k] = k < a_block ? pa[k] : pb[k - a_block];
+    }
+}
+
+// dst[b][j][i] = src[b][i][j] for src [batch, rows, cols], through a 32 x 32 tile in shared memory so
+// that both the reads and the writes of a warp are contiguous; the extra column staggers the banks.
+// Blocks are kTile x 8 threads and loop over tiles, so the grid stays small for any size.
+constexpr int kTile = 32, kTileRows = 8;
+
+template <class W>
+__global__ void transpose_kernel(const W* src, W* dst, int64_t batch, int64_t rows, int64_t cols) {
+    __shared__ W tile[kTile][kTile + 1];
+    const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
+    const int64_t tiles = batch * row_tiles * col_tiles;
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const int64_t b = t / (row_tiles * col_tiles), rt = t / col_tiles % row_tiles, ct = t % col_tiles;
+        const W* s = src + b * rows * cols;
+        W* d = dst + b * rows * cols;
+        const int64_t i0 = rt * kTile, j0 = ct * kTile;
+        for (int r = threadIdx.y; r < kTile; r += kTileRows) {
+            const int64_t i = i0 + r, j = j0 + threadIdx.x;
+            if (i < rows && j < cols) tile[r][threadIdx.x] = s[i * cols + j];
+        }
+        __syncthreads();
+        for (int r = threadIdx.y; r < kTile; r += kTileRows) {
+            const int64_t j = j0 + r, i = i0 + threadIdx.x;  // dst row j, column i
+            if (j < cols && i < rows) d[j * rows + i] = tile[threadIdx.x][r];
+        }
+        __syncthreads();  // the tile is refilled in the next round
+    }
+}
+
+void transpose(const char* op, const void* x, void* out, DType type, int64_t batch, int64_t rows, int64_t cols,
+               cudaStream_t stream) {
+    const int64_t count = detail::checked_count(op, {batch, rows, cols});
+    detail::dispatch_bits(op, type, [](auto) {});
+    if (count == 0) return;
+    detail::check_pointer(op, "x", x);
+    detail::check_pointer(op, "out", out);
+    const int64_t tiles = batch * ((rows + kTile - 1) / kTile) * ((cols + kTile - 1) / kTile);
+    detail::dispatch_bits(op, type, [&](auto t) {
+        using W = typename decltype(t)::type;
+        transpose_kernel<W><<<detail::blocks_for(tiles, 1), dim3(kTile, kTileRows), 0, stream>>>(
+            static_cast<const W*>(x), static_cast<W*>(out), batch, rows, cols);
+    });
+    KILN_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void upsample_nearest2x(const void* x, void* out, DType type, int64_t planes, int64_t h, int64_t w,
+                        cudaStream_t stream) {
+    const int64_t count = detail::checked_count("upsample_nearest2x", {planes, h, w, 4});
+    detail::dispatch_bits("upsample_nearest2x", type, [](auto) {});
+    if (count == 0) return;
+    detail::check_pointer("upsample_nearest2x", "x", x);
+    detail::check_pointer("upsample_nearest2x", "out", out);
+    const detail::PlaneGrid grid = detail::plane_grid(planes * 2 * h, 2 * w);
+    detail::dispatch_bits("upsample_nearest2x", type, [&](auto t) {
+        using W = typename decltype(t)::type;
+        upsample_nearest2x_kernel<W><<<grid.blocks, grid.threads, 0, stream>>>(static_cast<const W*>(x),
+                                                                               static_cast<W*>(out), planes, h, w);
+    });
+    KILN_CUDA_CHECK(cudaGetLastError());
+}
+
+void concat_channels(const void* a, const void* b, void* out, DType type, int64_t n, int64_t ca, int64_t cb,
+                     int64_t inner, cudaStream_t stream) {
+    const int64_t count_a = detail::checked_count("concat_channels", {n, ca, inner});
+    const int64_t count_b = detail::checked_count("concat_channels", {n, cb, inner});
+    require(count_a <= INT64_MAX - count_b, ErrorKind::InvalidArgument,
+            "kiln::cuda::concat_channels: the output overflows 64-bit element counts");
+    const int64_t count = count_a + count_b;
+    detail::dispatch_bits("concat_channels", type, [](auto) {});
+    if (count == 0) return;
+    // One of a and b may be empty (ca or cb 0) and then null.
+    if (ca > 0) detail::check_pointer("concat_channels", "a", a);
+    if (cb > 0) detail::check_pointer("concat_channels", "b", b);
+    detail::check_pointer("concat_channels", "out", out);
+    const detail::PlaneGrid grid = detail::plane_grid(n, count / n);
+    detail::dispatch_bits("concat_channels", type, [&](auto t) {
+        using W = typename decltype(t)::type;
+        concat_channels_kernel<W><<<grid.blocks, grid.threads, 0, stream>>>(
+            static_cast<const W*>(a), static_cast<const W*>(b), static_cast<W*>(out), n, ca * inner, cb * inner);
+    });
+    KILN_CUDA_CHECK(cudaGetLastError());
+}
+
+void nchw_to_nlc(const void* x, void* out, DType type, int64_t n, int64_t c, int64_t hw, cudaStream_t stream) {
+    transpose("nchw_to_nlc", x, out, type, n, c, hw, stream);
+}
+
+void nlc_to_nchw(const void* x, void* out, DType type, int64_t n, int64_t hw, int64_t c, cudaStream_t stream) {
+    transpose("nlc_to_nchw", x, out, type, n, hw, c, stream);
+}
+
+}  // namespace kiln::cuda
