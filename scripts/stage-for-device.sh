@@ -25,7 +25,7 @@ done
 for dep in $(ldd /usr/lib/x86_64-linux-gnu/blas/libblas.so.3 | awk '/=> \// { print $3 }'); do
   case "$(basename "$dep")" in libc.so*|libm.so*|libgcc_s*|ld-linux*) ;; *) cp -L "$dep" "$stage/pack/lib/" ;; esac
 done
-rm -f "$stage"/pack/lib/libcudart* "$stage"/pack/lib/libcublas*  # the machine's CUDA has its own
+rm -f "$stage"/pack/lib/libcudart* "$stage"/pack/lib/libcublas* "$stage"/pack/lib/libcudnn*  # the machine has its own
 tar -C "$stage" -cJf "$stage/stage.tar.xz" pack
 rm -rf "$stage/pack"
 ls -la "$stage"

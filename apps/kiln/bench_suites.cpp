@@ -99,7 +99,7 @@ SuiteRun make_unet_run(const StableDiffusionModel& m, const SuiteSettings& s, Un
                     call(inputs);
                     return;
                 }
-                gpu->run_recorded("bench unet " + shape_str(in.sample.shape()), inputs, call);
+                gpu->run_recorded("bench unet of model " + std::to_string(m.serial) + " " + shape_str(in.sample.shape()), inputs, call);
                 gpu->synchronize();  // the time of the work, not of queueing it
             }};
 }
@@ -123,7 +123,7 @@ SuiteRun make_vae_run(const StableDiffusionModel& m, const SuiteSettings& s, boo
                         m.vae->decode(input);
                         return;
                     }
-                    gpu->run_recorded("bench vae decode " + shape_str(input.shape()), {&input},
+                    gpu->run_recorded("bench vae decode of model " + std::to_string(m.serial) + " " + shape_str(input.shape()), {&input},
                                       [&m](const std::vector<const Tensor*>& t) { return m.vae->decode(*t[0]); });
                     gpu->synchronize();
                 }};
@@ -181,7 +181,8 @@ const char* bench_suite_name(BenchSuite suite) {
 }
 
 SyntheticParts parts_for(const std::vector<BenchSuite>& suites) {
-    SyntheticParts p{false, false, false, std::nullopt};
+    SyntheticParts p;
+    p.text = p.unet = p.vae = false;
     for (BenchSuite s : suites) {
         p.text = p.text || s == BenchSuite::Text || s == BenchSuite::Txt2img;
         p.unet = p.unet || s == BenchSuite::Unet || s == BenchSuite::Txt2img;
@@ -226,7 +227,7 @@ BenchSuiteResult run_bench_suite(const StableDiffusionModel& m, BenchSuite suite
         const double t0 = now_seconds();
         work.run();
         r.seconds.push_back(now_seconds() - t0);
-        r.flops = flops.flops();  // the same every run: the work does not depend on the values
+        r.flops = flops.flops();  // the same every run (a replayed CUDA graph reports its recording's)
     }
 
     r.cpu_seconds = (process_cpu_seconds() - cpu0) / s.repeats;

@@ -55,6 +55,8 @@ public:
     virtual void synchronize() = 0;
 
     virtual const ops::DeviceOps& ops() const = 0;
+    // Whether float32 products may use faster reduced-mantissa arithmetic (TF32 on NVIDIA); off by default.
+    virtual void set_fast_float32(bool) {}
 
     // Runs fn(inputs) as a recorded call: the first call with a key runs it eagerly; the second records it
     // (on CUDA: stream capture into a graph with its own memory pool) and later calls copy the inputs into

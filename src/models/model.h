@@ -42,6 +42,8 @@ struct LoadOptions {
 // The dtype a component's weights and activations have on options.device (SDXL's VAE: see above).
 DType device_precision(const LoadOptions& options, Architecture arch, bool is_vae);
 
+uint64_t next_model_serial();
+
 struct StableDiffusionModel {
     Architecture arch = Architecture::SD1;
     FileLayout layout = FileLayout::SingleFile;
@@ -54,6 +56,9 @@ struct StableDiffusionModel {
     nlohmann::json scheduler_config;      // diffusers' scheduler_config.json for this model
     bool force_zeros_for_empty_prompt = false;  // SDXL: an empty negative prompt means zero embeddings
     Device device;                        // where the weights are (LoadOptions::device)
+    // Different for every model made in this process: recorded GPU calls (Backend::run_recorded) are keyed
+    // by it, so that a recording never replays another model's weights.
+    uint64_t serial = next_model_serial();
     DType precision = DType::F32;         // the UNet's and text encoders' activations there (F32 on the CPU)
 };
 

@@ -1,11 +1,12 @@
 // Loads a checkpoint from either layout users have: a diffusers folder, or a single file in the
 // original (LDM) layout whose architecture is read from its tensor names.
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <set>
 
-#include "core/memory.h"
 #include "core/backend.h"
+#include "core/memory.h"
 #include "kiln/error.h"
 #include "models/clip/clip_single_file.h"
 #include "models/model.h"
@@ -62,6 +63,8 @@ Source with_weights(Source source, const LoadOptions& options, DType device_dtyp
     if (!options.device.is_cpu()) {
         source.device = &backend_for(options.device);
         source.device_dtype = device_dtype;
+        // Float32 on the GPU only because the VAE is upcast: products on TF32, as PyTorch's convolutions.
+        source.device->set_fast_float32(options.precision != DType::F32);
     }
     return source;
 }
@@ -189,6 +192,11 @@ void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadO
 }
 
 }  // namespace
+
+uint64_t next_model_serial() {
+    static std::atomic<uint64_t> next{1};
+    return next++;
+}
 
 DType device_precision(const LoadOptions& options, Architecture arch, bool is_vae) {
     if (is_vae && arch == Architecture::SDXL && options.precision == DType::F16) return DType::F32;

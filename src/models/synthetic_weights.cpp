@@ -210,6 +210,7 @@ StableDiffusionModel make_synthetic_model(SyntheticArch arch, const SyntheticPar
         if (parts.device.is_cpu()) return;
         src.device = &backend_for(parts.device);
         src.device_dtype = device_precision(placement, a.arch, is_vae);
+        src.device->set_fast_float32(parts.precision != DType::F32);  // as the loader (model_loader.cpp)
     };
     MemoryCategoryScope weights(MemoryCategory::Weights);
     if (parts.text)

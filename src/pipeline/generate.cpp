@@ -123,6 +123,15 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         return model.unet->forward(in);
     };
 
+    // Classifier-free guidance on the host: [negative, positive] -> negative + scale (positive - negative).
+    auto guide = [&](Tensor out) {
+        if (!cfg) return out;
+        const int64_t n = out.numel() / 2;
+        Tensor guided(Shape{1, out.dim(1), out.dim(2), out.dim(3)});
+        for (int64_t i = 0; i < n; ++i) guided[i] = out[i] + r.cfg_scale * (out[n + i] - out[i]);
+        return guided;
+    };
+
     Denoiser denoise = [&](const Tensor& x, float t) {
         StageScope zone(Stage::DenoiseStep);  // one UNet evaluation (Heun makes two per step)
         const int64_t batch = cfg ? 2 : 1;
@@ -130,15 +139,9 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         const Tensor timesteps = to_model(Tensor({batch}, std::vector<float>(batch, t)), DType::F32);
         std::vector<const Tensor*> inputs{&input, &timesteps, &context};
         if (sdxl) inputs.insert(inputs.end(), {&text_embeds, &time_ids});
-        Tensor out = gpu ? gpu->run_recorded("unet " + shape_str(input.shape()) + " " + dtype_name(input.dtype()),
-                                             inputs, unet_call)
-                               .to_host()
-                         : unet_call(inputs);
-        if (!cfg) return out;
-        const int64_t n = x.numel();
-        Tensor guided(x.shape());
-        for (int64_t i = 0; i < n; ++i) guided[i] = out[i] + r.cfg_scale * (out[n + i] - out[i]);
-        return guided;
+        if (!gpu) return guide(unet_call(inputs));
+        const std::string key = "unet of model " + std::to_string(model.serial) + " " + shape_str(input.shape());
+        return guide(gpu->run_recorded(key, inputs, unet_call).to_host());
     };
 
     if (!gpu) check_memory_for(model, r.width, r.height);  // host RAM; a GPU reports its own out-of-memory

@@ -7,13 +7,20 @@
 #include <fstream>
 #include <string>
 
+#include <cstdlib>
+
 #include <nlohmann/json.hpp>
 
 #include "core/tensor.h"
 
 namespace kiln::test {
 
-inline std::string data_path(const std::string& rel) { return std::string(KILN_TEST_DATA) + "/" + rel; }
+// The fixtures' folder: where the build unpacked them, or $KILN_TEST_DATA (binaries run on another machine,
+// scripts/run-on-device.sh).
+inline std::string data_path(const std::string& rel) {
+    const char* moved = std::getenv("KILN_TEST_DATA");
+    return std::string(moved && *moved ? moved : KILN_TEST_DATA) + "/" + rel;
+}
 
 inline nlohmann::json read_json(const std::string& path) {
     std::ifstream f(path);

@@ -1,5 +1,6 @@
 #include "backends/cuda/cuda_backend.h"
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 
@@ -9,6 +10,7 @@
 #include "backends/cuda/kernels.h"
 #include "core/tensor.h"
 #include "kiln/error.h"
+#include "ops/op_observer.h"
 
 namespace kiln::cuda {
 
@@ -30,6 +32,26 @@ private:
     int previous_ = -1;
 };
 
+// Tallies, per op kind, the FLOPs the ops of a recording report while it is captured (passing each report
+// on), so that a replay, which calls no op on the host, can report them again to whoever observes.
+class KindTally : public ops::OpObserver {
+public:
+    KindTally() : next_(ops::op_observer()) { ops::set_op_observer(this); }
+    ~KindTally() override { ops::set_op_observer(next_); }
+    void begin(ops::OpKind kind, double flops) override {
+        flops_[static_cast<int>(kind)] += flops;
+        if (next_) next_->begin(kind, flops);
+    }
+    void end(ops::OpKind kind) override {
+        if (next_) next_->end(kind);
+    }
+    const std::array<double, ops::kOpCount>& flops() const { return flops_; }
+
+private:
+    ops::OpObserver* next_;
+    std::array<double, ops::kOpCount> flops_{};
+};
+
 }  // namespace
 
 CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
@@ -46,9 +68,15 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
     KILN_CUDA_CHECK(cudaSetDevice(index));
     KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     gemm_ = std::make_unique<Gemm>();
+#if KILN_HAS_CUDNN
+    const char* conv = std::getenv("KILN_CUDA_CONV");
+    if (!(conv && std::strcmp(conv, "im2col") == 0)) cudnn_ = std::make_unique<CudnnConv>();
+#endif
     ops_ = std::make_unique<CudaDeviceOps>(*this);
     const char* env = std::getenv("KILN_CUDA_GRAPHS");
-    graphs_enabled_ = !(env && std::strcmp(env, "0") == 0);
+    const char* sync = std::getenv("KILN_CUDA_SYNC_OPS");
+    sync_ops_ = sync && std::strcmp(sync, "1") == 0;
+    graphs_enabled_ = !(env && std::strcmp(env, "0") == 0) && !sync_ops_;
 }
 
 CudaBackend::~CudaBackend() {
@@ -57,6 +85,7 @@ CudaBackend::~CudaBackend() {
         if (r.exec) cudaGraphExecDestroy(r.exec);
     recordings_.clear();
     ops_.reset();
+    cudnn_.reset();
     gemm_.reset();
     if (stream_) cudaStreamDestroy(stream_);
 }
@@ -121,7 +150,9 @@ Tensor CudaBackend::run_recorded(const std::string& key, const std::vector<const
             for (const Tensor& t : r.inputs) views.push_back(&t);
             KILN_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
             try {
+                KindTally tally;
                 r.output = std::make_unique<Tensor>(fn(views));
+                r.flops = tally.flops();
             } catch (...) {
                 cudaStreamEndCapture(stream_, &graph);
                 if (graph) cudaGraphDestroy(graph);
@@ -152,6 +183,13 @@ Tensor CudaBackend::run_recorded(const std::string& key, const std::vector<const
                  inputs[i]->numel() * int64_t(dtype_size(inputs[i]->dtype())));
         }
     }
+    if (r.replays++ > 0)  // the first launch's FLOPs were reported while it was captured
+        if (ops::OpObserver* o = ops::op_observer())
+            for (int k = 0; k < ops::kOpCount; ++k)
+                if (r.flops[k] > 0) {
+                    o->begin(static_cast<ops::OpKind>(k), r.flops[k]);
+                    o->end(static_cast<ops::OpKind>(k));
+                }
     KILN_CUDA_CHECK(cudaGraphLaunch(r.exec, stream_));
     return Tensor(*r.output);  // a copy in the ordinary pool: the next replay overwrites the recording's
 }

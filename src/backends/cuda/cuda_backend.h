@@ -2,15 +2,18 @@
 // is ordered on one stream: copies, kernels and cuBLASLt products; memory comes from a caching allocator
 // (cuda_allocator.h), so a steady-state step calls no cudaMalloc; recorded calls become CUDA graphs.
 #pragma once
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_allocator.h"
+#include "backends/cuda/cudnn_conv.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/gpu_runtime.h"
 #include "core/backend.h"
+#include "ops/op_list.h"
 
 namespace kiln::cuda {
 
@@ -36,9 +39,17 @@ public:
 
     cudaStream_t stream() const { return stream_; }
     Gemm& gemm() const { return *gemm_; }
+    // cuDNN's convolutions, or null where kiln was built without cuDNN or KILN_CUDA_CONV=im2col.
+    CudnnConv* cudnn() const { return cudnn_.get(); }
     int multiprocessors() const { return multiprocessors_; }
     // KILN_CUDA_GRAPHS=0 turns recording off (every call eager), for comparisons.
     bool graphs_enabled() const { return graphs_enabled_; }
+    // KILN_CUDA_SYNC_OPS=1: wait for the GPU after every op, so that profiles show GPU time per op.
+    bool sync_ops() const { return sync_ops_; }
+    // Float32 products on TF32 tensor cores (10-bit mantissa, float32 range), as PyTorch's convolutions do
+    // by default: for the float32 VAE of an fp16 run; off when the user asked for --precision fp32.
+    void set_fast_float32(bool on) override { fast_f32_ = on; }
+    bool fast_float32() const { return fast_f32_; }
 
 private:
     struct Recording {
@@ -48,14 +59,19 @@ private:
         std::vector<Tensor> inputs;
         std::unique_ptr<Tensor> output;
         cudaGraphExec_t exec = nullptr;
+        int replays = 0;
+        std::array<double, ops::kOpCount> flops{};  // per op kind, reported again at each replay
     };
 
     int index_;
     int multiprocessors_ = 0;
     bool graphs_enabled_ = true;
+    bool sync_ops_ = false;
+    bool fast_f32_ = false;
     cudaStream_t stream_ = nullptr;
     mutable CudaAllocator allocator_;
     std::unique_ptr<Gemm> gemm_;
+    std::unique_ptr<CudnnConv> cudnn_;
     std::unique_ptr<ops::DeviceOps> ops_;
     std::map<std::string, Recording> recordings_;
 };

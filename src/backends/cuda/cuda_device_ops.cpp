@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/attention.h"
 #include "backends/cuda/causal_mask.h"
@@ -43,6 +44,21 @@ constexpr int64_t kScoreBudgetBytes = int64_t(512) << 20;
 
 }  // namespace
 
+// An op's span for the profiler (ops/op_observer.h). Kernels run asynchronously, so the span is the host's
+// queueing time unless KILN_CUDA_SYNC_OPS=1, which waits for the GPU at the end of every op: then
+// `--profile` shows GPU time per op kind (and CUDA graphs are off, as a wait cannot be recorded).
+class CudaDeviceOps::Timed {
+public:
+    Timed(const CudaBackend& backend, ops::OpKind kind, double flops = 0.0) : backend_(backend), scope_(kind, flops) {}
+    ~Timed() {
+        if (backend_.sync_ops()) cudaStreamSynchronize(backend_.stream());
+    }
+
+private:
+    const CudaBackend& backend_;
+    ops::OpScope scope_;
+};
+
 Tensor CudaDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b) const {
     if (x.rank() < 1 || w.rank() != 2 || x.dim(-1) != w.dim(1)) bad("linear", desc("x", x) + " and " + desc("w", w));
     same_place("linear", x, w, "w");
@@ -56,7 +72,7 @@ Tensor CudaDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b) 
     Tensor y = Tensor::empty_on(backend_, shape, x.dtype());
     if (y.numel() == 0) return y;
     // Counted for bench's FLOP totals; the span is the host's queueing time, not the GPU's.
-    ops::OpScope scope(ops::OpKind::Linear, 2.0 * double(m) * double(n) * double(k));
+    Timed timed(backend_, ops::OpKind::Linear, 2.0 * double(m) * double(n) * double(k));
     GemmArgs g;
     g.trans_a = true;  // w [n, k] row-major is k x n column-major
     g.m = n, g.n = m, g.k = k;
@@ -64,6 +80,7 @@ Tensor CudaDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b) 
     g.b = x.device_data(), g.ldb = k;
     g.c = y.device_data(), g.ldc = n;
     g.ab_type = g.c_type = x.dtype();
+    g.tf32 = backend_.fast_float32();
     backend_.gemm().run(g, backend_.stream());
     if (b) add_row_bias(y.device_data(), b->device_data(), y.dtype(), m, n, backend_.stream());
     return y;
@@ -85,8 +102,28 @@ Tensor CudaDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, in
     const int64_t pixels = oh * ow, kc = cin * kk * kk;
     Tensor y = Tensor::empty_on(backend_, {n, cout, oh, ow}, x.dtype());
     if (y.numel() == 0) return y;
-    ops::OpScope scope(ops::OpKind::Conv2d, 2.0 * double(n) * double(cout) * double(pixels) * double(kc));
+    Timed timed(backend_, ops::OpKind::Conv2d, 2.0 * double(n) * double(cout) * double(pixels) * double(kc));
     cudaStream_t s = backend_.stream();
+    if (CudnnConv* dnn = backend_.cudnn()) {
+        // cuDNN cannot fuse the norm: normalise (and SiLU) into a copy first, then convolve.
+        Tensor normed;
+        if (stats) {
+            normed = Tensor::empty_on(backend_, x.shape(), x.dtype());
+            group_norm_apply(x.device_data(), static_cast<const float*>(stats->device_data()), gamma->device_data(),
+                             beta->device_data(), normed.device_data(), x.dtype(), n, cin, h * wd, groups, true, s);
+        }
+        std::vector<Tensor> scratch;  // alive until the convolution is queued; the stream orders its reuse
+        const ConvShape shape{n, cin, h, wd, cout, kk, stride, padding, oh, ow, x.dtype(), backend_.fast_float32()};
+        dnn->run(shape, stats ? normed.device_data() : x.device_data(), w.device_data(), y.device_data(), s,
+                 [&](size_t bytes) {
+                     scratch.push_back(Tensor::empty_on(backend_, {int64_t((bytes + 1) / 2)}, DType::F16));
+                     return scratch.back().device_data();
+                 });
+        if (b)
+            for (int64_t img = 0; img < n; ++img)
+                add_channel_bias(at(y, img * cout * pixels), b->device_data(), y.dtype(), 1, cout, pixels, s);
+        return y;
+    }
     const bool direct = kk == 1 && stride == 1 && padding == 0 && !stats;  // x is its own column matrix
     const int64_t tile = direct ? pixels
                                 : std::clamp<int64_t>(kColumnBudgetBytes / std::max<int64_t>(1, kc * esize(x)), 1, pixels);
@@ -117,6 +154,7 @@ Tensor CudaDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, in
             g.b = w.device_data(), g.ldb = kc;
             g.c = y_img + first * esize(y), g.ldc = pixels;
             g.ab_type = g.c_type = x.dtype();
+            g.tf32 = backend_.fast_float32();
             backend_.gemm().run(g, s);
         }
         if (b) add_channel_bias(y_img, b->device_data(), y.dtype(), 1, cout, pixels, s);
@@ -136,6 +174,7 @@ Tensor CudaDeviceOps::conv2d_group_norm_silu(const Tensor& x, int groups, const 
                                           desc("gamma", gamma) + ", " + desc("beta", beta));
     same_place("conv2d_group_norm_silu", x, gamma, "gamma");
     same_place("conv2d_group_norm_silu", x, beta, "beta");
+    Timed timed(backend_, ops::OpKind::GroupNorm);
     Tensor stats = Tensor::empty_on(backend_, {x.dim(0), groups, 2}, DType::F32);
     group_norm_stats(x.device_data(), x.dtype(), x.dim(0), x.dim(1), x.dim(2) * x.dim(3), groups, eps,
                      static_cast<float*>(stats.device_data()), backend_.stream());
@@ -151,6 +190,7 @@ Tensor CudaDeviceOps::group_norm(const Tensor& x, int groups, const Tensor& gamm
     const int64_t n = x.dim(0), c = x.dim(1), inner = c ? x.numel() / (n * c) : 0;
     Tensor y = Tensor::empty_on(backend_, x.shape(), x.dtype());
     if (y.numel() == 0) return y;
+    Timed timed(backend_, ops::OpKind::GroupNorm);
     Tensor stats = Tensor::empty_on(backend_, {n, groups, 2}, DType::F32);
     float* st = static_cast<float*>(stats.device_data());
     group_norm_stats(x.device_data(), x.dtype(), n, c, inner, groups, eps, st, backend_.stream());
@@ -166,6 +206,7 @@ Tensor CudaDeviceOps::layer_norm(const Tensor& x, const Tensor& gamma, const Ten
     same_place("layer_norm", x, beta, "beta");
     Tensor y = Tensor::empty_on(backend_, x.shape(), x.dtype());
     if (y.numel() == 0) return y;
+    Timed timed(backend_, ops::OpKind::LayerNorm);
     const int64_t cols = x.dim(-1);
     cuda::layer_norm(x.device_data(), gamma.device_data(), beta.device_data(), y.device_data(), x.dtype(), x.numel() / cols,
                cols, eps, backend_.stream());
@@ -180,7 +221,8 @@ Tensor CudaDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor& 
     same_place("attention", q, k, "k");
     same_place("attention", q, v, "v");
     const int64_t d = q.dim(2) / heads;
-    ops::OpScope scope(ops::OpKind::Attention, 4.0 * double(q.dim(0)) * double(q.dim(1)) * double(k.dim(1)) * double(q.dim(2)));
+    Timed timed(backend_, ops::OpKind::Attention,
+                4.0 * double(q.dim(0)) * double(q.dim(1)) * double(k.dim(1)) * double(q.dim(2)));
     if (q.dtype() == DType::F16 && d <= 256 && k.dim(1) >= 1) {
         Tensor out = Tensor::empty_on(backend_, q.shape(), q.dtype());
         if (out.numel() == 0) return out;
@@ -218,6 +260,7 @@ Tensor CudaDeviceOps::attention_by_products(const Tensor& q, const Tensor& k, co
             g.b = at(q, (bi * lq + q0) * hd), g.ldb = hd;
             g.c = scores.device_data(), g.ldc = lk;
             g.ab_type = q.dtype(), g.c_type = DType::F32;
+            g.tf32 = backend_.fast_float32();
             g.alpha = 1.0f / std::sqrt(static_cast<float>(d));
             g.batch = heads, g.stride_a = d, g.stride_b = d, g.stride_c = rows * lk;
             backend_.gemm().run(g, s);
@@ -234,6 +277,7 @@ Tensor CudaDeviceOps::attention_by_products(const Tensor& q, const Tensor& k, co
             o.b = p, o.ldb = lk;
             o.c = at(out, (bi * lq + q0) * hd), o.ldc = hd;
             o.ab_type = o.c_type = q.dtype();
+            o.tf32 = backend_.fast_float32();
             o.batch = heads, o.stride_a = d, o.stride_b = rows * lk, o.stride_c = d;
             backend_.gemm().run(o, s);
         }
@@ -241,6 +285,7 @@ Tensor CudaDeviceOps::attention_by_products(const Tensor& q, const Tensor& k, co
 }
 
 void CudaDeviceOps::activation_(Tensor& x, ops::DeviceActivation f) const {
+    Timed timed(backend_, ops::OpKind::Silu);
     static constexpr Activation kinds[] = {Activation::Silu, Activation::Gelu, Activation::GeluTanh,
                                            Activation::QuickGelu};
     activation(x.device_data(), x.dtype(), x.numel(), kinds[static_cast<int>(f)], backend_.stream());
@@ -252,6 +297,7 @@ Tensor CudaDeviceOps::geglu(const Tensor& x) const {
     shape.back() /= 2;
     Tensor y = Tensor::empty_on(backend_, shape, x.dtype());
     if (y.numel() == 0) return y;
+    Timed timed(backend_, ops::OpKind::Geglu);
     const int64_t half = y.dim(-1);
     cuda::geglu(x.device_data(), y.device_data(), x.dtype(), y.numel() / half, half, backend_.stream());
     return y;
@@ -261,6 +307,7 @@ Tensor CudaDeviceOps::upsample_nearest2x(const Tensor& x) const {
     if (x.rank() != 4) bad("upsample_nearest2x", desc("x", x) + " must be [N, C, H, W]");
     Tensor y = Tensor::empty_on(backend_, {x.dim(0), x.dim(1), 2 * x.dim(2), 2 * x.dim(3)}, x.dtype());
     if (y.numel() == 0) return y;
+    Timed timed(backend_, ops::OpKind::UpsampleNearest2x);
     cuda::upsample_nearest2x(x.device_data(), y.device_data(), x.dtype(), x.dim(0) * x.dim(1), x.dim(2), x.dim(3),
                              backend_.stream());
     return y;
@@ -272,6 +319,7 @@ Tensor CudaDeviceOps::concat_channels(const Tensor& a, const Tensor& b) const {
     shape[1] += b.dim(1);
     Tensor y = Tensor::empty_on(backend_, shape, a.dtype());
     if (y.numel() == 0) return y;
+    Timed timed(backend_, ops::OpKind::ConcatChannels);
     const int64_t n = a.dim(0), inner = y.numel() / (n * shape[1]);
     cuda::concat_channels(a.device_data(), b.device_data(), y.device_data(), a.dtype(), n, a.dim(1), b.dim(1), inner,
                           backend_.stream());
@@ -280,6 +328,7 @@ Tensor CudaDeviceOps::concat_channels(const Tensor& a, const Tensor& b) const {
 
 void CudaDeviceOps::add_(Tensor& a, const Tensor& b) const {
     same_place("add_", a, b, "b");
+    Timed timed(backend_, ops::OpKind::Add);
     add(a.device_data(), b.device_data(), a.dtype(), a.numel(), backend_.stream());
 }
 
@@ -287,6 +336,7 @@ void CudaDeviceOps::add_channel_bias_(Tensor& x, const Tensor& bias_nc) const {
     same_place("add_channel_bias_", x, bias_nc, "bias");
     const int64_t planes = x.dim(0) * x.dim(1);
     if (planes == 0) return;
+    Timed timed(backend_, ops::OpKind::AddChannelBias);
     add_channel_bias(x.device_data(), bias_nc.device_data(), x.dtype(), x.dim(0), x.dim(1), x.numel() / planes,
                      backend_.stream());
 }
@@ -296,6 +346,7 @@ void CudaDeviceOps::scale_(Tensor& x, float s) const { scale(x.device_data(), x.
 Tensor CudaDeviceOps::nchw_to_nlc(const Tensor& x) const {
     const int64_t n = x.dim(0), c = x.dim(1), l = x.dim(2) * x.dim(3);
     Tensor y = Tensor::empty_on(backend_, {n, l, c}, x.dtype());
+    Timed timed(backend_, ops::OpKind::NchwToNlc);
     if (y.numel()) cuda::nchw_to_nlc(x.device_data(), y.device_data(), x.dtype(), n, c, l, backend_.stream());
     return y;
 }
@@ -303,6 +354,7 @@ Tensor CudaDeviceOps::nchw_to_nlc(const Tensor& x) const {
 Tensor CudaDeviceOps::nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) const {
     const int64_t n = x.dim(0), c = x.dim(2);
     Tensor y = Tensor::empty_on(backend_, {n, c, h, w}, x.dtype());
+    Timed timed(backend_, ops::OpKind::NlcToNchw);
     if (y.numel()) cuda::nlc_to_nchw(x.device_data(), y.device_data(), x.dtype(), n, h * w, c, backend_.stream());
     return y;
 }

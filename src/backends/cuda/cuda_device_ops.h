@@ -33,6 +33,7 @@ public:
                               float max_period, DType out_type) const override;
 
 private:
+    class Timed;
     Tensor conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding, const Tensor* norm_stats,
                 const Tensor* gamma, const Tensor* beta, int groups) const;
     Tensor attention_by_products(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal) const;

@@ -45,7 +45,7 @@ struct Gemm::Impl {
     cublasLtHandle_t handle = nullptr;
     void* workspace = nullptr;
     using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int64_t,
-                           int64_t, int64_t, uint32_t, uint32_t, uint32_t, bool>;
+                           int64_t, int64_t, uint32_t, uint32_t, uint32_t, bool, bool>;
     struct Plan {
         cublasLtMatmulDesc_t op = nullptr;
         cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -79,11 +79,12 @@ struct Gemm::Impl {
     Plan& plan_for(const GemmArgs& g) {
         const uint32_t al_a = alignment(g.a), al_b = alignment(g.b), al_c = alignment(g.c);
         const Key key{g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb, g.ldc, int(g.ab_type), int(g.c_type),
-                      g.batch, g.stride_a, g.stride_b, g.stride_c, al_a, al_b, al_c, g.beta != 0.0f};
+                      g.batch, g.stride_a, g.stride_b, g.stride_c, al_a, al_b, al_c, g.beta != 0.0f, g.tf32};
         auto it = plans.find(key);
         if (it != plans.end()) return it->second;
         Plan p;
-        KILN_LT_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        const bool tf32 = g.tf32 && g.ab_type == DType::F32;
+        KILN_LT_CHECK(cublasLtMatmulDescCreate(&p.op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
         const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
         KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
         KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));

@@ -1,7 +1,7 @@
 // Matrix products on the tensor cores through cuBLASLt, column-major as cuBLAS counts (row-major callers
 // swap operands: see cuda_device_ops.cpp). C = alpha * op(A) op(B) + beta * C with op(A) m x k, op(B) k x n,
 // C m x n; A and B share a dtype, C may be wider (F16 inputs with an F32 C: attention scores). Products
-// accumulate in float32 (F32 inputs: full float32, no TF32). Algorithms come from cuBLASLt's heuristic for
+// accumulate in float32 (F32 inputs: full float32 unless tf32 is asked for). Algorithms come from cuBLASLt's heuristic for
 // the exact shape, strides and pointer alignment, cached per shape.
 #pragma once
 #include <cstdint>
@@ -23,6 +23,7 @@ struct GemmArgs {
     int64_t ldc = 0;
     DType ab_type = DType::F16, c_type = DType::F16;
     float alpha = 1.0f, beta = 0.0f;
+    bool tf32 = false;  // F32 inputs: TF32 tensor cores (float32 range, 10-bit mantissa) instead of full float32
     int batch = 1;  // strided batches; strides in elements, none of them 0
     int64_t stride_a = 0, stride_b = 0, stride_c = 0;
 };
