@@ -31,7 +31,7 @@ tests_rc=$?
 echo "tests rc=$tests_rc in $(( $(date +%s) - t0 )) s"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==|tests? (ran|PASSED|FAILED)" "$out/tests.log" | tail -8
 
-small='*AttentionCudaSmall*:CudaDevice*:AttentionCudaArgs*'
+small='*AttentionCudaSmall*:CudaDevice*:AttentionCudaArgs*:BlockReduce*'
 for tool in memcheck racecheck; do
   t0=$(date +%s)
   compute-sanitizer --tool $tool --error-exitcode 99 ./build-cuda/kiln_cuda_tests --gtest_filter="$small" \

@@ -1,44 +1,80 @@
-// Block-wide sum and max of one float per thread, the result returned to every thread.
-// Contract: a 1-D block whose blockDim.x is a multiple of warpSize and at most 1024; every thread of the
-// block calls it (it holds barriers), and it may be called again at once (it ends with a barrier).
-// A shared-memory tree, not warp shuffles: it is the same code for warps of 32 and 64 lanes and needs
-// none of the shuffle intrinsics, whose names and masks differ between CUDA and HIP versions. The order
-// of the additions is fixed, so results repeat bit for bit; a sum's tree is ceil(log2(blockDim.x)) deep.
+// Block-wide float sum and max, for kernels that reduce a row or a group inside one block (GroupNorm,
+// LayerNorm, softmax). Correct for any warp size, so the same source serves NVIDIA (32 lanes), AMD RDNA
+// (gfx10/gfx11, wave32) and AMD GCN/CDNA (gfx8/gfx9, wave64): nothing below assumes 32.
+//
+// Contract:
+//  - Every thread of the block calls it, from uniform control flow (it contains __syncthreads()).
+//  - The block is one-dimensional: blockDim.x is a multiple of warpSize and at most 1024; blockDim.y and
+//    blockDim.z are 1. Threads with no data pass the identity (0 for the sum, -INFINITY for the max).
+//  - Every thread gets the block's result.
+//  - Calls may follow one another in a kernel (sum, then max, then sum ...): each call synchronises
+//    before it reuses its shared scratch (32 floats, shared by every sum call of a kernel; the max has
+//    its own).
+//  - The max follows fmaxf: a NaN loses to any number. The sum's order is fixed by blockDim.x and the warp
+//    size, so results repeat run to run on one device but may differ in the last bits between wave32 and
+//    wave64.
 #pragma once
+#include <math.h>
+
 #include "backends/cuda/gpu_runtime.h"
 
 namespace kiln::cuda {
 
 namespace block_reduce_detail {
 
+// The lane `lane ^ lane_mask` of the same warp. All lanes take part (see the contract).
+__device__ __forceinline__ float shuffle_xor(float v, int lane_mask) {
+#if defined(KILN_HIP)
+    return __shfl_xor(v, lane_mask);  // the whole wavefront; ROCm before 6.2 has no *_sync shuffles
+#else
+    return __shfl_xor_sync(0xffffffffu, v, lane_mask);  // an NVIDIA warp is 32 lanes: the full mask
+#endif
+}
+
 struct Sum {
-    __device__ float operator()(float a, float b) const { return a + b; }
+    static constexpr float identity = 0.0f;
+    __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
 };
 struct Max {
-    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+    static constexpr float identity = -INFINITY;
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 
+// Butterfly over the warp: after log2(warpSize) steps every lane holds the warp's result. warpSize is read
+// at run time (it is not a constant in newer ROCm), so one loop serves 32 and 64.
 template <class Op>
-__device__ float reduce(float v, Op op) {
-    __shared__ float partial[1024];
-    const unsigned t = threadIdx.x;
-    partial[t] = v;
+__device__ __forceinline__ float warp_reduce(float v, Op op) {
+    for (int offset = warpSize / 2; offset > 0; offset /= 2) v = op(v, shuffle_xor(v, offset));
+    return v;
+}
+
+template <class Op>
+__device__ __forceinline__ float block_reduce(float v, Op op) {
+    __shared__ float partial[32];  // one per warp: 1024 threads are at most 32 warps of 32 (16 of 64)
+    const int lane = threadIdx.x % warpSize;
+    const int warp = threadIdx.x / warpSize;
+    const int warps = blockDim.x / warpSize;
+    v = warp_reduce(v, op);
+    __syncthreads();  // a previous call's readers are done with partial[]
+    if (lane == 0) partial[warp] = v;
     __syncthreads();
-    // Fold the upper part of the live range onto the lower; an odd width keeps its middle element.
-    for (unsigned width = blockDim.x; width > 1;) {
-        const unsigned half = (width + 1) / 2;
-        if (t + half < width) partial[t] = op(partial[t], partial[t + half]);
-        __syncthreads();
-        width = half;
-    }
-    const float result = partial[0];
-    __syncthreads();  // everyone has read it before a next call overwrites it
-    return result;
+    // Every warp folds the per-warp results itself (warps <= 32 <= warpSize lanes), so every thread
+    // ends with the result without another barrier.
+    return warp_reduce(lane < warps ? partial[lane] : Op::identity, op);
 }
 
 }  // namespace block_reduce_detail
 
-__device__ inline float block_sum(float v) { return block_reduce_detail::reduce(v, block_reduce_detail::Sum{}); }
-__device__ inline float block_max(float v) { return block_reduce_detail::reduce(v, block_reduce_detail::Max{}); }
+__device__ __forceinline__ float block_reduce_sum(float v) {
+    return block_reduce_detail::block_reduce(v, block_reduce_detail::Sum{});
+}
+
+__device__ __forceinline__ float block_reduce_max(float v) {
+    return block_reduce_detail::block_reduce(v, block_reduce_detail::Max{});
+}
+
+// Shorter names the norm kernels use.
+__device__ __forceinline__ float block_sum(float v) { return block_reduce_sum(v); }
+__device__ __forceinline__ float block_max(float v) { return block_reduce_max(v); }
 
 }  // namespace kiln::cuda

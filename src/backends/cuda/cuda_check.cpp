@@ -16,7 +16,7 @@ ErrorKind error_kind_of(cudaError_t err) {
 void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
     // Reset the runtime's last error, or a caught (recoverable) failure would resurface at the next
     // launch check; sticky errors stay, as they must.
-    cudaGetLastError();
+    (void)cudaGetLastError();
     std::string where = file;
     const size_t slash = where.find_last_of('/');
     if (slash != std::string::npos) where = where.substr(slash + 1);

@@ -14,7 +14,7 @@ std::vector<DeviceInfo> cuda_devices(std::string* reason) {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) {
-        cudaGetLastError();  // clear it, so that it does not surface at an unrelated later call
+        (void)cudaGetLastError();  // clear it, so that it does not surface at an unrelated later call
         why = "cudaGetDeviceCount: " + describe(err);
         count = 0;
     } else if (count == 0) {
@@ -25,7 +25,7 @@ std::vector<DeviceInfo> cuda_devices(std::string* reason) {
     for (int i = 0; i < count; ++i) {
         cudaDeviceProp prop{};
         if ((err = cudaGetDeviceProperties(&prop, i)) != cudaSuccess) {
-            cudaGetLastError();
+            (void)cudaGetLastError();
             why += (why.empty() ? "" : "; ") + ("device " + std::to_string(i) + ": cudaGetDeviceProperties: " + describe(err));
             continue;
         }
@@ -41,13 +41,13 @@ std::vector<DeviceInfo> cuda_devices(std::string* reason) {
             info.free_bytes = free_b;
             info.total_bytes = total_b;
         } else {
-            cudaGetLastError();
+            (void)cudaGetLastError();
             why += (why.empty() ? "" : "; ") + ("device " + std::to_string(i) + ": cudaMemGetInfo: " + describe(err));
             continue;
         }
         devices.push_back(info);
     }
-    if (previous >= 0) cudaSetDevice(previous);
+    if (previous >= 0) (void)cudaSetDevice(previous);
     if (reason) *reason = why;
     return devices;
 }

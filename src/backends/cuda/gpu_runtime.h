@@ -2,6 +2,9 @@
 // writes cuda* names only; a HIP build (KILN_HIP) maps those names to hip* here, so host code and plain
 // kernels are written once. Only the names kiln uses are mapped: add one when you use one.
 // Inline PTX (mma.sync, ldmatrix, cp.async in attention.cu) has no HIP equivalent and needs its own path.
+// scripts/hip-compile-check.sh compiles the backend through this header for AMD targets (in CI). HIP marks
+// the runtime calls [[nodiscard]]: a result ignored on purpose is written (void)cudaGetLastError().
+// Device intrinsics are not renamed here (ROCm 5.2 has no *_sync shuffles): see block_reduce.cuh.
 #pragma once
 
 #if defined(KILN_HIP)
@@ -24,6 +27,8 @@
 #define cudaEvent_t hipEvent_t
 #define cudaDeviceProp hipDeviceProp_t
 #define cudaDevAttrMaxSharedMemoryPerBlockOptin hipDeviceAttributeSharedMemPerBlockOptin
+#define cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
+#define cudaDevAttrWarpSize hipDeviceAttributeWarpSize
 #define cudaFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
 #define cudaMemcpyHostToDevice hipMemcpyHostToDevice
 #define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
