@@ -16,6 +16,8 @@ cd "$(dirname "$0")/.."
 # belongs here (tensor-core PTX, cuBLASLt, cuDNN); everything else must compile.
 EXCLUDE=(
   attention.cu  # inline PTX for NVIDIA's tensor cores (mma.sync, ldmatrix, cp.async): AMD needs its own kernel
+  gemm.cpp      # cuBLASLt; on AMD the products would go through hipBLASLt (not in Debian's ROCm 5.2)
+  cuda_backend.cpp  # CUDA graphs and stream capture, whose hip* names gpu_runtime.h does not map yet
 )
 
 command -v hipcc >/dev/null || { echo "hip-compile-check: hipcc not found (apt-get install hipcc)" >&2; exit 1; }

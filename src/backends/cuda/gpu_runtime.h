@@ -8,13 +8,8 @@
 #pragma once
 
 #if defined(KILN_HIP)
-#include <hip/hip_bf16.h>
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
-
-// bfloat16 under CUDA's names. HIP's __float2bfloat16 rounds to nearest even, as __float2bfloat16_rn does.
-#define __nv_bfloat16 __hip_bfloat16
-#define __float2bfloat16_rn __float2bfloat16
 
 #define cudaError_t hipError_t
 #define cudaSuccess hipSuccess
@@ -24,6 +19,8 @@
 #define cudaErrorNoDevice hipErrorNoDevice
 #define cudaErrorInsufficientDriver hipErrorInsufficientDriver
 #define cudaStream_t hipStream_t
+#define cudaGraph_t hipGraph_t
+#define cudaGraphExec_t hipGraphExec_t
 #define cudaEvent_t hipEvent_t
 #define cudaDeviceProp hipDeviceProp_t
 #define cudaDevAttrMaxSharedMemoryPerBlockOptin hipDeviceAttributeSharedMemPerBlockOptin
@@ -58,7 +55,6 @@
 #define cudaRuntimeGetVersion hipRuntimeGetVersion
 #define cudaDriverGetVersion hipDriverGetVersion
 #else
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #endif

@@ -16,9 +16,15 @@ namespace kiln::cuda::detail {
 
 // ------------------------------------------------------------------------------------------ device side
 
+// bfloat16 as its 16 bits, converted here rather than through CUDA's __nv_bfloat16 or HIP's types, which
+// differ between versions (ROCm 5.2 has neither hip_bf16.h nor CUDA's names): the same code everywhere.
+struct Bf16 {
+    uint16_t bits;
+};
+
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(Bf16 v) { return __uint_as_float(uint32_t(v.bits) << 16); }
 
 // The one rounding of a result to its storage type: to nearest, ties to even.
 template <class T>
@@ -28,7 +34,11 @@ __device__ __forceinline__ float from_float<float>(float v) { return v; }
 template <>
 __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ Bf16 from_float<Bf16>(float v) {
+    const uint32_t u = __float_as_uint(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return Bf16{uint16_t((u >> 16) | 0x40)};  // NaN stays a (quiet) NaN
+    return Bf16{uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};                  // to nearest, ties to even
+}
 
 // Grid-stride loops in 64-bit indices: a launch covers any count with a capped grid (blocks_for).
 __device__ __forceinline__ int64_t grid_first() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
@@ -102,13 +112,13 @@ struct Type {
     using type = T;
 };
 
-// Calls f(Type<T>{}) with T the device type of `type`: float, __half or __nv_bfloat16.
+// Calls f(Type<T>{}) with T the device type of `type`: float, __half or Bf16.
 template <class F>
 void dispatch(const char* op, DType type, F&& f) {
     switch (type) {
         case DType::F32: f(Type<float>{}); return;
         case DType::F16: f(Type<__half>{}); return;
-        case DType::BF16: f(Type<__nv_bfloat16>{}); return;
+        case DType::BF16: f(Type<Bf16>{}); return;
         default:
             fail(ErrorKind::InvalidArgument, std::string("kiln::cuda::") + op + ": " + dtype_name(type) +
                                                  " is not a storage type (F32, F16 or BF16)");
