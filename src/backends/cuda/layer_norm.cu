@@ -1,5 +1,6 @@
 // layer_norm over the last dim: one block per row. Mean, then the biased variance as the mean of
-// (x - mean)^2 in a second pass over the row (no E[x^2] - E[x]^2 cancellation), both float block sums;
+// (x - mean)^2 in a second pass over the row (no E[x^2] - E[x]^2 cancellation), both float block sums
+// (a row of thousands gives each of up to 256 threads a few dozen values: plain sums);
 // out = (x - mean) * rstd * gamma + beta, rounded once on the store.
 #include "backends/cuda/block_reduce.cuh"
 #include "backends/cuda/kernel_common.cuh"
@@ -15,9 +16,11 @@ __global__ void layer_norm_kernel(const T* x, const T* gamma, const T* beta, T* 
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {  // uniform over the block: the barriers are safe
         const T* src = x + r * cols;
         T* dst = out + r * cols;
+        // x - x[0] rather than x: the sum's rounding then scales with the row's spread, not its offset.
+        const float pivot = detail::to_float(src[0]);
         float sum = 0.0f;
-        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) sum += detail::to_float(src[j]);
-        const float mean = block_sum(sum) / static_cast<float>(cols);
+        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) sum += detail::to_float(src[j]) - pivot;
+        const float mean = pivot + block_sum(sum) / static_cast<float>(cols);
         float sq = 0.0f;
         for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
             const float d = detail::to_float(src[j]) - mean;

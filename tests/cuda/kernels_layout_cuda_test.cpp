@@ -1,0 +1,81 @@
+// The data-movement kernels of kernels.h (upsample_nearest2x, concat_channels, nchw_to_nlc,
+// nlc_to_nchw) against the reference ops, in F32, F16 and BF16. They only move elements, so the bound is
+// 0: every output must be its source's bits (compared after widening to float, which is exact), every
+// element must be written and nothing past the end. Shapes: single elements, sides of 1, sizes just off
+// the 32 x 32 transpose tile (31, 33, 65, 97), Stable Diffusion's 320 x 4096, and more planes or tiles
+// than one grid dimension holds (70001).
+#include "cuda/kernel_test_support.h"
+#include "ops/ref/ref_ops.h"
+
+namespace kiln::cuda::test {
+namespace {
+
+std::string dims(std::initializer_list<int64_t> d) {
+    std::string s;
+    for (int64_t v : d) {
+        if (!s.empty()) s += 'x';
+        s += std::to_string(v);
+    }
+    return s;
+}
+
+TEST(KernelsCuda, UpsampleNearest2xCopiesEachPixelTwiceTwice) {
+    KILN_SKIP_WITHOUT_GPU();
+    const int64_t shapes[][3] = {{1, 1, 1}, {3, 31, 33}, {2, 7, 1}, {1, 1, 65}, {40000, 1, 3}};  // planes, h, w
+    for (DType type : kStorageTypes)
+        for (const auto& s : shapes) {
+            const int64_t planes = s[0], h = s[1], w = s[2];
+            const Values x = random_values(type, size_t(planes * h * w), uint64_t(planes + h * w), -2, 2);
+            DeviceBuffer in(x);
+            Output out(type, size_t(planes * 4 * h * w));
+            upsample_nearest2x(in.get(), out.get(), type, planes, h, w, nullptr);
+            const Tensor ref = ops::ref::upsample_nearest2x(x.tensor({planes, 1, h, w}));
+            expect_identical(label(type, "upsample_nearest2x " + dims({planes, h, w})), out.values(), ref.values());
+            EXPECT_TRUE(out.guard_intact());
+        }
+}
+
+TEST(KernelsCuda, ConcatChannelsPutsAThenBPerImage) {
+    KILN_SKIP_WITHOUT_GPU();
+    const int64_t shapes[][4] = {{1, 1, 1, 1}, {2, 3, 5, 31}, {1, 33, 1, 65}, {2, 0, 3, 7}, {2, 4, 0, 5},
+                                 {70001, 1, 2, 1}};  // n, ca, cb, inner
+    for (DType type : kStorageTypes)
+        for (const auto& s : shapes) {
+            const int64_t n = s[0], ca = s[1], cb = s[2], inner = s[3];
+            const Values a = random_values(type, size_t(n * ca * inner), uint64_t(n + ca), -2, 2);
+            const Values b = random_values(type, size_t(n * cb * inner), uint64_t(n + cb + 99), -2, 2);
+            DeviceBuffer da(a), db(b);
+            Output out(type, size_t(n * (ca + cb) * inner));
+            // An empty input may be null.
+            concat_channels(ca ? da.get() : nullptr, cb ? db.get() : nullptr, out.get(), type, n, ca, cb, inner, nullptr);
+            const Tensor ref = ops::ref::concat_channels(a.tensor({n, ca, inner}), b.tensor({n, cb, inner}));
+            expect_identical(label(type, "concat_channels " + dims({n, ca, cb, inner})), out.values(), ref.values());
+            EXPECT_TRUE(out.guard_intact());
+        }
+}
+
+TEST(KernelsCuda, NchwNlcTransposesBothWays) {
+    KILN_SKIP_WITHOUT_GPU();
+    const int64_t shapes[][3] = {{1, 1, 1},  {2, 31, 33}, {1, 320, 4096}, {3, 33, 1},
+                                 {1, 1, 77}, {2, 65, 97}, {70001, 3, 2}};  // n, c, hw
+    for (DType type : kStorageTypes)
+        for (const auto& s : shapes) {
+            const int64_t n = s[0], c = s[1], hw = s[2];
+            const Values x = random_values(type, size_t(n * c * hw), uint64_t(n * 7 + c * hw), -2, 2);
+            DeviceBuffer in(x);
+            Output nlc(type, x.size());
+            nchw_to_nlc(in.get(), nlc.get(), type, n, c, hw, nullptr);
+            expect_identical(label(type, "nchw_to_nlc " + dims({n, c, hw})), nlc.values(),
+                             ops::ref::nchw_to_nlc(x.tensor({n, c, hw, 1})).values());
+            EXPECT_TRUE(nlc.guard_intact());
+
+            Output nchw(type, x.size());  // x read as [n, hw, c]
+            nlc_to_nchw(in.get(), nchw.get(), type, n, hw, c, nullptr);
+            expect_identical(label(type, "nlc_to_nchw " + dims({n, hw, c})), nchw.values(),
+                             ops::ref::nlc_to_nchw(x.tensor({n, hw, c}), hw, 1).values());
+            EXPECT_TRUE(nchw.guard_intact());
+        }
+}
+
+}  // namespace
+}  // namespace kiln::cuda::test
