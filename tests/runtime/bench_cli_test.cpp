@@ -190,8 +190,9 @@ TEST(BenchCommand, BadInputIsAClearError) {
     expect_error({"bench", "--suite", "warp-drive", "--arch", "tiny"}, "unknown bench suite 'warp-drive'");
     expect_error({"bench", "--suite", "unet", "--arch", "sd3"}, "unknown architecture 'sd3'");
     expect_error({"bench", "--arch", "tiny"}, "--suite");
-    expect_error({"bench", "--suite", "unet", "--device", "cuda"}, "device 'cuda'");
-    expect_error({"bench", "--suite", "unet", "--precision", "fp16"}, "precision 'fp16'");
+    expect_error({"bench", "--suite", "unet", "--arch", "tiny", "--device", "cuda:7"}, "device cuda:7 is not available");
+    expect_error({"bench", "--suite", "unet", "--arch", "tiny", "--device", "cpu", "--precision", "fp16"},
+                 "--precision fp16: the CPU computes in fp32 only");
     expect_error({"bench", "--suite", "unet", "--arch", "tiny", "-m", "x.safetensors"}, "not both");
     expect_error({"bench", "--suite", "unet", "-m", "/nonexistent/model.safetensors"}, "/nonexistent/model.safetensors");
     expect_error({"bench", "--suite", "unet", "--arch", "tiny", "-W", "60"}, "multiples of 8");

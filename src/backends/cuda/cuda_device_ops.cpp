@@ -5,11 +5,17 @@
 #include <string>
 #include <vector>
 
+#if !defined(KILN_HIP)
+#include <nvtx3/nvToolsExt.h>  // header-only (NVTX 3), in the CUDA toolkit
+#endif
+
 #include "backends/cuda/attention.h"
 #include "backends/cuda/causal_mask.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
 #include "kiln/error.h"
+#include "ops/op_list.h"
 #include "ops/op_observer.h"
 
 namespace kiln::cuda {
@@ -47,11 +53,30 @@ constexpr int64_t kScoreBudgetBytes = int64_t(512) << 20;
 // An op's span for the profiler (ops/op_observer.h). Kernels run asynchronously, so the span is the host's
 // queueing time unless KILN_CUDA_SYNC_OPS=1, which waits for the GPU at the end of every op: then
 // `--profile` shows GPU time per op kind (and CUDA graphs are off, as a wait cannot be recorded).
+// The op's name from the one op list (ops/op_list.h), without linking the ops library.
+static const char* range_name(ops::OpKind kind) {
+    switch (kind) {
+#define KILN_RANGE_NAME(kind, fn) \
+    case ops::OpKind::kind: return #fn;
+        KILN_OP_LIST(KILN_RANGE_NAME)
+#undef KILN_RANGE_NAME
+    }
+    return "op";
+}
+
+// Every op also opens an NVTX range named after it, for Nsight Systems and ncu's NVTX filters.
 class CudaDeviceOps::Timed {
 public:
-    Timed(const CudaBackend& backend, ops::OpKind kind, double flops = 0.0) : backend_(backend), scope_(kind, flops) {}
+    Timed(const CudaBackend& backend, ops::OpKind kind, double flops = 0.0) : backend_(backend), scope_(kind, flops) {
+#if !defined(KILN_HIP)
+        nvtxRangePushA(range_name(kind));
+#endif
+    }
     ~Timed() {
-        if (backend_.sync_ops()) cudaStreamSynchronize(backend_.stream());
+        if (backend_.sync_ops()) (void)cudaStreamSynchronize(backend_.stream());
+#if !defined(KILN_HIP)
+        nvtxRangePop();
+#endif
     }
 
 private:
@@ -103,63 +128,112 @@ Tensor CudaDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, in
     Tensor y = Tensor::empty_on(backend_, {n, cout, oh, ow}, x.dtype());
     if (y.numel() == 0) return y;
     Timed timed(backend_, ops::OpKind::Conv2d, 2.0 * double(n) * double(cout) * double(pixels) * double(kc));
-    cudaStream_t s = backend_.stream();
-    if (CudnnConv* dnn = backend_.cudnn()) {
-        // cuDNN cannot fuse the norm: normalise (and SiLU) into a copy first, then convolve.
-        Tensor normed;
-        if (stats) {
-            normed = Tensor::empty_on(backend_, x.shape(), x.dtype());
-            group_norm_apply(x.device_data(), static_cast<const float*>(stats->device_data()), gamma->device_data(),
-                             beta->device_data(), normed.device_data(), x.dtype(), n, cin, h * wd, groups, true, s);
-        }
-        std::vector<Tensor> scratch;  // alive until the convolution is queued; the stream orders its reuse
-        const ConvShape shape{n, cin, h, wd, cout, kk, stride, padding, oh, ow, x.dtype(), backend_.fast_float32()};
-        dnn->run(shape, stats ? normed.device_data() : x.device_data(), w.device_data(), y.device_data(), s,
-                 [&](size_t bytes) {
-                     scratch.push_back(Tensor::empty_on(backend_, {int64_t((bytes + 1) / 2)}, DType::F16));
-                     return scratch.back().device_data();
-                 });
-        if (b)
-            for (int64_t img = 0; img < n; ++img)
-                add_channel_bias(at(y, img * cout * pixels), b->device_data(), y.dtype(), 1, cout, pixels, s);
-        return y;
+    const ConvCall call{x, w, b, stats, gamma, beta, groups, {n, cin, h, wd, cout, kk, stride, padding, oh, ow,
+                                                              x.dtype(), backend_.fast_float32()}};
+    switch (conv_route(call, y)) {
+        case ConvRoute::Cudnn: conv_cudnn(call, y); break;
+        case ConvRoute::Im2col: conv_im2col(call, y); break;
+        case ConvRoute::Measured: break;  // y was made while timing the routes
     }
-    const bool direct = kk == 1 && stride == 1 && padding == 0 && !stats;  // x is its own column matrix
-    const int64_t tile = direct ? pixels
-                                : std::clamp<int64_t>(kColumnBudgetBytes / std::max<int64_t>(1, kc * esize(x)), 1, pixels);
+    return y;
+}
+
+// The fastest route for this shape, measured on its first call (outside any recording: a recorded call's
+// first run is eager) and kept: cuDNN wins on the VAE's large images, im2col + cuBLASLt on the UNet's
+// small ones (docs/CUDA.md). KILN_CUDA_CONV=im2col leaves cuDNN out altogether.
+CudaDeviceOps::ConvRoute CudaDeviceOps::conv_route(const ConvCall& c, Tensor& y) const {
+    if (!backend_.cudnn()) return ConvRoute::Im2col;
+    const ConvShape& sh = c.shape;
+    const auto key = std::make_tuple(sh.n, sh.cin, sh.h, sh.w, sh.cout, sh.k, sh.stride, sh.padding, int(sh.type),
+                                     sh.tf32, c.stats != nullptr);
+    auto it = routes_.find(key);
+    if (it != routes_.end()) return it->second;
+    cudaStream_t s = backend_.stream();
+    try {
+        conv_cudnn(c, y);  // cuDNN benchmarks its own algorithms on the first call of a shape
+    } catch (const Error&) {  // no cuDNN algorithm for this shape (or its workspace does not fit)
+        return routes_[key] = ConvRoute::Im2col;
+    }
+    cudaEvent_t e[3];
+    for (cudaEvent_t& ev : e) KILN_CUDA_CHECK(cudaEventCreate(&ev));
+    KILN_CUDA_CHECK(cudaEventRecord(e[0], s));
+    conv_cudnn(c, y);
+    KILN_CUDA_CHECK(cudaEventRecord(e[1], s));
+    conv_im2col(c, y);
+    KILN_CUDA_CHECK(cudaEventRecord(e[2], s));
+    KILN_CUDA_CHECK(cudaEventSynchronize(e[2]));
+    float dnn_ms = 0, im2col_ms = 0;
+    KILN_CUDA_CHECK(cudaEventElapsedTime(&dnn_ms, e[0], e[1]));
+    KILN_CUDA_CHECK(cudaEventElapsedTime(&im2col_ms, e[1], e[2]));
+    for (cudaEvent_t ev : e) (void)cudaEventDestroy(ev);
+    routes_[key] = dnn_ms < im2col_ms ? ConvRoute::Cudnn : ConvRoute::Im2col;
+    return ConvRoute::Measured;
+}
+
+void CudaDeviceOps::conv_cudnn(const ConvCall& c, Tensor& y) const {
+    const ConvShape& sh = c.shape;
+    const Tensor& x = c.x;
+    cudaStream_t s = backend_.stream();
+    // cuDNN cannot fuse the norm: normalise (and SiLU) into a copy first, then convolve.
+    Tensor normed;
+    if (c.stats) {
+        normed = Tensor::empty_on(backend_, x.shape(), x.dtype());
+        group_norm_apply(x.device_data(), static_cast<const float*>(c.stats->device_data()), c.gamma->device_data(),
+                         c.beta->device_data(), normed.device_data(), x.dtype(), sh.n, sh.cin, sh.h * sh.w, c.groups,
+                         true, s);
+    }
+    std::vector<Tensor> scratch;  // alive until the convolution is queued; the stream orders its reuse
+    backend_.cudnn()->run(sh, c.stats ? normed.device_data() : x.device_data(), c.w.device_data(), y.device_data(), s,
+                          [&](size_t bytes) {
+                              scratch.push_back(Tensor::empty_on(backend_, {int64_t((bytes + 1) / 2)}, DType::F16));
+                              return scratch.back().device_data();
+                          });
+    if (c.b)
+        for (int64_t img = 0; img < sh.n; ++img)
+            add_channel_bias(at(y, img * sh.cout * sh.oh * sh.ow), c.b->device_data(), y.dtype(), 1, sh.cout,
+                             sh.oh * sh.ow, s);
+}
+
+void CudaDeviceOps::conv_im2col(const ConvCall& c, Tensor& y) const {
+    const ConvShape& sh = c.shape;
+    const Tensor& x = c.x;
+    cudaStream_t s = backend_.stream();
+    const int64_t pixels = sh.oh * sh.ow, kc = sh.cin * sh.k * sh.k;
+    const bool direct = sh.k == 1 && sh.stride == 1 && sh.padding == 0 && !c.stats;  // x is its own column matrix
+    const int64_t tile =
+        direct ? pixels : std::clamp<int64_t>(kColumnBudgetBytes / std::max<int64_t>(1, kc * esize(x)), 1, pixels);
     Tensor col;
     if (!direct) col = Tensor::empty_on(backend_, {kc * tile}, x.dtype());
-    for (int64_t img = 0; img < n; ++img) {
-        const char* x_img = at(x, img * cin * h * wd);
-        char* y_img = at(y, img * cout * pixels);
+    for (int64_t img = 0; img < sh.n; ++img) {
+        const char* x_img = at(x, img * sh.cin * sh.h * sh.w);
+        char* y_img = at(y, img * sh.cout * pixels);
         for (int64_t first = 0; first < pixels; first += tile) {
             const int64_t count = std::min(tile, pixels - first);
             const void* a = x_img;
             if (!direct) {
                 Im2colNorm norm;
-                if (stats) {
-                    norm.stats = static_cast<const float*>(stats->device_data()) + img * groups * 2;
-                    norm.gamma = gamma->device_data();
-                    norm.beta = beta->device_data();
-                    norm.groups = groups;
+                if (c.stats) {
+                    norm.stats = static_cast<const float*>(c.stats->device_data()) + img * c.groups * 2;
+                    norm.gamma = c.gamma->device_data();
+                    norm.beta = c.beta->device_data();
+                    norm.groups = c.groups;
                 }
-                im2col(x_img, col.device_data(), x.dtype(), cin, h, wd, int(kk), stride, padding, oh, ow, first, count,
-                       stats ? &norm : nullptr, s);
+                im2col(x_img, col.device_data(), x.dtype(), sh.cin, sh.h, sh.w, int(sh.k), int(sh.stride),
+                       int(sh.padding), sh.oh, sh.ow, first, count, c.stats ? &norm : nullptr, s);
                 a = col.device_data();
             }
             // y_img [cout, pixels] row-major = col^T x w^T column-major: m = pixels of the tile, n = cout.
             GemmArgs g;
-            g.m = count, g.n = cout, g.k = kc;
+            g.m = count, g.n = sh.cout, g.k = kc;
             g.a = a, g.lda = direct ? pixels : count;
-            g.b = w.device_data(), g.ldb = kc;
+            g.b = c.w.device_data(), g.ldb = kc;
             g.c = y_img + first * esize(y), g.ldc = pixels;
             g.ab_type = g.c_type = x.dtype();
-            g.tf32 = backend_.fast_float32();
+            g.tf32 = sh.tf32;
             backend_.gemm().run(g, s);
         }
-        if (b) add_channel_bias(y_img, b->device_data(), y.dtype(), 1, cout, pixels, s);
+        if (c.b) add_channel_bias(y_img, c.b->device_data(), y.dtype(), 1, sh.cout, pixels, s);
     }
-    return y;
 }
 
 Tensor CudaDeviceOps::conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const {

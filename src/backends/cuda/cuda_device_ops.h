@@ -1,8 +1,13 @@
 // The ops of ops.h on the CUDA backend: checks the operands, allocates outputs from the backend and runs
 // the kernels (kernels.h, attention.h) and cuBLASLt products (gemm.h). Compositions live here:
-// linear = product + bias, conv2d = im2col + product + bias (GroupNorm+SiLU fused into the im2col),
+// linear = product + bias, conv2d = cuDNN or im2col + product + bias (whichever its first call measures
+// faster; GroupNorm+SiLU fused into the im2col),
 // attention = flash kernel (F16, head dim <= 256) or products + softmax in blocks of queries.
 #pragma once
+#include <map>
+#include <tuple>
+
+#include "backends/cuda/cudnn_conv.h"
 #include "ops/device_ops.h"
 
 namespace kiln::cuda {
@@ -34,11 +39,25 @@ public:
 
 private:
     class Timed;
+    struct ConvCall {
+        const Tensor& x;
+        const Tensor& w;
+        const Tensor* b;
+        const Tensor *stats, *gamma, *beta;  // set for a fused GroupNorm+SiLU
+        int groups;
+        ConvShape shape;
+    };
+    enum class ConvRoute { Cudnn, Im2col, Measured };
+    ConvRoute conv_route(const ConvCall& c, Tensor& y) const;
+    void conv_cudnn(const ConvCall& c, Tensor& y) const;
+    void conv_im2col(const ConvCall& c, Tensor& y) const;
     Tensor conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding, const Tensor* norm_stats,
                 const Tensor* gamma, const Tensor* beta, int groups) const;
     Tensor attention_by_products(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal) const;
 
     CudaBackend& backend_;
+    using RouteKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, bool>;
+    mutable std::map<RouteKey, ConvRoute> routes_;
 };
 
 }  // namespace kiln::cuda
