@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=${KILN_STAGE_ROOT:-/tmp/kiln-stage}
-if [ ! -x "$root/pack/kiln" ]; then
+if [ ! -d "$root/pack" ]; then
   mkdir -p "$root" && tar -C "$root" -xJf .stage-cuda/stage.tar.xz
 fi
 # cuDNN: the CUDA image has it inside PyTorch's Python packages (nvidia-cudnn).

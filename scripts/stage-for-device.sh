@@ -10,8 +10,8 @@ cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
 stage=.stage-cuda
 rm -rf "$stage" && mkdir -p "$stage/pack/lib"
-cp "$build/kiln" "$build/kiln_cuda_tests" "$stage/pack/"
-[ -f "$build/kiln_cuda_attention_bench" ] && cp "$build/kiln_cuda_attention_bench" "$stage/pack/"
+# STAGE_PROGRAMS narrows what goes (e.g. "kiln_cuda_tests" alone fits beside the demo model's archive).
+for prog in ${STAGE_PROGRAMS:-kiln kiln_cuda_tests}; do cp "$build/$prog" "$stage/pack/"; done
 for bin in "$stage"/pack/kiln*; do
   ldd "$bin" | awk '/=> \// { print $3 }'
 done | sort -u | while read -r lib; do
