@@ -9,6 +9,7 @@
 
 #include "ops/blas.h"
 #include "ops/checks.h"
+#include "ops/conv2d_impl.h"
 #include "ops/im2col.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
@@ -17,25 +18,13 @@
 
 namespace kiln::ops {
 
-namespace {
-
-// Per (image, channel) plane: the norm im2col applies to x as it reads it (conv2d_group_norm_silu).
-struct InputNorm {
-    std::vector<float> scale, shift;
-};
-
-Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
-                   int64_t im2col_budget_bytes, int64_t weight_budget_bytes, const InputNorm* norm);
-
-}  // namespace
-
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) {
     return detail::conv2d_tiled(x, w, b, stride, padding, detail::kIm2colBudgetBytes);
 }
 
 Tensor detail::conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
                             int64_t im2col_budget_bytes, int64_t weight_budget_bytes) {
-    return conv2d_impl(x, w, b, stride, padding, im2col_budget_bytes, weight_budget_bytes, nullptr);
+    return detail::conv2d_impl(x, w, b, stride, padding, im2col_budget_bytes, weight_budget_bytes, {});
 }
 
 Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
@@ -47,33 +36,34 @@ Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, 
 Tensor detail::conv2d_group_norm_silu_tiled(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                                             float eps, const Tensor& w, const Tensor* b, int stride, int padding,
                                             int64_t im2col_budget_bytes, int64_t weight_budget_bytes) {
-    InputNorm norm;
+    detail::InputNorm norm;
     {
         OpScope stats(OpKind::GroupNorm);
         detail::group_norm_affine(x, groups, gamma, beta, eps, norm.scale, norm.shift);
     }
-    return conv2d_impl(x, w, b, stride, padding, im2col_budget_bytes, weight_budget_bytes, &norm);
+    return detail::conv2d_impl(x, w, b, stride, padding, im2col_budget_bytes, weight_budget_bytes,
+                               {&norm, false, "conv2d_group_norm_silu"});
 }
 
-namespace {
-
-Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
-                   int64_t im2col_budget_bytes, int64_t weight_budget_bytes, const InputNorm* norm) {
-    using detail::check;
-    using detail::desc;
-    check(x.rank() == 4, "conv2d", desc("x", x) + " must be [N, C, H, W]");
-    check(w.rank() == 4, "conv2d", desc("w", w) + " must be [O, C, kh, kw]");
-    check(w.dim(1) == x.dim(1), "conv2d",
+Tensor detail::conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
+                           int64_t im2col_budget_bytes, int64_t weight_budget_bytes, const ConvInput& input) {
+    const char* op = input.op;
+    const InputNorm* norm = input.norm;
+    const int64_t up = input.upsample2x ? 2 : 1;  // the convolution sees x's height and width times up
+    check(x.rank() == 4, op, desc("x", x) + " must be [N, C, H, W]");
+    check(w.rank() == 4, op, desc("w", w) + " must be [O, C, kh, kw]");
+    check(w.dim(1) == x.dim(1), op,
           desc("x", x) + " and " + desc("w", w) + ": x's channels must equal w's in-channels (dim 1)");
-    check(stride >= 1, "conv2d", "stride " + std::to_string(stride) + " must be >= 1");
-    check(padding >= 0, "conv2d", "padding " + std::to_string(padding) + " must be >= 0");
-    check(w.dim(2) >= 1 && w.dim(3) >= 1, "conv2d", desc("w", w) + " has an empty kernel");
-    const int64_t n_img = x.dim(0), cin = x.dim(1), h = x.dim(2), wd = x.dim(3);
+    check(stride >= 1, op, "stride " + std::to_string(stride) + " must be >= 1");
+    check(padding >= 0, op, "padding " + std::to_string(padding) + " must be >= 0");
+    check(w.dim(2) >= 1 && w.dim(3) >= 1, op, desc("w", w) + " has an empty kernel");
+    const int64_t n_img = x.dim(0), cin = x.dim(1), h = up * x.dim(2), wd = up * x.dim(3);
     const int64_t cout = w.dim(0), kh = w.dim(2), kw = w.dim(3), pad = padding;
-    check(h + 2 * pad >= kh && wd + 2 * pad >= kw, "conv2d",
-          desc("x", x) + " padded by " + std::to_string(padding) + " is smaller than the kernel of " + desc("w", w));
+    check(h + 2 * pad >= kh && wd + 2 * pad >= kw, op,
+          desc("x", x) + (up > 1 ? " upsampled 2x" : "") + " padded by " + std::to_string(padding) +
+              " is smaller than the kernel of " + desc("w", w));
     if (b)
-        check(b->rank() == 1 && b->dim(0) == cout, "conv2d",
+        check(b->rank() == 1 && b->dim(0) == cout, op,
               desc("b", *b) + " must be [" + std::to_string(cout) + "] for " + desc("w", w));
 
     const int64_t ho = (h + 2 * pad - kh) / stride + 1, wo = (wd + 2 * pad - kw) / stride + 1;
@@ -94,18 +84,18 @@ Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, int stride
     }
 
     const float* xp = x.data();
-    detail::WeightRows weight(w, "conv2d", weight_budget_bytes);
-    // A 1x1 convolution reads x directly, unless the norm must be applied on the way (im2col does it).
-    const bool pointwise = kh == 1 && kw == 1 && stride == 1 && padding == 0 && !norm;
-    const detail::ConvGeometry g{cin, h, wd, kh, kw, stride, padding, ho, wo};
+    detail::WeightRows weight(w, op, weight_budget_bytes);
+    // A 1x1 convolution reads x directly, unless x is normalised or upsampled on the way (im2col does it).
+    const bool pointwise = kh == 1 && kw == 1 && stride == 1 && padding == 0 && !norm && up == 1;
+    const detail::ConvGeometry g{cin, h, wd, kh, kw, stride, padding, ho, wo, up > 1};
     const int64_t tile =
         std::clamp<int64_t>(im2col_budget_bytes / (std::max<int64_t>(k, 1) * int64_t(sizeof(float))), 1, pixels);
-    const detail::Scratch col = pointwise ? detail::Scratch{} : detail::scratch_floats(k * tile, "conv2d");
+    const detail::Scratch col = pointwise ? detail::Scratch{} : detail::scratch_floats(k * tile, op);
     for (int64_t o0 = 0; o0 < cout; o0 += weight.tile_rows()) {
         const int64_t oc = std::min(weight.tile_rows(), cout - o0);
         const float* wp = weight.rows(o0, oc);
         for (int64_t n = 0; n < n_img; ++n) {
-            const float* xn = xp + n * cin * h * wd;
+            const float* xn = xp + n * cin * x.dim(2) * x.dim(3);
             float* yn = yp + (n * cout + o0) * pixels;
             if (pointwise) {  // one sgemm per image, no columns
                 blas::gemm(false, false, oc, pixels, cin, 1.0f, wp, cin, xn, pixels, beta, yn, pixels);
@@ -123,7 +113,5 @@ Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, int stride
     }
     return y;
 }
-
-}  // namespace
 
 }  // namespace kiln::ops

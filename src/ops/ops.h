@@ -31,6 +31,10 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride = 1,
 Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
                               const Tensor& w, const Tensor* b, int stride = 1, int padding = 0);
 
+// conv2d(upsample_nearest2x(x), w, b, ...) with exactly that result, without the upsampled copy of x (4x
+// its size): im2col reads each pixel of x for its 2x2 block (the VAE decoder's memory peak). Timed as conv2d.
+Tensor conv2d_upsample2x(const Tensor& x, const Tensor& w, const Tensor* b, int stride = 1, int padding = 0);
+
 // x [N,C,...]; statistics over each group of C/groups channels (and all trailing dims); gamma, beta [C].
 Tensor group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps);
 

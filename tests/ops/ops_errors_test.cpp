@@ -45,6 +45,15 @@ TEST(OpsErrors, Conv2d) {
     expect_invalid([] { const Tensor b = t({5}); conv2d(t({1, 3, 8, 8}), t({4, 3, 3, 3}), &b, 1, 1); }, {"conv2d", "b [5]"});
 }
 
+TEST(OpsErrors, Conv2dUpsample2x) {
+    expect_invalid([] { conv2d_upsample2x(t({1, 3, 8}), t({4, 3, 3, 3}), nullptr); }, {"conv2d_upsample2x", "[1, 3, 8]"});
+    expect_invalid([] { conv2d_upsample2x(t({1, 3, 4, 4}), t({4, 2, 3, 3}), nullptr); },
+                   {"conv2d_upsample2x", "[1, 3, 4, 4]", "[4, 2, 3, 3]"});
+    // 1x1 upsampled is 2x2: still smaller than a 3x3 kernel without padding.
+    expect_invalid([] { conv2d_upsample2x(t({1, 3, 1, 1}), t({4, 3, 3, 3}), nullptr, 1, 0); },
+                   {"conv2d_upsample2x", "[1, 3, 1, 1] upsampled 2x", "smaller than the kernel"});
+}
+
 TEST(OpsErrors, Norms) {
     const Tensor g32 = t({32}), g31 = t({31});
     expect_invalid([&] { group_norm(t({1, 32, 4, 4}), 5, g32, g32, 1e-5f); }, {"group_norm", "5 groups", "32 channels"});
