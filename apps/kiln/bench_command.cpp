@@ -69,6 +69,7 @@ int run_bench(const BenchOptions& o) {
             LoadOptions load;
             if (!o.prediction.empty()) load.prediction = o.prediction[0] == 'v' ? "v_prediction" : "epsilon";
             load.weights = weights_option(o.weights);
+            load.vae_encoder = parts_for(suites).vae_encoder;
             model = load_model(o.model, load);
         }
     }

@@ -88,6 +88,7 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     LoadOptions load;
     if (!o.prediction.empty()) load.prediction = (o.prediction[0] == 'v') ? "v_prediction" : "epsilon";
     load.weights = weights_option(o.weights);
+    load.vae_encoder = img2img;  // txt2img only decodes
     StableDiffusionModel model;
     std::string hash;
     {

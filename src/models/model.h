@@ -31,6 +31,9 @@ struct LoadOptions {
     // Precision of the linear/conv weights in memory: unset keeps the file's (F16/BF16 files stay 16-bit,
     // half the memory of float32); F32, F16 or BF16 converts at load (--weights).
     std::optional<DType> weights;
+    // False leaves the VAE encoder unread (Vae::load's with_encoder): txt2img never encodes, and SD's
+    // encoder is 65 MiB in fp16. img2img needs it.
+    bool vae_encoder = true;
 };
 
 struct StableDiffusionModel {

@@ -97,7 +97,8 @@ void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const L
     auto vae_file = open_shared(component_weights(dir / "vae", "diffusion_pytorch_model"));
     VaeConfig vae_config = load_vae_config((dir / "vae" / "config.json").string());
     m.vae_scale = vae_config.scaling_factor;
-    m.vae = std::make_unique<Vae>(Vae::load(with_weights(FileSource(vae_file), options), vae_config));
+    m.vae = std::make_unique<Vae>(
+        Vae::load(with_weights(FileSource(vae_file), options), vae_config, options.vae_encoder));
     {
         const fs::path sched = dir / "scheduler" / "scheduler_config.json";
         std::ifstream f(sched);
@@ -164,7 +165,7 @@ void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadO
     m.vae_scale = m.arch == Architecture::SDXL ? 0.13025f : 0.18215f;
     VaeSingleFile vae = ldm_vae_layout(*file, m.vae_scale);
     const MappedSource vae_src = with_weights(MappedSource(file, std::move(vae.table), "VAE"), options);
-    m.vae = std::make_unique<Vae>(Vae::load(vae_src, vae.config));
+    m.vae = std::make_unique<Vae>(Vae::load(vae_src, vae.config, options.vae_encoder));
 
     const char* component_prefixes[] = {"model.diffusion_model.", "first_stage_model.", "cond_stage_model.",
                                          "conditioner.embedders."};

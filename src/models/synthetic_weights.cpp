@@ -215,7 +215,7 @@ StableDiffusionModel make_synthetic_model(SyntheticArch arch, const SyntheticPar
     if (parts.vae) {
         SyntheticSource src("vae", seed, false);
         src.weights_dtype = parts.weights;
-        m.vae = std::make_unique<Vae>(Vae::load(src, a.vae));
+        m.vae = std::make_unique<Vae>(Vae::load(src, a.vae, parts.vae_encoder));
     }
     return m;
 }

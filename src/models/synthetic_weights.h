@@ -35,6 +35,7 @@ ArchitectureConfigs architecture_configs(SyntheticArch arch);
 struct SyntheticParts {
     bool text = true, unet = true, vae = true;
     std::optional<DType> weights;  // precision of the linear/conv weights (default float32)
+    bool vae_encoder = true;       // with the VAE: its encoder too (Vae::load's with_encoder)
 };
 
 // A model of `arch` whose weights are made from `seed` (the same seed gives the same bits). Parts left

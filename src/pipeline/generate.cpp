@@ -90,6 +90,8 @@ std::string default_sampler(const StableDiffusionModel& model) {
 
 GenerationResult generate(const StableDiffusionModel& model, const GenerationRequest& r) {
     validate_request(r);
+    require(!r.init_image || model.vae->has_encoder(), ErrorKind::InvalidArgument,
+            "img2img needs the VAE encoder, and the model was loaded without it (LoadOptions::vae_encoder)");
     SamplingRequest sampling;
     sampling.sampler = r.sampler.empty() ? default_sampler(model) : r.sampler;
     sampling.steps = r.steps;
