@@ -14,9 +14,9 @@ struct ConvGeometry {
 };
 
 // Writes the columns of output pixels [p0, p1) (row-major pixel index oy * out_w + ox) of one image
-// x [C, H, W] (or [C, H / 2, W / 2] with g.upsample2x) into col [C * kh * kw, p1 - p0]; row (c * kh + i) * kw + j matches w [O, C, kh, kw]
-// flattened to [O, C * kh * kw]. Taps outside the image read as 0 (zero padding).
-// Runs OpenMP threads over the rows; call it outside a parallel region.
+// x [C, H, W] (or [C, H / 2, W / 2] with g.upsample2x) into col [C * kh * kw, p1 - p0]; row
+// (c * kh + i) * kw + j matches w [O, C, kh, kw] flattened to [O, C * kh * kw]. Taps outside the
+// image read as 0 (zero padding). Runs OpenMP threads over the rows; call it outside a parallel region.
 // With `affine` (scale[c], shift[c] per input channel), every in-image tap becomes
 // silu(v * scale[c] + shift[c]), exactly as group_norm then silu_ compute it; padding stays 0.
 struct ChannelAffine {

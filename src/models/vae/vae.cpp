@@ -71,9 +71,9 @@ Tensor Vae::decode(const Tensor& latents) const {
     // Each stage replaces x, so only the current activation and a block's temporaries are alive.
     Tensor x = post_quant_conv_ ? ops::conv2d(latents, post_quant_conv_->w, &post_quant_conv_->b) : latents;
     x = ops::conv2d(x, dec_conv_in_.w, &dec_conv_in_.b, 1, 1);
-    x = dec_mid_.forward(x, groups);
+    x = dec_mid_.forward(std::move(x), groups);
     for (const Level& level : up_) {
-        for (const vae::Resnet& res : level.resnets) x = res.forward(x, groups);
+        for (const vae::Resnet& res : level.resnets) x = res.forward(std::move(x), groups);
         if (level.resample) x = vae::upsample(x, *level.resample);
     }
     return vae::norm_silu_conv(x, dec_norm_out_, groups, dec_conv_out_);
@@ -92,10 +92,10 @@ Vae::Posterior Vae::encode(const Tensor& image) const {
     const int groups = config_.norm_num_groups;
     Tensor x = ops::conv2d(image, enc_conv_in_.w, &enc_conv_in_.b, 1, 1);
     for (const Level& level : down_) {
-        for (const vae::Resnet& res : level.resnets) x = res.forward(x, groups);
+        for (const vae::Resnet& res : level.resnets) x = res.forward(std::move(x), groups);
         if (level.resample) x = vae::downsample(x, *level.resample);
     }
-    x = enc_mid_.forward(x, groups);
+    x = enc_mid_.forward(std::move(x), groups);
     x = vae::norm_silu_conv(x, enc_norm_out_, groups, enc_conv_out_);
     if (quant_conv_) x = ops::conv2d(x, quant_conv_->w, &quant_conv_->b);
 
