@@ -70,6 +70,7 @@ int run_bench(const BenchOptions& o) {
             load.weights = weights_option(o.weights);
             load.device = placement.device;
             load.precision = placement.precision;
+            load.vae_encoder = parts_for(suites).vae_encoder;
             model = load_model(o.model, load);
         }
     }

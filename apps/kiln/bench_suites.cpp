@@ -1,5 +1,6 @@
 #include "bench_suites.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -188,6 +189,8 @@ SyntheticParts parts_for(const std::vector<BenchSuite>& suites) {
         p.unet = p.unet || s == BenchSuite::Unet || s == BenchSuite::Txt2img;
         p.vae = p.vae || s == BenchSuite::VaeDecode || s == BenchSuite::VaeEncode || s == BenchSuite::Txt2img;
     }
+    // Only vae-encode encodes: txt2img is measured as `kiln txt2img` runs, without the encoder's weights.
+    p.vae_encoder = std::find(suites.begin(), suites.end(), BenchSuite::VaeEncode) != suites.end();
     return p;
 }
 

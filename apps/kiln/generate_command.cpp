@@ -91,6 +91,7 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     const Placement placement = resolve_placement(o.device, o.precision);
     load.device = placement.device;
     load.precision = placement.precision;
+    load.vae_encoder = img2img;  // txt2img only decodes
     StableDiffusionModel model;
     std::string hash;
     {

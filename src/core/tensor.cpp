@@ -186,4 +186,19 @@ Tensor Tensor::reshaped(Shape shape) && {
     return out;
 }
 
+Tensor Tensor::first_values(Shape shape) && {
+    const int64_t n = shape_numel(shape);
+    require(n <= numel_, ErrorKind::InvalidArgument,
+            "the first values of shape " + shape_str(shape) + " of a tensor of shape " + shape_str(shape_));
+    Tensor out(std::move(*this));
+    out.shape_ = std::move(shape);
+    out.numel_ = n;
+    // Shrinking a vector never reallocates; the lease keeps counting the whole storage.
+    if (out.dtype_ == DType::F32)
+        out.data_.resize(static_cast<size_t>(n));
+    else
+        out.bits16_.resize(static_cast<size_t>(n));
+    return out;
+}
+
 }  // namespace kiln

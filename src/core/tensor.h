@@ -92,6 +92,10 @@ public:
     // Same data, new shape of the same element count.
     Tensor reshaped(Shape shape) const&;
     Tensor reshaped(Shape shape) &&;
+    // The first numel(shape) values, as a tensor of `shape` in this one's storage: no copy, and the whole
+    // storage stays allocated, and counted, until the result is freed (a copy of the result counts as
+    // much). For ops that write a smaller result over their input (ops::conv2d_group_norm_silu_inplace).
+    Tensor first_values(Shape shape) &&;
 
 private:
     void require_f32() const {

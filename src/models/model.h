@@ -37,6 +37,9 @@ struct LoadOptions {
     // force_upcast does.
     Device device;
     DType precision = DType::F16;
+    // False leaves the VAE encoder unread (Vae::load's with_encoder): txt2img never encodes, and SD's
+    // encoder is 65 MiB in fp16. img2img needs it.
+    bool vae_encoder = true;
 };
 
 // The dtype a component's weights and activations have on options.device (SDXL's VAE: see above).

@@ -106,7 +106,7 @@ void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const L
     VaeConfig vae_config = load_vae_config((dir / "vae" / "config.json").string());
     m.vae_scale = vae_config.scaling_factor;
     m.vae = std::make_unique<Vae>(Vae::load(
-        with_weights(FileSource(vae_file), options, device_precision(options, m.arch, true)), vae_config));
+        with_weights(FileSource(vae_file), options, device_precision(options, m.arch, true)), vae_config, options.vae_encoder));
     {
         const fs::path sched = dir / "scheduler" / "scheduler_config.json";
         std::ifstream f(sched);
@@ -174,7 +174,7 @@ void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadO
     VaeSingleFile vae = ldm_vae_layout(*file, m.vae_scale);
     const MappedSource vae_src = with_weights(MappedSource(file, std::move(vae.table), "VAE"), options,
                                               device_precision(options, m.arch, true));
-    m.vae = std::make_unique<Vae>(Vae::load(vae_src, vae.config));
+    m.vae = std::make_unique<Vae>(Vae::load(vae_src, vae.config, options.vae_encoder));
 
     const char* component_prefixes[] = {"model.diffusion_model.", "first_stage_model.", "cond_stage_model.",
                                          "conditioner.embedders."};

@@ -229,7 +229,7 @@ StableDiffusionModel make_synthetic_model(SyntheticArch arch, const SyntheticPar
     if (parts.vae) {
         SyntheticSource src("vae", seed, false);
         place(src, true);
-        m.vae = std::make_unique<Vae>(Vae::load(src, a.vae));
+        m.vae = std::make_unique<Vae>(Vae::load(src, a.vae, parts.vae_encoder));
     }
     return m;
 }

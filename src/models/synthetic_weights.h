@@ -37,6 +37,7 @@ struct SyntheticParts {
     std::optional<DType> weights;  // precision of the linear/conv weights (default float32)
     Device device;                 // where the model runs (LoadOptions::device)
     DType precision = DType::F16;  // activations and weights there (LoadOptions::precision)
+    bool vae_encoder = true;       // with the VAE: its encoder too (Vae::load's with_encoder)
 };
 
 // A model of `arch` whose weights are made from `seed` (the same seed gives the same bits). Parts left

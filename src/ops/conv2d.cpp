@@ -1,14 +1,17 @@
 // conv2d: a 1x1 stride-1 convolution is one sgemm per image; any other goes through im2col in tiles
 // of output pixels, so the column buffer stays under detail::kIm2colBudgetBytes whatever the image size.
 // An F16/BF16 weight is converted in tiles of output channels (weight_rows.h), the outermost loop, so
-// the columns are rebuilt once per weight tile: only for weights over the tile budget.
+// the columns are rebuilt once per weight tile: only for weights over the tile budget. The output is a
+// new tensor, or goes tile by tile to a sink (conv2d_impl.h; conv2d_inplace.cpp).
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/blas.h"
 #include "ops/checks.h"
+#include "ops/conv2d_impl.h"
 #include "ops/im2col.h"
 #include "ops/device_ops.h"
 #include "ops/ops.h"
@@ -20,13 +23,35 @@ namespace kiln::ops {
 
 namespace {
 
-// Per (image, channel) plane: the norm im2col applies to x as it reads it (conv2d_group_norm_silu).
-struct InputNorm {
-    std::vector<float> scale, shift;
-};
+// Where each sgemm call writes: straight into the new output (whose planes hold the bias already), or
+// into one scratch tile that gets the bias first and goes to the sink after the call.
+class Destination {
+public:
+    Destination(float* y, detail::ConvTileSink* sink, const Tensor* b, int64_t cout, int64_t pixels,
+                int64_t tile_floats, const char* op)
+        : y_(y), sink_(sink), bias_(b ? b->data() : nullptr), cout_(cout), pixels_(pixels) {
+        if (sink_) tile_ = detail::scratch_floats(tile_floats, op);
+    }
 
-Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
-                   int64_t im2col_budget_bytes, int64_t weight_budget_bytes, const InputNorm* norm);
+    // C and its leading dimension for output channels [o0, o0 + oc), pixels [p0, p1) of image n.
+    std::pair<float*, int64_t> begin(int64_t n, int64_t o0, int64_t oc, int64_t p0, int64_t p1) {
+        if (!sink_) return {y_ + (n * cout_ + o0) * pixels_ + p0, pixels_};
+        const int64_t cols = p1 - p0;  // as in the new output: the bias, or zeros (beta = 0)
+        for (int64_t c = 0; c < oc; ++c)
+            std::fill(tile_.get() + c * cols, tile_.get() + (c + 1) * cols, bias_ ? bias_[o0 + c] : 0.0f);
+        return {tile_.get(), cols};
+    }
+    void end(int64_t n, int64_t o0, int64_t oc, int64_t p0, int64_t p1) {
+        if (sink_) sink_->take(n, o0, oc, p0, p1, tile_.get());
+    }
+
+private:
+    float* y_;
+    detail::ConvTileSink* sink_;
+    const float* bias_;
+    int64_t cout_, pixels_;
+    detail::Scratch tile_;
+};
 
 }  // namespace
 
@@ -37,7 +62,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int
 
 Tensor detail::conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
                             int64_t im2col_budget_bytes, int64_t weight_budget_bytes) {
-    return conv2d_impl(x, w, b, stride, padding, im2col_budget_bytes, weight_budget_bytes, nullptr);
+    return detail::conv2d_impl(x, w, b, stride, padding, im2col_budget_bytes, weight_budget_bytes, {});
 }
 
 Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
@@ -51,68 +76,72 @@ Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, 
 Tensor detail::conv2d_group_norm_silu_tiled(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                                             float eps, const Tensor& w, const Tensor* b, int stride, int padding,
                                             int64_t im2col_budget_bytes, int64_t weight_budget_bytes) {
-    InputNorm norm;
+    detail::InputNorm norm;
     {
         OpScope stats(OpKind::GroupNorm);
         detail::group_norm_affine(x, groups, gamma, beta, eps, norm.scale, norm.shift);
     }
-    return conv2d_impl(x, w, b, stride, padding, im2col_budget_bytes, weight_budget_bytes, &norm);
+    return detail::conv2d_impl(x, w, b, stride, padding, im2col_budget_bytes, weight_budget_bytes,
+                               {&norm, false, "conv2d_group_norm_silu"});
 }
 
-namespace {
-
-Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
-                   int64_t im2col_budget_bytes, int64_t weight_budget_bytes, const InputNorm* norm) {
-    using detail::check;
-    using detail::desc;
-    check(x.rank() == 4, "conv2d", desc("x", x) + " must be [N, C, H, W]");
-    check(w.rank() == 4, "conv2d", desc("w", w) + " must be [O, C, kh, kw]");
-    check(w.dim(1) == x.dim(1), "conv2d",
+Tensor detail::conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
+                           int64_t im2col_budget_bytes, int64_t weight_budget_bytes, const ConvInput& input,
+                           ConvTileSink* sink) {
+    const char* op = input.op;
+    const InputNorm* norm = input.norm;
+    const int64_t up = input.upsample2x ? 2 : 1;  // the convolution sees x's height and width times up
+    check(x.rank() == 4, op, desc("x", x) + " must be [N, C, H, W]");
+    check(w.rank() == 4, op, desc("w", w) + " must be [O, C, kh, kw]");
+    check(w.dim(1) == x.dim(1), op,
           desc("x", x) + " and " + desc("w", w) + ": x's channels must equal w's in-channels (dim 1)");
-    check(stride >= 1, "conv2d", "stride " + std::to_string(stride) + " must be >= 1");
-    check(padding >= 0, "conv2d", "padding " + std::to_string(padding) + " must be >= 0");
-    check(w.dim(2) >= 1 && w.dim(3) >= 1, "conv2d", desc("w", w) + " has an empty kernel");
-    const int64_t n_img = x.dim(0), cin = x.dim(1), h = x.dim(2), wd = x.dim(3);
+    check(stride >= 1, op, "stride " + std::to_string(stride) + " must be >= 1");
+    check(padding >= 0, op, "padding " + std::to_string(padding) + " must be >= 0");
+    check(w.dim(2) >= 1 && w.dim(3) >= 1, op, desc("w", w) + " has an empty kernel");
+    const int64_t n_img = x.dim(0), cin = x.dim(1), h = up * x.dim(2), wd = up * x.dim(3);
     const int64_t cout = w.dim(0), kh = w.dim(2), kw = w.dim(3), pad = padding;
-    check(h + 2 * pad >= kh && wd + 2 * pad >= kw, "conv2d",
-          desc("x", x) + " padded by " + std::to_string(padding) + " is smaller than the kernel of " + desc("w", w));
+    check(h + 2 * pad >= kh && wd + 2 * pad >= kw, op,
+          desc("x", x) + (up > 1 ? " upsampled 2x" : "") + " padded by " + std::to_string(padding) +
+              " is smaller than the kernel of " + desc("w", w));
     if (b)
-        check(b->rank() == 1 && b->dim(0) == cout, "conv2d",
+        check(b->rank() == 1 && b->dim(0) == cout, op,
               desc("b", *b) + " must be [" + std::to_string(cout) + "] for " + desc("w", w));
 
     const int64_t ho = (h + 2 * pad - kh) / stride + 1, wo = (wd + 2 * pad - kw) / stride + 1;
     const int64_t pixels = ho * wo, k = cin * kh * kw;
-    Tensor y({n_img, cout, ho, wo});
+    Tensor y = sink ? Tensor() : Tensor({n_img, cout, ho, wo});
     OpScope scope(OpKind::Conv2d, 2.0 * static_cast<double>(n_img * cout) * static_cast<double>(pixels) * k);
-    if (y.empty()) return y;
+    if (n_img * cout * pixels == 0) return y;
 
-    float* yp = y.data();
-    float beta = 0.0f;
-    if (b) {  // sgemm accumulates onto the bias (beta = 1)
+    float* yp = sink ? nullptr : y.data();
+    const float beta = b ? 1.0f : 0.0f;  // sgemm accumulates onto the bias
+    if (b && !sink) {  // (with a sink, Destination puts it in each tile)
         const float* bp = b->data();
         detail::parallel_for(n_img * cout, pixels, [&](int64_t begin, int64_t end) {
             for (int64_t plane = begin; plane < end; ++plane)
                 std::fill(yp + plane * pixels, yp + (plane + 1) * pixels, bp[plane % cout]);
         });
-        beta = 1.0f;
     }
 
     const float* xp = x.data();
-    detail::WeightRows weight(w, "conv2d", weight_budget_bytes);
-    // A 1x1 convolution reads x directly, unless the norm must be applied on the way (im2col does it).
-    const bool pointwise = kh == 1 && kw == 1 && stride == 1 && padding == 0 && !norm;
-    const detail::ConvGeometry g{cin, h, wd, kh, kw, stride, padding, ho, wo};
+    detail::WeightRows weight(w, op, weight_budget_bytes);
+    // A 1x1 convolution reads x directly, unless x is normalised or upsampled on the way (im2col does it).
+    const bool pointwise = kh == 1 && kw == 1 && stride == 1 && padding == 0 && !norm && up == 1;
+    const detail::ConvGeometry g{cin, h, wd, kh, kw, stride, padding, ho, wo, up > 1};
     const int64_t tile =
         std::clamp<int64_t>(im2col_budget_bytes / (std::max<int64_t>(k, 1) * int64_t(sizeof(float))), 1, pixels);
-    const detail::Scratch col = pointwise ? detail::Scratch{} : detail::scratch_floats(k * tile, "conv2d");
+    const detail::Scratch col = pointwise ? detail::Scratch{} : detail::scratch_floats(k * tile, op);
+    Destination out(yp, sink, b, cout, pixels, std::min(weight.tile_rows(), cout) * (pointwise ? pixels : tile),
+                    op);
     for (int64_t o0 = 0; o0 < cout; o0 += weight.tile_rows()) {
         const int64_t oc = std::min(weight.tile_rows(), cout - o0);
         const float* wp = weight.rows(o0, oc);
         for (int64_t n = 0; n < n_img; ++n) {
-            const float* xn = xp + n * cin * h * wd;
-            float* yn = yp + (n * cout + o0) * pixels;
+            const float* xn = xp + n * cin * x.dim(2) * x.dim(3);
             if (pointwise) {  // one sgemm per image, no columns
-                blas::gemm(false, false, oc, pixels, cin, 1.0f, wp, cin, xn, pixels, beta, yn, pixels);
+                const auto [c, ldc] = out.begin(n, o0, oc, 0, pixels);
+                blas::gemm(false, false, oc, pixels, cin, 1.0f, wp, cin, xn, pixels, beta, c, ldc);
+                out.end(n, o0, oc, 0, pixels);
                 continue;
             }
             const detail::ChannelAffine affine =
@@ -121,13 +150,13 @@ Tensor conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, int stride
             for (int64_t p0 = 0; p0 < pixels; p0 += tile) {
                 const int64_t p1 = std::min(pixels, p0 + tile);
                 detail::im2col_tile(xn, g, p0, p1, col.get(), norm ? &affine : nullptr);
-                blas::gemm(false, false, oc, p1 - p0, k, 1.0f, wp, k, col.get(), p1 - p0, beta, yn + p0, pixels);
+                const auto [c, ldc] = out.begin(n, o0, oc, p0, p1);
+                blas::gemm(false, false, oc, p1 - p0, k, 1.0f, wp, k, col.get(), p1 - p0, beta, c, ldc);
+                out.end(n, o0, oc, p0, p1);
             }
         }
     }
     return y;
 }
-
-}  // namespace
 
 }  // namespace kiln::ops

@@ -11,6 +11,18 @@ namespace kiln::ops::detail {
 
 namespace {
 
+// dst[k] = src[(first + k) / 2] for k < n: n values of a nearest-2x upsampled row from its column
+// `first` (>= 0) on, each source value written twice; a run may start or end on a pixel's second copy.
+void repeat2(const float* src, int64_t first, int64_t n, float* dst) {
+    if (n <= 0) return;
+    int64_t k = 0;
+    if (first % 2) dst[k++] = src[first / 2];
+    const float* s = src + (first + k) / 2;
+    const int64_t pairs = (n - k) / 2;
+    for (int64_t m = 0; m < pairs; ++m) dst[k + 2 * m] = dst[k + 2 * m + 1] = s[m];
+    if ((n - k) % 2) dst[n - 1] = s[pairs];
+}
+
 // One row of col: tap (c, i, j) for output pixels [p0, p1), which may span several output rows.
 void fill_row(const float* x, const ConvGeometry& g, int64_t c, int64_t i, int64_t j, int64_t p0, int64_t p1,
               float* dst, const ChannelAffine* affine) {
@@ -28,10 +40,16 @@ void fill_row(const float* x, const ConvGeometry& g, int64_t c, int64_t i, int64
         if (iy < 0 || iy >= g.height) {
             std::fill(dst, dst + (ox1 - ox0), 0.0f);
         } else {
-            const float* src = x + (c * g.height + iy) * g.width;
+            // With upsample2x, row iy of the upsampled image is row iy / 2 of x, column ix is x's ix / 2.
+            const float* src = g.upsample2x ? x + (c * (g.height / 2) + iy / 2) * (g.width / 2)
+                                            : x + (c * g.height + iy) * g.width;
             const int64_t lo = std::clamp(ox_lo, ox0, ox1), hi = std::clamp(ox_hi, lo, ox1);
             std::fill(dst, dst + (lo - ox0), 0.0f);
-            if (s == 1) {
+            if (g.upsample2x && s == 1) {
+                repeat2(src, lo + off, hi - lo, dst + (lo - ox0));
+            } else if (g.upsample2x) {
+                for (int64_t ox = lo; ox < hi; ++ox) dst[ox - ox0] = src[(ox * s + off) / 2];
+            } else if (s == 1) {
                 if (hi > lo) std::memcpy(dst + (lo - ox0), src + lo + off, sizeof(float) * (hi - lo));
             } else {
                 for (int64_t ox = lo; ox < hi; ++ox) dst[ox - ox0] = src[ox * s + off];

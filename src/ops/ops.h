@@ -31,6 +31,23 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride = 1,
 Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
                               const Tensor& w, const Tensor* b, int stride = 1, int padding = 0);
 
+// y += conv2d_group_norm_silu(x, ...) with exactly add_'s bits, without the convolution's output: each tile
+// of it is added as soon as it is made (a ResNet block's residual sum). y is [N, O, Ho, Wo] and not x.
+void conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                                 float eps, const Tensor& w, const Tensor* b, int stride = 1, int padding = 0);
+
+// conv2d_group_norm_silu(x, ...) with exactly its bits, written over x (move it in): each output tile
+// goes into x's storage once no later tile reads the input under it, so input and output never both
+// exist whole. The result keeps all of x's storage until it is freed. Applies to one image [1, C, H, W],
+// stride 1, a kernel of 2 * padding + 1 (the output the input's size), O <= C, and a weight converted in
+// one tile (tuning.h); anything else is computed into a new tensor, as conv2d_group_norm_silu.
+Tensor conv2d_group_norm_silu_inplace(Tensor x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
+                                      const Tensor& w, const Tensor* b, int stride = 1, int padding = 0);
+
+// conv2d(upsample_nearest2x(x), w, b, ...) with exactly that result, without the upsampled copy of x (4x
+// its size): im2col reads each pixel of x for its 2x2 block (the VAE decoder's memory peak). Timed as conv2d.
+Tensor conv2d_upsample2x(const Tensor& x, const Tensor& w, const Tensor* b, int stride = 1, int padding = 0);
+
 // x [N,C,...]; statistics over each group of C/groups channels (and all trailing dims); gamma, beta [C].
 Tensor group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps);
 

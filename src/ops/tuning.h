@@ -32,6 +32,20 @@ Tensor conv2d_group_norm_silu_tiled(const Tensor& x, int groups, const Tensor& g
                                     const Tensor& w, const Tensor* b, int stride, int padding,
                                     int64_t im2col_budget_bytes, int64_t weight_budget_bytes = kWeightTileBudgetBytes);
 
+// conv2d_upsample2x with explicit budgets (as conv2d_tiled).
+Tensor conv2d_upsample2x_tiled(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
+                               int64_t im2col_budget_bytes, int64_t weight_budget_bytes = kWeightTileBudgetBytes);
+
+// conv2d_group_norm_silu_add_ and conv2d_group_norm_silu_inplace with explicit budgets (as conv2d_tiled).
+void conv2d_group_norm_silu_add_tiled(Tensor& y, const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                                      float eps, const Tensor& w, const Tensor* b, int stride, int padding,
+                                      int64_t im2col_budget_bytes,
+                                      int64_t weight_budget_bytes = kWeightTileBudgetBytes);
+Tensor conv2d_group_norm_silu_inplace_tiled(Tensor x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
+                                            const Tensor& w, const Tensor* b, int stride, int padding,
+                                            int64_t im2col_budget_bytes,
+                                            int64_t weight_budget_bytes = kWeightTileBudgetBytes);
+
 // linear with an explicit budget of converted weight rows for F16/BF16 weights.
 Tensor linear_tiled(const Tensor& x, const Tensor& w, const Tensor* b, int64_t weight_budget_bytes);
 

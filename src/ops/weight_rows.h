@@ -24,9 +24,16 @@ public:
         }
         check(w.dtype() == DType::F16 || w.dtype() == DType::BF16, op,
               std::string("weight of dtype ") + dtype_name(w.dtype()) + " is not supported");
-        tile_rows_ = std::clamp<int64_t>(budget_bytes / std::max<int64_t>(cols_ * int64_t(sizeof(float)), 1), 1,
-                                         std::max<int64_t>(rows_, 1));
+        tile_rows_ = tile_rows_for(w, budget_bytes);
         scratch_ = scratch_floats(tile_rows_ * cols_, op);
+    }
+
+    // The rows of w converted at once: all of them for float32, else as many as fit the budget (>= 1).
+    static int64_t tile_rows_for(const Tensor& w, int64_t budget_bytes = kWeightTileBudgetBytes) {
+        const int64_t rows = w.rank() ? w.dim(0) : 0, cols = rows ? w.numel() / rows : 0;
+        if (w.dtype() == DType::F32) return rows;
+        return std::clamp<int64_t>(budget_bytes / std::max<int64_t>(cols * int64_t(sizeof(float)), 1), 1,
+                                   std::max<int64_t>(rows, 1));
     }
 
     int64_t tile_rows() const { return tile_rows_; }  // all rows for a float32 weight

@@ -9,6 +9,7 @@
 #include "pipeline/conditioning.h"
 #include "pipeline/memory_check.h"
 #include "rng/noise_generator_factory.h"
+#include "runtime/process_usage.h"
 #include "runtime/profiler.h"
 #include "sampling/sampler_names.h"
 #include "sampling/sampling_loop.h"
@@ -91,6 +92,8 @@ std::string default_sampler(const StableDiffusionModel& model) {
 
 GenerationResult generate(const StableDiffusionModel& model, const GenerationRequest& r) {
     validate_request(r);
+    require(!r.init_image || model.vae->has_encoder(), ErrorKind::InvalidArgument,
+            "img2img needs the VAE encoder, and the model was loaded without it (LoadOptions::vae_encoder)");
     SamplingRequest sampling;
     sampling.sampler = r.sampler.empty() ? default_sampler(model) : r.sampler;
     sampling.steps = r.steps;
@@ -183,6 +186,9 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
                 "scale that make the model's arithmetic overflow)");
     {
         StageScope zone(Stage::VaeDecode);
+        // The UNet's activations are freed but, kept in the heap for the next step's, still resident; the
+        // decode's tensors are larger (256 MiB at 512x512) and would mostly land beside them, not in them.
+        release_free_heap_memory();
         Tensor latents = result.final_latent;
         // diffusers divides (latents / scaling_factor); times the rounded reciprocal is 1 ulp off in
         // about one element in five.

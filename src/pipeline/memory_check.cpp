@@ -21,8 +21,9 @@ std::string gib(int64_t bytes) {
 
 int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, int height) {
     const int64_t pixels = static_cast<int64_t>(width) * height;
-    // VAE decode at full resolution: the first block's width, and about four such tensors alive at
-    // once (block input, normalised copy, convolution output, residual).
+    // VAE decode at full resolution: the first block's width, and at most three such tensors alive at
+    // once (the last level's first block: its input, twice as wide, and its output; vae_blocks.cpp),
+    // plus scratch: four leaves room.
     const int64_t vae_ch = model.vae ? model.vae->config().block_out_channels.at(0) : 128;
     const int64_t vae = 4 * vae_ch * pixels * 4;
     // UNet at the latent resolution with the guidance batch of 2: the skip connections of every

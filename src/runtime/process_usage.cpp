@@ -1,6 +1,9 @@
 #include "runtime/process_usage.h"
 
 #include <sys/resource.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include <cstdio>
 #include <cstring>
@@ -44,6 +47,17 @@ bool reset_process_peak_rss() {
     if (!f) return false;
     const bool ok = std::fputs("5", f) >= 0;  // "5": reset the peak resident set size
     return std::fclose(f) == 0 && ok;
+}
+
+int64_t release_free_heap_memory() {
+#ifdef __GLIBC__
+    const int64_t before = process_rss_bytes();
+    malloc_trim(0);
+    const int64_t after = process_rss_bytes();
+    return before > after ? before - after : 0;
+#else
+    return 0;
+#endif
 }
 
 double process_cpu_seconds() {

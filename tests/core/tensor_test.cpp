@@ -89,3 +89,23 @@ TEST(Tensor, RowToF32MatchesTheWholeConversion) {
         EXPECT_THROW(t.row_to_f32(-1, row), Error);
     }
 }
+
+// first_values hands the front of the storage on without copying, and the accounting keeps counting
+// the whole storage (it is still allocated) until the result goes.
+TEST(Tensor, FirstValuesKeepsTheStorage) {
+    const auto current = [] { return memory_stats().device("cpu").total.current; };
+    const int64_t before = current();
+    Tensor t({2, 3, 4});
+    for (int64_t i = 0; i < t.numel(); ++i) t[i] = float(i);
+    const float* storage = t.data();
+    Tensor front = std::move(t).first_values({1, 3, 4});
+    EXPECT_TRUE(t.empty());
+    EXPECT_EQ(front.shape(), (Shape{1, 3, 4}));
+    EXPECT_EQ(front.numel(), 12);
+    EXPECT_EQ(front.data(), storage);
+    for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(front[i], float(i));
+    EXPECT_EQ(current() - before, 24 * 4);
+    front = Tensor();
+    EXPECT_EQ(current(), before);
+    EXPECT_THROW(Tensor({2, 2}).first_values({5}), Error);
+}

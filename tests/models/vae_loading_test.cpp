@@ -182,3 +182,23 @@ TEST(VaeLoad, WrongShapeMissingAndUnexpectedTensorsAreNamed) {
     FileSource source(open_shared(src + "diffusion_pytorch_model.safetensors"));
     expect_error([&] { Vae::load(source, wider); }, ErrorKind::InvalidModel, {"encoder.conv_out.weight"});
 }
+
+// Without the encoder (txt2img), encoder.* and quant_conv.* are neither read nor required: a file that
+// lacks them loads, the full load names what is missing, and such a VAE refuses to encode.
+TEST(VaeLoad, DecoderOnlyNeedsNoEncoderTensors) {
+    TempDir dir;
+    const std::string src = data_path("sd15-mini/diffusers/vae/");
+    const VaeConfig config = load_vae_config(src + "config.json");
+    SafetensorsFile original = SafetensorsFile::open(src + "diffusion_pytorch_model.safetensors");
+    std::vector<std::pair<std::string, Tensor>> decoder;
+    for (const std::string& n : original.names())
+        if (n.rfind("encoder.", 0) != 0 && n.rfind("quant_conv.", 0) != 0) decoder.emplace_back(n, original.load(n));
+    ASSERT_LT(decoder.size(), original.names().size());
+    write_safetensors(dir.file("decoder.safetensors"), decoder);
+    FileSource source(open_shared(dir.file("decoder.safetensors")));
+    expect_error([&] { Vae::load(source, config); }, ErrorKind::InvalidModel, {"missing", "encoder."});
+    const Vae vae = Vae::load(source, config, false);
+    EXPECT_FALSE(vae.has_encoder());
+    EXPECT_EQ(vae.decode(Tensor({1, 4, 3, 5})).shape(), (Shape{1, 3, 24, 40}));
+    expect_error([&] { vae.encode(Tensor({1, 3, 16, 16})); }, ErrorKind::InvalidArgument, {"without its encoder"});
+}

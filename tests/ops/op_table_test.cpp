@@ -63,6 +63,9 @@ TEST(OpObserverHook, EveryOpReportsOnce) {
     observe([] { linear(Tensor({2, 7, 5}), Tensor({6, 5}), nullptr); }, OpKind::Linear, 2.0 * 14 * 6 * 5);
     // conv2d: per image, M = 8 output channels, N = 3*5 pixels, K = 4*3*3.
     observe([&] { conv2d(x4, Tensor({8, 4, 3, 3}), nullptr, 1, 1); }, OpKind::Conv2d, 2.0 * 2 * 8 * 15 * 36);
+    // The fused upsampling is timed as conv2d on the upsampled input: N = 6*10 pixels.
+    observe([&] { conv2d_upsample2x(x4, Tensor({8, 4, 3, 3}), nullptr, 1, 1); }, OpKind::Conv2d,
+            2.0 * 2 * 8 * 60 * 36);
     // attention: q k^T and p v, each 2 * Lq * Lk * D per (batch, head).
     observe([] { attention(Tensor({2, 9, 16}), Tensor({2, 11, 16}), Tensor({2, 11, 16}), 4); }, OpKind::Attention,
             2 * 4 * (2.0 * 9 * 11 * 4) * 2);

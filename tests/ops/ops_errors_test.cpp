@@ -45,6 +45,25 @@ TEST(OpsErrors, Conv2d) {
     expect_invalid([] { const Tensor b = t({5}); conv2d(t({1, 3, 8, 8}), t({4, 3, 3, 3}), &b, 1, 1); }, {"conv2d", "b [5]"});
 }
 
+TEST(OpsErrors, Conv2dUpsample2x) {
+    expect_invalid([] { conv2d_upsample2x(t({1, 3, 8}), t({4, 3, 3, 3}), nullptr); }, {"conv2d_upsample2x", "[1, 3, 8]"});
+    expect_invalid([] { conv2d_upsample2x(t({1, 3, 4, 4}), t({4, 2, 3, 3}), nullptr); },
+                   {"conv2d_upsample2x", "[1, 3, 4, 4]", "[4, 2, 3, 3]"});
+    // 1x1 upsampled is 2x2: still smaller than a 3x3 kernel without padding.
+    expect_invalid([] { conv2d_upsample2x(t({1, 3, 1, 1}), t({4, 3, 3, 3}), nullptr, 1, 0); },
+                   {"conv2d_upsample2x", "[1, 3, 1, 1] upsampled 2x", "smaller than the kernel"});
+}
+
+TEST(OpsErrors, Conv2dNormSiluOutputModes) {
+    const Tensor g4 = Tensor::filled({4}, 1.0f), w = t({4, 4, 3, 3});
+    expect_invalid([&] { Tensor y = t({1, 4, 5, 4}); conv2d_group_norm_silu_add_(y, t({1, 4, 5, 5}), 2, g4, g4, 1e-6f, w, nullptr, 1, 1); },
+                   {"conv2d_group_norm_silu_add_", "y [1, 4, 5, 4]", "[1, 4, 5, 5]"});
+    expect_invalid([&] { Tensor x = t({1, 4, 5, 5}); conv2d_group_norm_silu_add_(x, x, 2, g4, g4, 1e-6f, w, nullptr, 1, 1); },
+                   {"conv2d_group_norm_silu_add_", "must not be x"});
+    expect_invalid([&] { conv2d_group_norm_silu_inplace(t({1, 3, 5, 5}), 1, Tensor::filled({3}, 1.0f), Tensor::filled({3}, 0.0f), 1e-6f, w, nullptr, 1, 1); },
+                   {"conv2d_group_norm_silu_inplace", "[1, 3, 5, 5]", "[4, 4, 3, 3]"});
+}
+
 TEST(OpsErrors, Norms) {
     const Tensor g32 = t({32}), g31 = t({31});
     expect_invalid([&] { group_norm(t({1, 32, 4, 4}), 5, g32, g32, 1e-5f); }, {"group_norm", "5 groups", "32 channels"});

@@ -120,6 +120,56 @@ Check fused_norm_conv_check(const ConvShape& s, int groups, int64_t budget_bytes
     return c;
 }
 
+// The output modes of the fused GroupNorm+SiLU conv (conv2d_inplace.cpp) must give exactly the values of
+// conv2d_group_norm_silu with the same budgets (bound 0): added onto y as add_ adds, or written over x.
+Check norm_conv_add_check(const ConvShape& s, int groups, int64_t budget_bytes, uint64_t seed,
+                          DType wtype = DType::F32, int64_t weight_budget = detail::kWeightTileBudgetBytes) {
+    const Tensor x = scaled(random_tensor({s.n, s.c, s.h, s.w}, seed), 3.0);
+    const Tensor gamma = random_tensor({s.c}, seed + 3, 0.5f, 1.5f), beta = random_tensor({s.c}, seed + 4);
+    const Tensor w = random_tensor({s.o, s.c, s.kh, s.kw}, seed + 1).converted(wtype);
+    const Tensor b = random_tensor({s.o}, seed + 2);
+    Tensor expected = detail::conv2d_group_norm_silu_tiled(x, groups, gamma, beta, 1e-6f, w, &b, s.stride, s.padding,
+                                                           budget_bytes, weight_budget);
+    const Tensor y0 = random_tensor(expected.shape(), seed + 5);
+    add_(expected, y0);
+    Tensor actual = y0;
+    detail::conv2d_group_norm_silu_add_tiled(actual, x, groups, gamma, beta, 1e-6f, w, &b, s.stride, s.padding,
+                                             budget_bytes, weight_budget);
+    Check c{std::move(actual), std::move(expected), {}};
+    c.bound = Tensor(c.expected.shape());
+    return c;
+}
+
+Check norm_conv_inplace_check(const ConvShape& s, int groups, int64_t budget_bytes, uint64_t seed,
+                              DType wtype = DType::F32, int64_t weight_budget = detail::kWeightTileBudgetBytes) {
+    const Tensor x = scaled(random_tensor({s.n, s.c, s.h, s.w}, seed), 3.0);
+    const Tensor gamma = random_tensor({s.c}, seed + 3, 0.5f, 1.5f), beta = random_tensor({s.c}, seed + 4);
+    const Tensor w = random_tensor({s.o, s.c, s.kh, s.kw}, seed + 1).converted(wtype);
+    const Tensor b = random_tensor({s.o}, seed + 2);
+    Check c{detail::conv2d_group_norm_silu_inplace_tiled(Tensor(x), groups, gamma, beta, 1e-6f, w, &b, s.stride,
+                                                         s.padding, budget_bytes, weight_budget),
+            detail::conv2d_group_norm_silu_tiled(x, groups, gamma, beta, 1e-6f, w, &b, s.stride, s.padding,
+                                                 budget_bytes, weight_budget),
+            {}};
+    c.bound = Tensor(c.expected.shape());
+    return c;
+}
+
+// The fused nearest-2x upsampling must give exactly what conv2d of the materialised upsample_nearest2x(x)
+// gives with the same budgets: the same columns, so the same sgemm calls (bound 0). The composition is
+// itself checked against the references (conv2d above, upsample_nearest2x below). s describes x before
+// upsampling.
+Check fused_upsample_conv_check(const ConvShape& s, int64_t budget_bytes, uint64_t seed, DType wtype = DType::F32,
+                                int64_t weight_budget = detail::kWeightTileBudgetBytes) {
+    const Tensor x = random_tensor({s.n, s.c, s.h, s.w}, seed);
+    const Tensor w = random_tensor({s.o, s.c, s.kh, s.kw}, seed + 1).converted(wtype);
+    const Tensor b = random_tensor({s.o}, seed + 2);
+    Check c{detail::conv2d_upsample2x_tiled(x, w, &b, s.stride, s.padding, budget_bytes, weight_budget),
+            detail::conv2d_tiled(upsample_nearest2x(x), w, &b, s.stride, s.padding, budget_bytes, weight_budget), {}};
+    c.bound = Tensor(c.expected.shape());
+    return c;
+}
+
 CaseList cases_conv2d() {
     constexpr int64_t kDefault = detail::kIm2colBudgetBytes;
     return {
@@ -153,6 +203,52 @@ CaseList cases_conv2d() {
         {"norm_silu_1x1_goes_through_im2col", [] { return fused_norm_conv_check({2, 4, 5, 3, 7, 1, 1, 1, 0}, 2, kDefault, 45); }},
         {"norm_silu_f16_weight_one_group", [] { return fused_norm_conv_check({1, 5, 4, 4, 3, 3, 3, 1, 1}, 1, kDefault, 46, DType::F16); }},
         {"bf16_weight_tiles_of_1_channel_1x1", [] { return conv_check({1, 6, 5, 4, 3, 1, 1, 1, 0}, false, kDefault, 40, DType::BF16, 1); }},
+        // Upsampled inputs: odd sizes (odd upsampled columns start and end rows of taps), one pixel, no and
+        // wide padding, stride 2 (even and odd offsets), a non-square kernel, and tiles that start mid-row.
+        {"upsample_3x3_s1_p1_odd_b2_5x7", [] { return fused_upsample_conv_check({2, 3, 5, 7, 33, 3, 3, 1, 1}, kDefault, 47); }},
+        {"upsample_3x3_s1_p1_1x1_input", [] { return fused_upsample_conv_check({1, 4, 1, 1, 5, 3, 3, 1, 1}, kDefault, 48); }},
+        {"upsample_3x3_s1_p0", [] { return fused_upsample_conv_check({1, 5, 3, 4, 7, 3, 3, 1, 0}, kDefault, 49); }},
+        {"upsample_3x3_s1_p2_wider_than_input", [] { return fused_upsample_conv_check({1, 2, 1, 2, 3, 3, 3, 1, 2}, kDefault, 50); }},
+        {"upsample_3x3_s2_p1_odd_7x5", [] { return fused_upsample_conv_check({1, 31, 7, 5, 32, 3, 3, 2, 1}, kDefault, 51); }},
+        {"upsample_5x3_kernel_s2_p1", [] { return fused_upsample_conv_check({2, 2, 5, 4, 3, 5, 3, 2, 1}, kDefault, 52); }},
+        {"upsample_1x1_goes_through_im2col", [] { return fused_upsample_conv_check({2, 33, 3, 5, 31, 1, 1, 1, 0}, kDefault, 53); }},
+        // Tiles of 7, 1 and 5 output pixels: tiles that start at odd upsampled columns or straddle rows.
+        {"upsample_tiled_7_columns_3x3_s1_p1_5x7",
+         [] { return fused_upsample_conv_check({1, 3, 5, 7, 4, 3, 3, 1, 1}, 3 * 9 * 7 * 4, 54); }},
+        {"upsample_tiled_1_column", [] { return fused_upsample_conv_check({1, 2, 3, 3, 3, 3, 3, 1, 1}, 1, 55); }},
+        {"upsample_f16_weight_tiles_of_2_channels_and_5_columns",
+         [] { return fused_upsample_conv_check({2, 33, 4, 3, 31, 3, 3, 1, 1}, 33 * 9 * 5 * 4, 56, DType::F16, 2 * 33 * 9 * 4); }},
+        {"upsample_bf16_weight_s2", [] { return fused_upsample_conv_check({1, 6, 5, 5, 3, 3, 3, 2, 1}, kDefault, 57, DType::BF16); }},
+        {"upsample_empty_batch", [] { return fused_upsample_conv_check({0, 3, 2, 2, 2, 3, 3, 1, 1}, kDefault, 58); }},
+        // Added onto y: two images, stride 2 in tiles of 5 pixels, weight tiles of 2 channels, a 1x1 kernel.
+        {"norm_silu_add_3x3_s1_p1_b2_odd", [] { return norm_conv_add_check({2, 8, 11, 7, 6, 3, 3, 1, 1}, 4, kDefault, 59); }},
+        {"norm_silu_add_s2_tiled_5_columns",
+         [] { return norm_conv_add_check({1, 6, 13, 7, 5, 3, 3, 2, 1}, 3, 6 * 9 * 5 * 4, 60); }},
+        {"norm_silu_add_f16_weight_tiles_of_2_channels",
+         [] { return norm_conv_add_check({2, 12, 5, 4, 7, 3, 3, 1, 1}, 4, 12 * 9 * 5 * 4, 61, DType::F16, 2 * 12 * 9 * 4); }},
+        {"norm_silu_add_1x1", [] { return norm_conv_add_check({1, 4, 5, 3, 6, 1, 1, 1, 0}, 2, kDefault, 62); }},
+        // Over the input: one tile; tiles shorter than a row (outputs wait several tiles); one-pixel tiles;
+        // a 5x5 kernel (two rows of padding); 1x1; one-row and one-pixel images; F16 weights; as many
+        // output channels as input ones.
+        {"norm_silu_inplace_3x3_c6_to_4_11x7", [] { return norm_conv_inplace_check({1, 6, 11, 7, 4, 3, 3, 1, 1}, 3, kDefault, 63); }},
+        {"norm_silu_inplace_tiled_5_columns",
+         [] { return norm_conv_inplace_check({1, 6, 11, 7, 4, 3, 3, 1, 1}, 3, 6 * 9 * 5 * 4, 64); }},
+        {"norm_silu_inplace_tiled_1_column_c4_to_4",
+         [] { return norm_conv_inplace_check({1, 4, 5, 6, 4, 3, 3, 1, 1}, 2, 1, 65); }},
+        {"norm_silu_inplace_5x5_p2_tiled_9_columns",
+         [] { return norm_conv_inplace_check({1, 8, 9, 10, 5, 5, 5, 1, 2}, 4, 8 * 25 * 9 * 4, 66); }},
+        {"norm_silu_inplace_1x1_tiled_7_columns",
+         [] { return norm_conv_inplace_check({1, 6, 4, 5, 3, 1, 1, 1, 0}, 3, 6 * 7 * 4, 67); }},
+        {"norm_silu_inplace_one_row", [] { return norm_conv_inplace_check({1, 4, 1, 9, 4, 3, 3, 1, 1}, 2, 4 * 9 * 2 * 4, 68); }},
+        {"norm_silu_inplace_one_pixel", [] { return norm_conv_inplace_check({1, 4, 1, 1, 2, 3, 3, 1, 1}, 1, kDefault, 69); }},
+        {"norm_silu_inplace_f16_weight",
+         [] { return norm_conv_inplace_check({1, 12, 7, 6, 8, 3, 3, 1, 1}, 4, 12 * 9 * 4 * 4, 70, DType::F16); }},
+        // Not over the input (two images, stride 2, more output channels, two weight tiles): a new tensor.
+        {"norm_silu_inplace_b2_new_tensor", [] { return norm_conv_inplace_check({2, 6, 5, 4, 4, 3, 3, 1, 1}, 3, kDefault, 71); }},
+        {"norm_silu_inplace_s2_new_tensor", [] { return norm_conv_inplace_check({1, 6, 9, 7, 4, 3, 3, 2, 1}, 3, kDefault, 72); }},
+        {"norm_silu_inplace_wider_new_tensor", [] { return norm_conv_inplace_check({1, 4, 5, 4, 6, 3, 3, 1, 1}, 2, kDefault, 73); }},
+        {"norm_silu_inplace_weight_tiles_new_tensor",
+         [] { return norm_conv_inplace_check({1, 6, 5, 4, 4, 3, 3, 1, 1}, 3, kDefault, 74, DType::F16, 2 * 6 * 9 * 4); }},
     };
 }
 

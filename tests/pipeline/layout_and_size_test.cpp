@@ -8,6 +8,7 @@
 
 #include "common/fixtures.h"
 #include "image/png.h"
+#include "kiln/error.h"
 #include "pipeline/conditioning.h"
 #include "pipeline/generate.h"
 #include "sampling/scheduler_config.h"
@@ -147,5 +148,31 @@ TEST(Decode, ImageIsTheDecodeOfTheLatentsDividedByTheScalingFactor) {
         Tensor image = m.vae->decode(latents);
         for (int64_t i = 0; i < image.numel(); ++i) image[i] = std::clamp(image[i] / 2.0f + 0.5f, 0.0f, 1.0f);
         EXPECT_TRUE(bitwise_equal(res.image, image)) << model;
+    }
+}
+
+// txt2img loads without the VAE encoder (LoadOptions::vae_encoder = false, as `kiln txt2img` does): the
+// same image bit for bit, and img2img on such a model is refused before any work with a clear error.
+TEST(DecoderOnlyVae, Txt2imgIsUnchangedAndImg2imgIsRefused) {
+    LoadOptions without;
+    without.vae_encoder = false;
+    const StableDiffusionModel full = load("sd15-mini", false);
+    const StableDiffusionModel lean = load_model(data_path("sd15-mini/diffusers"), without);
+    EXPECT_TRUE(full.vae->has_encoder());
+    EXPECT_FALSE(lean.vae->has_encoder());
+    GenerationRequest r = odd_call("euler");
+    r.steps = 2;
+    const GenerationResult a = generate(full, r), b = generate(lean, r);
+    EXPECT_TRUE(bitwise_equal(a.final_latent, b.final_latent));
+    EXPECT_TRUE(bitwise_equal(a.image, b.image));
+
+    Tensor init({1, 3, 96, 64});
+    r.init_image = &init;
+    try {
+        generate(lean, r);
+        ADD_FAILURE() << "img2img ran without the VAE encoder";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+        EXPECT_NE(std::string(e.what()).find("VAE encoder"), std::string::npos) << e.what();
     }
 }

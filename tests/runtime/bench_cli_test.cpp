@@ -166,6 +166,23 @@ TEST(BenchCommand, Fp16WeightsHalveTheMatricesAndAreRecorded) {
     std::remove(json.c_str());
 }
 
+// A suite builds only what it runs: without vae-encode the SD VAE's encoder (34,163,592 parameters, plus
+// quant_conv's 72) is not made, so the weights are the decoder's 49,490,199 (with post_quant_conv) of
+// diffusers' AutoencoderKL's 83,653,863, as float32.
+TEST(BenchCommand, OnlyVaeEncodeBuildsTheVaeEncoder) {
+    auto weights = [](const char* suites) {
+        const std::string json = temp_path("sd15_vae.json");
+        const auto r = run_cli({"bench", "--arch", "sd15", "--suite", suites, "-W", "64", "-H", "64", "--warmup", "0",
+                                "--repeats", "1", "--json", json});
+        EXPECT_TRUE(r.exited && r.exit_code == 0) << r.describe();
+        const int64_t bytes = read_json(json)["suites"][0]["memory"]["peak_by_category"]["weights"].get<int64_t>();
+        std::remove(json.c_str());
+        return bytes;
+    };
+    EXPECT_EQ(weights("vae-decode"), 49490199LL * 4);
+    EXPECT_EQ(weights("vae-decode,vae-encode"), 83653863LL * 4);
+}
+
 TEST(GenerateProfile, Txt2imgTraceHasOneSpanPerStageZone) {
     const std::string trace = temp_path("gen_trace.json"), png = temp_path("gen.png");
     const auto r = run_cli({"txt2img", "-m", std::string(KILN_TEST_DATA) + "/sd15-mini/sd15-mini.safetensors", "-p",

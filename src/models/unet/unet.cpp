@@ -12,9 +12,9 @@ namespace {
 
 // torch's "nearest" interpolation to an explicit size (the UNet's up path follows the skip
 // connections' sizes, which are not always twice the input when latents are not multiples of 8).
+// Exactly twice the size goes through ops::conv2d_upsample2x instead (upsample_then_conv).
 Tensor upsample_nearest_to(const Tensor& x, int64_t out_h, int64_t out_w) {
     const int64_t n = x.dim(0), c = x.dim(1), in_h = x.dim(2), in_w = x.dim(3);
-    if (out_h == 2 * in_h && out_w == 2 * in_w) return ops::upsample_nearest2x(x);
     // Latent sizes that are not multiples of 8: rare, so on a device the values take a trip to the host.
     if (x.on_device()) return ops::on_device_of(upsample_nearest_to(x.to_host(), out_h, out_w), x);
     // torch computes the scale in float and floors index * scale.
@@ -31,6 +31,14 @@ Tensor upsample_nearest_to(const Tensor& x, int64_t out_h, int64_t out_w) {
         }
     }
     return out;
+}
+
+// Upsample2D: nearest interpolation to the skip connection's size, then the conv. At exactly twice
+// the size the conv reads x through im2col, without the upsampled copy (the same values, fewer bytes).
+Tensor upsample_then_conv(const Tensor& x, int64_t out_h, int64_t out_w, const Conv2d& conv) {
+    if (out_h == 2 * x.dim(2) && out_w == 2 * x.dim(3))
+        return ops::conv2d_upsample2x(x, conv.weight, &conv.bias, conv.stride, conv.padding);
+    return conv(upsample_nearest_to(x, out_h, out_w));
 }
 
 }  // namespace
@@ -177,8 +185,7 @@ Tensor UNet::forward(const UNetInputs& in) const {
             if (!level.attentions.empty()) h = level.attentions[j](h, *in.context);
         }
         if (level.has_upsampler) {
-            h = upsample_nearest_to(h, skips.back().dim(2), skips.back().dim(3));
-            h = level.upsampler(h);
+            h = upsample_then_conv(h, skips.back().dim(2), skips.back().dim(3), level.upsampler);
         }
     }
     h = norm_out_(h);

@@ -8,7 +8,7 @@
 
 namespace kiln {
 
-Vae Vae::load(const WeightSource& source, const VaeConfig& config) {
+Vae Vae::load(const WeightSource& source, const VaeConfig& config, bool with_encoder) {
     config.validate(source.describe());
     using vae::Conv;
     using vae::MidBlock;
@@ -20,21 +20,24 @@ Vae Vae::load(const WeightSource& source, const VaeConfig& config) {
     WeightReader r(source);
     Vae v;
     v.config_ = config;
+    v.has_encoder_ = with_encoder;
 
-    v.enc_conv_in_ = Conv::load(r, "encoder.conv_in", config.in_channels, ch[0], 3);
-    for (int i = 0; i < levels; ++i) {
-        const std::string p = "encoder.down_blocks." + std::to_string(i);
-        Level level;
-        for (int j = 0; j < config.layers_per_block; ++j)
-            level.resnets.push_back(
-                Resnet::load(r, p + ".resnets." + std::to_string(j), j == 0 ? ch[std::max(i - 1, 0)] : ch[i], ch[i]));
-        if (i + 1 < levels) level.resample = Conv::load(r, p + ".downsamplers.0.conv", ch[i], ch[i], 3);
-        v.down_.push_back(std::move(level));
+    if (with_encoder) {  // txt2img decodes only
+        v.enc_conv_in_ = Conv::load(r, "encoder.conv_in", config.in_channels, ch[0], 3);
+        for (int i = 0; i < levels; ++i) {
+            const std::string p = "encoder.down_blocks." + std::to_string(i);
+            Level level;
+            for (int j = 0; j < config.layers_per_block; ++j)
+                level.resnets.push_back(Resnet::load(r, p + ".resnets." + std::to_string(j),
+                                                     j == 0 ? ch[std::max(i - 1, 0)] : ch[i], ch[i]));
+            if (i + 1 < levels) level.resample = Conv::load(r, p + ".downsamplers.0.conv", ch[i], ch[i], 3);
+            v.down_.push_back(std::move(level));
+        }
+        v.enc_mid_ = MidBlock::load(r, "encoder.mid_block", top, config.mid_block_add_attention);
+        v.enc_norm_out_ = Norm::load(r, "encoder.conv_norm_out", top);
+        v.enc_conv_out_ = Conv::load(r, "encoder.conv_out", top, 2 * latent, 3);  // mean and logvar
+        if (config.use_quant_conv) v.quant_conv_ = Conv::load(r, "quant_conv", 2 * latent, 2 * latent, 1);
     }
-    v.enc_mid_ = MidBlock::load(r, "encoder.mid_block", top, config.mid_block_add_attention);
-    v.enc_norm_out_ = Norm::load(r, "encoder.conv_norm_out", top);
-    v.enc_conv_out_ = Conv::load(r, "encoder.conv_out", top, 2 * latent, 3);  // mean and logvar
-    if (config.use_quant_conv) v.quant_conv_ = Conv::load(r, "quant_conv", 2 * latent, 2 * latent, 1);
 
     if (config.use_post_quant_conv) v.post_quant_conv_ = Conv::load(r, "post_quant_conv", latent, latent, 1);
     v.dec_conv_in_ = Conv::load(r, "decoder.conv_in", latent, top, 3);
@@ -52,7 +55,9 @@ Vae Vae::load(const WeightSource& source, const VaeConfig& config) {
     }
     v.dec_norm_out_ = Norm::load(r, "decoder.conv_norm_out", ch[0]);
     v.dec_conv_out_ = Conv::load(r, "decoder.conv_out", ch[0], config.out_channels, 3);
-    r.check_all_used();
+    r.check_all_used([with_encoder](const std::string& name) {
+        return !with_encoder && (name.rfind("encoder.", 0) == 0 || name.rfind("quant_conv.", 0) == 0);
+    });
     return v;
 }
 
@@ -67,15 +72,17 @@ Tensor Vae::decode(const Tensor& latents) const {
     Tensor x = ops::on_device_of(latents, dec_conv_in_.w);
     if (post_quant_conv_) x = ops::conv2d(x, post_quant_conv_->w, &post_quant_conv_->b);
     x = ops::conv2d(x, dec_conv_in_.w, &dec_conv_in_.b, 1, 1);
-    x = dec_mid_.forward(x, groups);
+    x = dec_mid_.forward(std::move(x), groups);
     for (const Level& level : up_) {
-        for (const vae::Resnet& res : level.resnets) x = res.forward(x, groups);
+        for (const vae::Resnet& res : level.resnets) x = res.forward(std::move(x), groups);
         if (level.resample) x = vae::upsample(x, *level.resample);
     }
     return vae::norm_silu_conv(x, dec_norm_out_, groups, dec_conv_out_);
 }
 
 Vae::Posterior Vae::encode(const Tensor& image) const {
+    require(has_encoder_, ErrorKind::InvalidArgument,
+            "VAE encode: the VAE was loaded without its encoder (LoadOptions::vae_encoder is false)");
     const int64_t f = config_.downsample_factor();
     require(image.rank() == 4 && image.dim(1) == config_.in_channels && image.dim(0) > 0, ErrorKind::InvalidArgument,
             "VAE encode: image of shape " + shape_str(image.shape()) + ", expected [N, " +
@@ -86,10 +93,10 @@ Vae::Posterior Vae::encode(const Tensor& image) const {
     const int groups = config_.norm_num_groups;
     Tensor x = ops::conv2d(ops::on_device_of(image, enc_conv_in_.w), enc_conv_in_.w, &enc_conv_in_.b, 1, 1);
     for (const Level& level : down_) {
-        for (const vae::Resnet& res : level.resnets) x = res.forward(x, groups);
+        for (const vae::Resnet& res : level.resnets) x = res.forward(std::move(x), groups);
         if (level.resample) x = vae::downsample(x, *level.resample);
     }
-    x = enc_mid_.forward(x, groups);
+    x = enc_mid_.forward(std::move(x), groups);
     x = vae::norm_silu_conv(x, enc_norm_out_, groups, enc_conv_out_);
     if (quant_conv_) x = ops::conv2d(x, quant_conv_->w, &quant_conv_->b);
     x = x.on_device() ? x.to_host() : std::move(x);

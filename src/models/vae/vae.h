@@ -14,9 +14,12 @@ class Vae {
 public:
     // Reads every tensor by its diffusers name (encoder.*, decoder.*, quant_conv.*, post_quant_conv.*),
     // checking shapes against `config`; a missing, misshapen or unexpected tensor is InvalidModel.
-    static Vae load(const WeightSource& source, const VaeConfig& config);
+    // Without `with_encoder` the encoder's tensors (encoder.*, quant_conv.*) are neither read nor
+    // checked: txt2img only decodes, and SD's encoder is 34M parameters (65 MiB in fp16).
+    static Vae load(const WeightSource& source, const VaeConfig& config, bool with_encoder = true);
 
     const VaeConfig& config() const { return config_; }
+    bool has_encoder() const { return has_encoder_; }
 
     // Raw latents [N, latent_channels, h, w] (no scaling_factor applied) -> image [N, out_channels,
     // h*f, w*f] in about [-1, 1], f = config().downsample_factor().
@@ -27,6 +30,7 @@ public:
     struct Posterior {
         Tensor mean, std;
     };
+    // Throws InvalidArgument when the VAE was loaded without its encoder.
     Posterior encode(const Tensor& image) const;
 
 private:
@@ -36,6 +40,7 @@ private:
     };
 
     VaeConfig config_;
+    bool has_encoder_ = false;
     // Encoder
     vae::Conv enc_conv_in_, enc_conv_out_;
     std::vector<Level> down_;

@@ -29,15 +29,21 @@ Resnet Resnet::load(WeightReader& r, const std::string& prefix, int64_t in, int6
     return res;
 }
 
-Tensor Resnet::forward(const Tensor& x, int groups) const {
-    // Fused: the normalised copy of x (the decoder's largest tensor at full size) is never made.
-    Tensor h = norm_silu_conv(x, norm1, groups, conv1);
-    h = norm_silu_conv(h, norm2, groups, conv2);
-    if (shortcut)
-        ops::add_(h, ops::conv2d(x, shortcut->w, &shortcut->b));
-    else
-        ops::add_(h, x);
-    return h;
+Tensor Resnet::forward(Tensor x, int groups) const {
+    // At full size each activation is 128-256 MiB, so no more than two are alive: the normalised
+    // copies are never made (fused into the convs), conv2's output is added onto the residual tile by
+    // tile, and with a shortcut, conv1 writes over x once the shortcut has read it. The sums are
+    // add_'s (one rounding of the same two values), so the bits are those of the plain composition.
+    if (shortcut) {
+        Tensor out = ops::conv2d(x, shortcut->w, &shortcut->b);
+        const Tensor h = ops::conv2d_group_norm_silu_inplace(std::move(x), groups, norm1.w, norm1.b, kNormEps,
+                                                             conv1.w, &conv1.b, 1, 1);
+        ops::conv2d_group_norm_silu_add_(out, h, groups, norm2.w, norm2.b, kNormEps, conv2.w, &conv2.b, 1, 1);
+        return out;
+    }
+    const Tensor h = norm_silu_conv(x, norm1, groups, conv1);
+    ops::conv2d_group_norm_silu_add_(x, h, groups, norm2.w, norm2.b, kNormEps, conv2.w, &conv2.b, 1, 1);
+    return x;
 }
 
 SpatialAttention SpatialAttention::load(WeightReader& r, const std::string& prefix, int64_t c) {
@@ -81,10 +87,10 @@ MidBlock MidBlock::load(WeightReader& r, const std::string& prefix, int64_t chan
     return m;
 }
 
-Tensor MidBlock::forward(const Tensor& x, int groups) const {
-    Tensor h = first.forward(x, groups);
+Tensor MidBlock::forward(Tensor x, int groups) const {
+    Tensor h = first.forward(std::move(x), groups);
     if (attention) h = attention->forward(h, groups);
-    return second.forward(h, groups);
+    return second.forward(std::move(h), groups);
 }
 
 Tensor downsample(const Tensor& x, const Conv& conv) {
@@ -104,7 +110,8 @@ Tensor downsample_pad(const Tensor& x) {
 }
 
 Tensor upsample(const Tensor& x, const Conv& conv) {
-    return ops::conv2d(ops::upsample_nearest2x(x), conv.w, &conv.b, 1, 1);
+    // Fused: the upsampled copy (4x x; 256 MiB in SD's last upsampler at 512x512) is never made.
+    return ops::conv2d_upsample2x(x, conv.w, &conv.b, 1, 1);
 }
 
 }  // namespace kiln::vae

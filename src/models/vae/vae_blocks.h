@@ -33,7 +33,8 @@ struct Resnet {
     std::optional<Conv> shortcut;  // 1x1, when the channel count changes
     static Resnet load(WeightReader& r, const std::string& prefix, int64_t in, int64_t out);
     // (x or shortcut(x)) + conv2(silu(norm2(conv1(silu(norm1(x)))))); output_scale_factor is 1.
-    Tensor forward(const Tensor& x, int groups) const;
+    // Takes x (move it in): its storage holds the sum, or conv1's output when there is a shortcut.
+    Tensor forward(Tensor x, int groups) const;
 };
 
 struct SpatialAttention {
@@ -49,7 +50,7 @@ struct MidBlock {
     Resnet first, second;
     std::optional<SpatialAttention> attention;
     static MidBlock load(WeightReader& r, const std::string& prefix, int64_t channels, bool with_attention);
-    Tensor forward(const Tensor& x, int groups) const;
+    Tensor forward(Tensor x, int groups) const;
 };
 
 // diffusers' Downsample2D as the VAE configures it: pad the right and bottom by one zero, then a 3x3
