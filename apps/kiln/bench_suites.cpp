@@ -82,20 +82,15 @@ SuiteRun make_unet_run(const StableDiffusionModel& m, const SuiteSettings& s, Un
                 size_str(w, h) + ", context 77 tokens",
             [&m, &in, gpu] {
                 StageScope zone(Stage::DenoiseStep);
-                const bool sdxl = !in.text_embeds.empty();
-                const Backend::RecordedFn call = [&m, sdxl](const std::vector<const Tensor*>& t) {
-                    UNetInputs u;
-                    u.sample = t[0];
-                    u.timesteps = t[1];
-                    u.context = t[2];
-                    if (sdxl) {
-                        u.text_embeds = t[3];
-                        u.time_ids = t[4];
-                    }
-                    return m.unet->forward(u);
+                const Backend::RecordedFn call = [&m](const std::vector<const Tensor*>& t) {
+                    return m.unet->forward(UNetInputs::from_list(t));
                 };
-                std::vector<const Tensor*> inputs{&in.sample, &in.timesteps, &in.context};
-                if (sdxl) inputs.insert(inputs.end(), {&in.text_embeds, &in.time_ids});
+                UNetInputs u{&in.sample, &in.timesteps, &in.context};
+                if (!in.text_embeds.empty()) {
+                    u.text_embeds = &in.text_embeds;
+                    u.time_ids = &in.time_ids;
+                }
+                const std::vector<const Tensor*> inputs = u.list();
                 if (!gpu) {
                     call(inputs);
                     return;

@@ -115,15 +115,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     const Tensor text_embeds = sdxl ? to_model(cond.text_embeds, model.precision) : Tensor();
     const Tensor time_ids = sdxl ? to_model(cond.time_ids, DType::F32) : Tensor();
     const Backend::RecordedFn unet_call = [&](const std::vector<const Tensor*>& t) {
-        UNetInputs in;
-        in.sample = t[0];
-        in.timesteps = t[1];
-        in.context = t[2];
-        if (sdxl) {
-            in.text_embeds = t[3];
-            in.time_ids = t[4];
-        }
-        return model.unet->forward(in);
+        return model.unet->forward(UNetInputs::from_list(t));
     };
 
     // Classifier-free guidance on the host: [negative, positive] -> negative + scale (positive - negative).
@@ -140,8 +132,12 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         const int64_t batch = cfg ? 2 : 1;
         const Tensor input = to_model(cfg ? batch_of_two(x) : x, model.precision);
         const Tensor timesteps = to_model(Tensor({batch}, std::vector<float>(batch, t)), DType::F32);
-        std::vector<const Tensor*> inputs{&input, &timesteps, &context};
-        if (sdxl) inputs.insert(inputs.end(), {&text_embeds, &time_ids});
+        UNetInputs in{&input, &timesteps, &context};
+        if (sdxl) {
+            in.text_embeds = &text_embeds;
+            in.time_ids = &time_ids;
+        }
+        const std::vector<const Tensor*> inputs = in.list();
         if (!gpu) return guide(unet_call(inputs));
         const std::string key = "unet of model " + std::to_string(model.serial) + " " + shape_str(input.shape());
         return guide(gpu->run_recorded(key, inputs, unet_call).to_host());

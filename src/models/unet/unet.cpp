@@ -43,6 +43,25 @@ Tensor upsample_then_conv(const Tensor& x, int64_t out_h, int64_t out_w, const C
 
 }  // namespace
 
+std::vector<const Tensor*> UNetInputs::list() const {
+    std::vector<const Tensor*> t{sample, timesteps, context};
+    if (text_embeds) t.insert(t.end(), {text_embeds, time_ids});
+    return t;
+}
+
+UNetInputs UNetInputs::from_list(const std::vector<const Tensor*>& t) {
+    require(t.size() == 3 || t.size() == 5, ErrorKind::InvalidArgument, "UNet: 3 or 5 inputs expected");
+    UNetInputs in;
+    in.sample = t[0];
+    in.timesteps = t[1];
+    in.context = t[2];
+    if (t.size() == 5) {
+        in.text_embeds = t[3];
+        in.time_ids = t[4];
+    }
+    return in;
+}
+
 UNet UNet::load(const WeightSource& source, const UNetConfig& c) {
     UNet u;
     u.config_ = c;

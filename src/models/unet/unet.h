@@ -15,6 +15,11 @@ struct UNetInputs {
     const Tensor* context = nullptr;          // [B, 77, cross_attention_dim]
     const Tensor* text_embeds = nullptr;      // SDXL: [B, pooled dim]
     const Tensor* time_ids = nullptr;         // SDXL: [B, 6]
+
+    // As a flat list, the form a recorded call takes (Backend::run_recorded): sample, timesteps, context,
+    // then text_embeds and time_ids when set.
+    std::vector<const Tensor*> list() const;
+    static UNetInputs from_list(const std::vector<const Tensor*>& t);
 };
 
 class UNet {
