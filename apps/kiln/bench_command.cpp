@@ -81,7 +81,9 @@ int run_bench(const BenchOptions& o) {
     report.config.model = synthetic ? synthetic_arch_name(arch) : o.model;
     report.config.synthetic = synthetic;
     report.config.device = device_name(placement.device);
-    report.config.precision = dtype_name(placement.precision);
+    report.config.precision = placement.precision == DType::F16    ? "fp16"
+                              : placement.precision == DType::BF16 ? "bf16"
+                                                                   : "fp32";  // as --precision spells it
     // Synthetic weights are made as float32; a file's stay as it stores them unless --weights says.
     report.config.weights = !o.weights.empty() ? o.weights : synthetic ? "f32" : "stored";
     report.config.width = o.width;
