@@ -32,6 +32,14 @@ private:
     int previous_ = -1;
 };
 
+// A GPU as `kiln info --devices` and the backend describe it.
+DeviceDescription description_of(const DeviceInfo& d) {
+    return {Device{DeviceKind::Cuda, d.index}, d.name,
+            "compute capability " + std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor) + ", " +
+                std::to_string(d.multiprocessors) + " multiprocessors",
+            {int64_t(d.free_bytes), int64_t(d.total_bytes)}};
+}
+
 // Tallies, per op kind, the FLOPs the ops of a recording report while it is captured (passing each report
 // on), so that a replay, which calls no op on the host, can report them again to whoever observes.
 class KindTally : public ops::OpObserver {
@@ -94,10 +102,7 @@ DeviceDescription CudaBackend::describe() const {
     std::string why;
     for (const DeviceInfo& d : cuda_devices(&why))
         if (d.index == index_)
-            return {device(), d.name,
-                    "compute capability " + std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor) + ", " +
-                        std::to_string(d.multiprocessors) + " multiprocessors",
-                    {int64_t(d.free_bytes), int64_t(d.total_bytes)}};
+            return description_of(d);
     return {device(), "?", why, {}};
 }
 
@@ -199,10 +204,7 @@ BackendFactory cuda_backend_factory() {
     f.list = [](std::string* why) {
         std::vector<DeviceDescription> out;
         for (const DeviceInfo& d : cuda_devices(why))
-            out.push_back({Device{DeviceKind::Cuda, d.index}, d.name,
-                           "compute capability " + std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor) +
-                               ", " + std::to_string(d.multiprocessors) + " multiprocessors",
-                           {int64_t(d.free_bytes), int64_t(d.total_bytes)}});
+            out.push_back(description_of(d));
         if (why && !why->empty()) *why = "cuda: " + *why;
         return out;
     };
