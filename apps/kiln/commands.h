@@ -23,7 +23,7 @@ struct GenerateOptions {
     double cfg_scale = 7.5, strength = 0.75;
     std::string sampler, schedule, timestep_spacing, rng = "cpu", prediction;
     std::string weights;  // --weights f32|f16|bf16; empty: as the file stores them
-    std::string device = default_device();  // --device cpu|cuda[:N]|auto
+    std::string device = default_device();  // --device cpu|cuda[:N]|vulkan[:N]|auto
     std::string precision;                  // --precision fp16|bf16|fp32; empty: fp16 on a GPU, fp32 on the CPU
     std::string seed = "-1";  // -1: pick one; else 0 .. 2^64-1
     bool quiet = false;

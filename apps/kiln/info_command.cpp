@@ -46,7 +46,8 @@ int run_info_devices() {
                         double(d.memory.free) / (1 << 30), d.detail.c_str());
         std::printf("\n");
     }
-    for (const std::string& w : why) std::printf("no GPU: %s\n", w.c_str());
+    // Each backend that found nothing (or skipped a device) says why, e.g. "cuda: this build has no CUDA backend".
+    for (const std::string& w : why) std::printf("not listed: %s\n", w.c_str());
     return 0;
 }
 

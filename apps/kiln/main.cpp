@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
     kiln::cli::GenerateOptions gen;
     const char* kWeightsHelp =
         "f32 | f16 | bf16: precision of the weights in memory (default: as the file stores them)";
-    const char* kDeviceHelp = "cpu | cuda | cuda:N | auto (a GPU when there is one; kiln info --devices lists them)";
+    const char* kDeviceHelp = "cpu | cuda[:N] | vulkan[:N] | auto (a GPU when there is one, CUDA before Vulkan; kiln info --devices lists them)";
     const char* kPrecisionHelp = "fp16 | bf16 | fp32: activations on a GPU (default fp16; the CPU computes in fp32)";
     auto add_generation_options = [&](CLI::App* cmd, bool img2img) {
         cmd->add_option("-m,--model", gen.model, "checkpoint: a .safetensors file or a diffusers folder")->required();

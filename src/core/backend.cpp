@@ -51,7 +51,8 @@ Backend& backend_for(const Device& device) {
     if (auto it = r.backends.find(key); it != r.backends.end()) return *it->second;
     auto f = r.factories.find(device.kind);
     require(f != r.factories.end(), ErrorKind::Unsupported,
-            "device " + device_name(device) + ": this build of kiln has no CUDA backend (built without nvcc)");
+            "device " + device_name(device) + ": this build of kiln has no " + device_kind_name(device.kind) +
+                " backend (" + (device.kind == DeviceKind::Cuda ? "built without nvcc" : "built without Vulkan") + ")");
     std::unique_ptr<Backend> made = f->second.create(device.index);
     Backend& b = *made;
     r.backends.emplace(key, std::move(made));
@@ -66,7 +67,10 @@ std::vector<DeviceDescription> list_devices(std::vector<std::string>* why_none) 
         std::lock_guard lock(r.mutex);
         factories = r.factories;
     }
-    if (factories.empty() && why_none) why_none->push_back("cuda: this build has no CUDA backend (built without nvcc)");
+    if (why_none && !factories.count(DeviceKind::Cuda))
+        why_none->push_back("cuda: this build has no CUDA backend (built without nvcc)");
+    if (why_none && !factories.count(DeviceKind::Vulkan))
+        why_none->push_back("vulkan: this build has no Vulkan backend (built without libvulkan-dev and glslc)");
     for (auto& [kind, f] : factories) {
         std::string why;
         for (DeviceDescription& d : f.list(&why)) out.push_back(std::move(d));
@@ -77,8 +81,9 @@ std::vector<DeviceDescription> list_devices(std::vector<std::string>* why_none) 
 
 Device resolve_device(const std::string& text) {
     if (text == "auto") {
-        std::vector<DeviceDescription> all = list_devices();
-        return all.size() > 1 ? all[1].device : Device{};
+        for (const DeviceDescription& d : list_devices())
+            if (!d.device.is_cpu() && !d.emulated) return d.device;
+        return Device{};
     }
     Device d = parse_device(text);
     if (d.is_cpu()) return d;

@@ -31,6 +31,8 @@ struct DeviceDescription {
     std::string name;  // "NVIDIA H200"
     std::string detail;  // compute capability, multiprocessors, ...
     DeviceMemoryInfo memory;
+    // Runs on the CPU (Mesa's lavapipe): usable, tested in CI, but never what "auto" picks.
+    bool emulated = false;
 };
 
 class Backend {
@@ -54,6 +56,8 @@ public:
     virtual void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) = 0;
     virtual void synchronize() = 0;
 
+    // Whether tensors of this dtype can live and be computed on here (Vulkan has no bfloat16 path).
+    virtual bool supports(DType) const { return true; }
     virtual const ops::DeviceOps& ops() const = 0;
     // Whether float32 products may use faster reduced-mantissa arithmetic (TF32 on NVIDIA); off by default.
     virtual void set_fast_float32(bool) {}
@@ -98,7 +102,7 @@ void register_backend_factory(DeviceKind kind, BackendFactory factory);
 Backend& backend_for(const Device& device);
 // Every device of every registered kind, the CPU first; why_none collects the reasons a kind found none.
 std::vector<DeviceDescription> list_devices(std::vector<std::string>* why_none = nullptr);
-// "auto": the first GPU if one is present, else the CPU. Otherwise parse_device(text), checked to exist.
+// "auto": the first GPU that is not emulated (CUDA before Vulkan), else the CPU. Otherwise parse_device(text), checked to exist.
 Device resolve_device(const std::string& text);
 
 }  // namespace kiln

@@ -70,6 +70,9 @@ Tensor& Tensor::operator=(const Tensor& other) {
 }
 
 Tensor Tensor::empty_on(Backend& backend, Shape shape, DType dtype) {
+    require(backend.supports(dtype), ErrorKind::Unsupported,
+            device_name(backend.device()) + " does not compute in " + dtype_name(dtype) +
+                (dtype == DType::BF16 ? " (use --precision fp16 or fp32)" : ""));
     Tensor t;
     t.numel_ = shape_numel(shape);
     t.shape_ = std::move(shape);

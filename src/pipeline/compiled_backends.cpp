@@ -6,6 +6,9 @@
 #if KILN_HAS_CUDA
 #include "backends/cuda/cuda_backend.h"
 #endif
+#if KILN_HAS_VULKAN
+#include "backends/vulkan/vulkan_backend.h"
+#endif
 
 namespace kiln {
 
@@ -14,6 +17,9 @@ void register_compiled_backends() {
     std::call_once(once, [] {
 #if KILN_HAS_CUDA
         register_backend_factory(DeviceKind::Cuda, cuda::cuda_backend_factory());
+#endif
+#if KILN_HAS_VULKAN
+        register_backend_factory(DeviceKind::Vulkan, vulkan::vulkan_backend_factory());
 #endif
     });
 }

@@ -1,4 +1,4 @@
-// Registers the GPU backends this build has (CUDA where nvcc was found) with the registry in core/backend.h.
+// Registers the GPU backends this build has (CUDA where nvcc was found, Vulkan where libvulkan-dev and glslc were) with the registry in core/backend.h.
 // Programs call it once before naming a device; calling it again does nothing.
 #pragma once
 

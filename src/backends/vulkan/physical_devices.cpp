@@ -1,0 +1,139 @@
+#include "backends/vulkan/physical_devices.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace kiln::vulkan {
+
+namespace {
+
+int type_rank(VkPhysicalDeviceType t) {
+    switch (t) {
+        case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 0;
+        case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 1;
+        case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 2;
+        case VK_PHYSICAL_DEVICE_TYPE_CPU: return 3;
+        default: return 4;
+    }
+}
+
+const char* type_name(VkPhysicalDeviceType t) {
+    switch (t) {
+        case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete GPU";
+        case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated GPU";
+        case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual GPU";
+        case VK_PHYSICAL_DEVICE_TYPE_CPU: return "runs on the CPU";
+        default: return "other";
+    }
+}
+
+bool has_extension(const Api& a, VkPhysicalDevice d, const char* name) {
+    uint32_t n = 0;
+    a.vkEnumerateDeviceExtensionProperties(d, nullptr, &n, nullptr);
+    std::vector<VkExtensionProperties> ext(n);
+    a.vkEnumerateDeviceExtensionProperties(d, nullptr, &n, ext.data());
+    for (const VkExtensionProperties& e : ext)
+        if (std::strcmp(e.extensionName, name) == 0) return true;
+    return false;
+}
+
+std::string mib(uint64_t bytes) { return std::to_string((bytes + (1 << 19)) >> 20) + " MiB"; }
+
+}  // namespace
+
+std::vector<PhysicalDevice> physical_devices(std::string* why) {
+    std::string reasons;
+    auto note = [&](const std::string& r) { reasons += (reasons.empty() ? "" : "; ") + r; };
+    std::vector<PhysicalDevice> out;
+    try {
+        const Api& a = api();
+        uint32_t n = 0;
+        check(a.vkEnumeratePhysicalDevices(a.instance, &n, nullptr), "vkEnumeratePhysicalDevices");
+        std::vector<VkPhysicalDevice> handles(n);
+        check(a.vkEnumeratePhysicalDevices(a.instance, &n, handles.data()), "vkEnumeratePhysicalDevices");
+        if (n == 0) note("the Vulkan loader found no device (no driver installed?)");
+        for (VkPhysicalDevice h : handles) {
+            PhysicalDevice d;
+            d.handle = h;
+            a.vkGetPhysicalDeviceProperties(h, &d.properties);
+            const std::string name = d.properties.deviceName;
+            if (d.properties.apiVersion < VK_API_VERSION_1_2) {
+                note(name + ": Vulkan 1.2 needed, the driver offers " +
+                     std::to_string(VK_API_VERSION_MAJOR(d.properties.apiVersion)) + "." +
+                     std::to_string(VK_API_VERSION_MINOR(d.properties.apiVersion)));
+                continue;
+            }
+            VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+            VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+            f11.pNext = &f12;
+            VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+            features.pNext = &f11;
+            a.vkGetPhysicalDeviceFeatures2(h, &features);
+            if (!f12.bufferDeviceAddress) {
+                note(name + ": no bufferDeviceAddress");
+                continue;
+            }
+            d.fp16_storage = f11.storageBuffer16BitAccess;
+            uint32_t families = 0;
+            a.vkGetPhysicalDeviceQueueFamilyProperties(h, &families, nullptr);
+            std::vector<VkQueueFamilyProperties> fam(families);
+            a.vkGetPhysicalDeviceQueueFamilyProperties(h, &families, fam.data());
+            bool found = false;
+            for (uint32_t i = 0; i < families && !found; ++i)
+                if (fam[i].queueFlags & VK_QUEUE_COMPUTE_BIT) d.queue_family = i, found = true;
+            if (!found) {
+                note(name + ": no compute queue");
+                continue;
+            }
+            d.memory_budget = has_extension(a, h, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+            d.cooperative_matrix = has_extension(a, h, "VK_NV_cooperative_matrix") ||
+                                   has_extension(a, h, "VK_KHR_cooperative_matrix");
+            VkPhysicalDeviceMemoryProperties mem;
+            a.vkGetPhysicalDeviceMemoryProperties(h, &mem);
+            for (uint32_t i = 0; i < mem.memoryHeapCount; ++i)
+                if ((mem.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) && mem.memoryHeaps[i].size > d.heap_bytes) {
+                    d.heap_bytes = mem.memoryHeaps[i].size;
+                    d.device_local_heap = i;
+                }
+            out.push_back(d);
+        }
+    } catch (const std::exception& e) {
+        note(e.what());
+    }
+    std::stable_sort(out.begin(), out.end(), [](const PhysicalDevice& x, const PhysicalDevice& y) {
+        return type_rank(x.properties.deviceType) < type_rank(y.properties.deviceType);
+    });
+    if (why) *why = reasons;
+    return out;
+}
+
+DeviceMemoryInfo heap_memory(const PhysicalDevice& d, int64_t held_bytes) {
+    DeviceMemoryInfo m;
+    m.total = static_cast<int64_t>(d.heap_bytes);
+    m.free = std::max<int64_t>(0, m.total - held_bytes);
+    if (d.memory_budget) {
+        VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+        VkPhysicalDeviceMemoryProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2};
+        props.pNext = &budget;
+        api().vkGetPhysicalDeviceMemoryProperties2(d.handle, &props);
+        const uint64_t b = budget.heapBudget[d.device_local_heap], u = budget.heapUsage[d.device_local_heap];
+        if (b > 0) m.free = static_cast<int64_t>(b > u ? b - u : 0);
+    }
+    return m;
+}
+
+DeviceDescription describe(const PhysicalDevice& d, int index, int64_t held_bytes) {
+    DeviceDescription out;
+    out.device = {DeviceKind::Vulkan, index};
+    out.name = d.properties.deviceName;
+    const uint32_t v = d.properties.apiVersion;
+    out.detail = std::string(type_name(d.properties.deviceType)) + ", Vulkan " + std::to_string(VK_API_VERSION_MAJOR(v)) +
+                 "." + std::to_string(VK_API_VERSION_MINOR(v)) + "." + std::to_string(VK_API_VERSION_PATCH(v)) +
+                 (d.fp16_storage ? ", fp16 and fp32" : ", fp32 only (no 16-bit storage)") +
+                 (d.cooperative_matrix ? ", cooperative matrices (unused)" : "") + ", heap " + mib(d.heap_bytes);
+    out.memory = heap_memory(d, held_bytes);
+    out.emulated = d.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    return out;
+}
+
+}  // namespace kiln::vulkan

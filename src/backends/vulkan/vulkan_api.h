@@ -1,0 +1,84 @@
+// The Vulkan functions kiln calls, loaded at run time from the loader (libvulkan.so.1) rather than linked:
+// a kiln built with Vulkan still starts, and runs on the CPU or CUDA, where no loader is installed; only
+// asking for a Vulkan device then fails, with a line saying the loader is missing.
+#pragma once
+#define VK_NO_PROTOTYPES
+#include <vulkan/vulkan.h>
+
+#include <string>
+
+namespace kiln::vulkan {
+
+// Functions of the loader itself, then of an instance, then of a device (all resolved through the
+// instance: one table serves every device, at the cost of one indirection per call).
+#define KILN_VULKAN_GLOBAL_FUNCTIONS(X) \
+    X(vkCreateInstance)                 \
+    X(vkEnumerateInstanceVersion)
+#define KILN_VULKAN_INSTANCE_FUNCTIONS(X)        \
+    X(vkDestroyInstance)                         \
+    X(vkEnumeratePhysicalDevices)                \
+    X(vkGetPhysicalDeviceProperties)             \
+    X(vkGetPhysicalDeviceProperties2)            \
+    X(vkGetPhysicalDeviceFeatures2)              \
+    X(vkGetPhysicalDeviceMemoryProperties)       \
+    X(vkGetPhysicalDeviceMemoryProperties2)      \
+    X(vkGetPhysicalDeviceQueueFamilyProperties)  \
+    X(vkEnumerateDeviceExtensionProperties)      \
+    X(vkCreateDevice)                            \
+    X(vkDestroyDevice)                           \
+    X(vkDeviceWaitIdle)                          \
+    X(vkGetDeviceQueue)                          \
+    X(vkQueueSubmit)                             \
+    X(vkCreateCommandPool)                       \
+    X(vkDestroyCommandPool)                      \
+    X(vkAllocateCommandBuffers)                  \
+    X(vkBeginCommandBuffer)                      \
+    X(vkEndCommandBuffer)                        \
+    X(vkResetCommandBuffer)                      \
+    X(vkCreateFence)                             \
+    X(vkDestroyFence)                            \
+    X(vkWaitForFences)                           \
+    X(vkResetFences)                             \
+    X(vkAllocateMemory)                          \
+    X(vkFreeMemory)                              \
+    X(vkMapMemory)                               \
+    X(vkUnmapMemory)                             \
+    X(vkCreateBuffer)                            \
+    X(vkDestroyBuffer)                           \
+    X(vkGetBufferMemoryRequirements)             \
+    X(vkBindBufferMemory)                        \
+    X(vkGetBufferDeviceAddress)                  \
+    X(vkCreateShaderModule)                      \
+    X(vkDestroyShaderModule)                     \
+    X(vkCreatePipelineLayout)                    \
+    X(vkDestroyPipelineLayout)                   \
+    X(vkCreatePipelineCache)                     \
+    X(vkGetPipelineCacheData)                    \
+    X(vkDestroyPipelineCache)                    \
+    X(vkCreateComputePipelines)                  \
+    X(vkDestroyPipeline)                         \
+    X(vkCmdBindPipeline)                         \
+    X(vkCmdPushConstants)                        \
+    X(vkCmdDispatch)                             \
+    X(vkCmdCopyBuffer)                           \
+    X(vkCmdPipelineBarrier)
+
+struct Api {
+#define KILN_VULKAN_MEMBER(name) PFN_##name name = nullptr;
+    KILN_VULKAN_GLOBAL_FUNCTIONS(KILN_VULKAN_MEMBER)
+    KILN_VULKAN_INSTANCE_FUNCTIONS(KILN_VULKAN_MEMBER)
+#undef KILN_VULKAN_MEMBER
+    VkInstance instance = VK_NULL_HANDLE;
+    uint32_t instance_version = 0;
+};
+
+// The loader and kiln's instance (Vulkan 1.2), made on first use and kept for the process. No loader, or an
+// instance that cannot be made: Unsupported naming why.
+const Api& api();
+
+// "VK_ERROR_OUT_OF_DEVICE_MEMORY", ...
+std::string result_name(VkResult r);
+// Throws for r != VK_SUCCESS: OutOfMemory for the out-of-memory results, Unsupported otherwise, naming what.
+void check(VkResult r, const std::string& what);
+
+}  // namespace kiln::vulkan

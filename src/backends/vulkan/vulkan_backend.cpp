@@ -1,0 +1,237 @@
+#include "backends/vulkan/vulkan_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/vulkan/vulkan_device_ops.h"
+#include "kiln/error.h"
+
+namespace kiln::vulkan {
+
+namespace {
+
+constexpr int64_t kStagingBytes = int64_t(64) << 20;
+
+uint32_t host_memory_type(const PhysicalDevice& d, uint32_t allowed) {
+    VkPhysicalDeviceMemoryProperties mem;
+    api().vkGetPhysicalDeviceMemoryProperties(d.handle, &mem);
+    const VkMemoryPropertyFlags want = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    // Cached host memory reads back fast (downloads); plain coherent memory is the fallback.
+    for (VkMemoryPropertyFlags extra : {VkMemoryPropertyFlags(VK_MEMORY_PROPERTY_HOST_CACHED_BIT), VkMemoryPropertyFlags(0)})
+        for (uint32_t i = 0; i < mem.memoryTypeCount; ++i)
+            if ((allowed & (1u << i)) && (mem.memoryTypes[i].propertyFlags & (want | extra)) == (want | extra)) return i;
+    fail(ErrorKind::Unsupported, std::string(d.properties.deviceName) + ": no host-visible coherent memory");
+}
+
+}  // namespace
+
+VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physical_(physical), index_(index) {
+    const Api& a = api();
+    const float priority = 1.0f;
+    VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+    queue.queueFamilyIndex = physical_.queue_family;
+    queue.queueCount = 1;
+    queue.pQueuePriorities = &priority;
+    VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    f12.bufferDeviceAddress = VK_TRUE;
+    VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+    f11.storageBuffer16BitAccess = physical_.fp16_storage ? VK_TRUE : VK_FALSE;
+    f11.pNext = &f12;
+    VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+    info.pNext = &f11;
+    info.queueCreateInfoCount = 1;
+    info.pQueueCreateInfos = &queue;
+    check(a.vkCreateDevice(physical_.handle, &info, nullptr, &device_),
+          std::string("vkCreateDevice (") + physical_.properties.deviceName + ")");
+    a.vkGetDeviceQueue(device_, physical_.queue_family, 0, &queue_);
+
+    VkCommandPoolCreateInfo pool{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+    pool.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+    pool.queueFamilyIndex = physical_.queue_family;
+    check(a.vkCreateCommandPool(device_, &pool, nullptr, &pool_), "vkCreateCommandPool");
+    VkCommandBufferAllocateInfo cb{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    cb.commandPool = pool_;
+    cb.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    cb.commandBufferCount = 1;
+    check(a.vkAllocateCommandBuffers(device_, &cb, &commands_), "vkAllocateCommandBuffers");
+    VkFenceCreateInfo fence{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    check(a.vkCreateFence(device_, &fence, nullptr, &fence_), "vkCreateFence");
+
+    VkBufferCreateInfo staging{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+    staging.size = kStagingBytes;
+    staging.usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    check(a.vkCreateBuffer(device_, &staging, nullptr, &staging_), "vkCreateBuffer (staging)");
+    VkMemoryRequirements req;
+    a.vkGetBufferMemoryRequirements(device_, staging_, &req);
+    VkMemoryAllocateInfo alloc{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+    alloc.allocationSize = req.size;
+    alloc.memoryTypeIndex = host_memory_type(physical_, req.memoryTypeBits);
+    check(a.vkAllocateMemory(device_, &alloc, nullptr, &staging_memory_), "vkAllocateMemory (staging, 64 MiB)");
+    check(a.vkBindBufferMemory(device_, staging_, staging_memory_, 0), "vkBindBufferMemory (staging)");
+    void* map = nullptr;
+    check(a.vkMapMemory(device_, staging_memory_, 0, VK_WHOLE_SIZE, 0, &map), "vkMapMemory (staging)");
+    staging_map_ = static_cast<char*>(map);
+    staging_bytes_ = kStagingBytes;
+
+    memory_ = std::make_unique<VulkanMemory>(device_, physical_, device_name(device()), [this] { synchronize(); });
+    kernels_ = std::make_unique<VulkanKernels>(device_, physical_);
+    ops_ = std::make_unique<VulkanDeviceOps>(*this);
+}
+
+VulkanBackend::~VulkanBackend() {
+    const Api& a = api();
+    try {
+        synchronize();
+    } catch (...) {
+    }
+    a.vkDeviceWaitIdle(device_);
+    ops_.reset();
+    kernels_.reset();
+    memory_.reset();
+    a.vkUnmapMemory(device_, staging_memory_);
+    a.vkDestroyBuffer(device_, staging_, nullptr);
+    a.vkFreeMemory(device_, staging_memory_, nullptr);
+    a.vkDestroyFence(device_, fence_, nullptr);
+    a.vkDestroyCommandPool(device_, pool_, nullptr);
+    a.vkDestroyDevice(device_, nullptr);
+}
+
+void VulkanBackend::record_begin() {
+    if (recording_) return;
+    VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    check(api().vkBeginCommandBuffer(commands_, &begin), "vkBeginCommandBuffer");
+    recording_ = true;
+}
+
+void VulkanBackend::record_barrier() {
+    // Every command sees the results of every earlier one: the order of a stream, which the ops layer assumes.
+    VkMemoryBarrier b{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    b.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    b.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                      VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_HOST_READ_BIT;
+    const VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    api().vkCmdPipelineBarrier(commands_, stages, stages | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &b, 0, nullptr, 0,
+                               nullptr);
+    ++recorded_;
+}
+
+void VulkanBackend::submit_and_wait() {
+    if (recording_) {
+        const Api& a = api();
+        check(a.vkEndCommandBuffer(commands_), "vkEndCommandBuffer");
+        recording_ = false;
+        if (recorded_ > 0) {
+            VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+            submit.commandBufferCount = 1;
+            submit.pCommandBuffers = &commands_;
+            check(a.vkQueueSubmit(queue_, 1, &submit, fence_), "vkQueueSubmit");
+            check(a.vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+            check(a.vkResetFences(device_, 1, &fence_), "vkResetFences");
+        }
+        check(a.vkResetCommandBuffer(commands_, 0), "vkResetCommandBuffer");
+        recorded_ = 0;
+    }
+    staging_used_ = 0;
+}
+
+void VulkanBackend::synchronize() {
+    submit_and_wait();
+    kernels_->save_cache();
+}
+
+void VulkanBackend::dispatch_bytes(const char* name, const void* params, uint32_t bytes, uint32_t x, uint32_t y,
+                                   uint32_t z) {
+    if (x == 0 || y == 0 || z == 0) return;
+    const VkPipeline p = kernels_->pipeline(name);
+    record_begin();
+    const Api& a = api();
+    a.vkCmdBindPipeline(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, p);
+    a.vkCmdPushConstants(commands_, kernels_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, bytes, params);
+    a.vkCmdDispatch(commands_, x, y, z);
+    record_barrier();
+}
+
+void VulkanBackend::upload(void* dst, const void* src, int64_t bytes) {
+    // Staged without waiting: the copies run at the next submit, and src may be reused at once.
+    const char* from = static_cast<const char*>(src);
+    char* to = static_cast<char*>(dst);
+    while (bytes > 0) {
+        if (staging_used_ == staging_bytes_) submit_and_wait();
+        const int64_t n = std::min(bytes, staging_bytes_ - staging_used_);
+        std::memcpy(staging_map_ + staging_used_, from, static_cast<size_t>(n));
+        const VulkanMemory::Location where = memory_->locate(to);
+        record_begin();
+        VkBufferCopy region{VkDeviceSize(staging_used_), where.offset, VkDeviceSize(n)};
+        api().vkCmdCopyBuffer(commands_, staging_, where.buffer, 1, &region);
+        record_barrier();
+        staging_used_ += n;
+        from += n;
+        to += n;
+        bytes -= n;
+    }
+}
+
+void VulkanBackend::download(void* dst, const void* src, int64_t bytes) {
+    char* to = static_cast<char*>(dst);
+    const char* from = static_cast<const char*>(src);
+    submit_and_wait();  // the staging memory may hold uploads not yet copied
+    while (bytes > 0) {
+        const int64_t n = std::min(bytes, staging_bytes_);
+        const VulkanMemory::Location where = memory_->locate(from);
+        record_begin();
+        VkBufferCopy region{where.offset, 0, VkDeviceSize(n)};
+        api().vkCmdCopyBuffer(commands_, where.buffer, staging_, 1, &region);
+        record_barrier();
+        submit_and_wait();
+        std::memcpy(to, staging_map_, static_cast<size_t>(n));
+        from += n;
+        to += n;
+        bytes -= n;
+    }
+}
+
+void VulkanBackend::copy(void* dst, const void* src, int64_t bytes) {
+    if (bytes <= 0) return;
+    const VulkanMemory::Location from = memory_->locate(src), to = memory_->locate(dst);
+    record_begin();
+    VkBufferCopy region{from.offset, to.offset, VkDeviceSize(bytes)};
+    api().vkCmdCopyBuffer(commands_, from.buffer, to.buffer, 1, &region);
+    record_barrier();
+}
+
+void VulkanBackend::convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) {
+    require(supports(src_type) && supports(dst_type), ErrorKind::Unsupported,
+            device_name(device()) + " cannot convert " + dtype_name(src_type) + " to " + dtype_name(dst_type));
+    if (src_type == dst_type) return copy(dst, src, n * int64_t(dtype_size(src_type)));
+    struct {
+        uint64_t src, dst;
+        uint32_t n, pad;
+    } p{reinterpret_cast<uint64_t>(src), reinterpret_cast<uint64_t>(dst), uint32_t(n), 0};
+    require(n < (int64_t(1) << 32), ErrorKind::Unsupported, "vulkan: a tensor of 2^32 or more values");
+    dispatch(src_type == DType::F32 ? "convert_f32_f16" : "convert_f16_f32", p,
+             uint32_t(std::min<int64_t>((n + 255) / 256, 65535)));
+}
+
+BackendFactory vulkan_backend_factory() {
+    BackendFactory f;
+    f.list = [](std::string* why) {
+        std::vector<DeviceDescription> out;
+        std::string reasons;
+        const std::vector<PhysicalDevice> devices = physical_devices(&reasons);
+        for (size_t i = 0; i < devices.size(); ++i) out.push_back(describe(devices[i], int(i), 0));
+        if (why) *why = reasons.empty() ? "" : "vulkan: " + reasons;
+        return out;
+    };
+    f.create = [](int index) -> std::unique_ptr<Backend> {
+        std::string why;
+        const std::vector<PhysicalDevice> devices = physical_devices(&why);
+        require(index >= 0 && index < int(devices.size()), ErrorKind::Unsupported,
+                "device vulkan:" + std::to_string(index) + " is not there (" + std::to_string(devices.size()) +
+                    " usable Vulkan device" + (devices.size() == 1 ? "" : "s") + (why.empty() ? "" : "; " + why) + ")");
+        return std::make_unique<VulkanBackend>(devices[index], index);
+    };
+    return f;
+}
+
+}  // namespace kiln::vulkan

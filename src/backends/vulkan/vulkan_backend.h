@@ -1,0 +1,74 @@
+// The Vulkan backend: one per device, made by the registry (core/backend.h) on first use. Work is recorded
+// into one command buffer, every command followed by a full compute/transfer barrier, so the buffer runs
+// in order like a CUDA stream; it is submitted when the host needs a result (download, synchronize) or the
+// staging memory for uploads is full. Memory comes from VulkanMemory (device addresses as pointers), the
+// kernels from VulkanKernels (docs/VULKAN.md).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "backends/vulkan/physical_devices.h"
+#include "backends/vulkan/vulkan_kernels.h"
+#include "backends/vulkan/vulkan_memory.h"
+#include "core/backend.h"
+
+namespace kiln::vulkan {
+
+class VulkanBackend final : public Backend {
+public:
+    VulkanBackend(const PhysicalDevice& physical, int index);
+    ~VulkanBackend() override;
+
+    Device device() const override { return {DeviceKind::Vulkan, index_}; }
+    DeviceDescription describe() const override { return vulkan::describe(physical_, index_, memory_->reserved_bytes()); }
+    DeviceMemoryInfo memory_info() const override { return heap_memory(physical_, memory_->reserved_bytes()); }
+    int64_t reserved_bytes() const override { return memory_->reserved_bytes(); }
+    void* allocate(int64_t bytes) override { return memory_->allocate(bytes); }
+    void deallocate(void* p) noexcept override { memory_->deallocate(p); }
+    void upload(void* dst, const void* src, int64_t bytes) override;
+    void download(void* dst, const void* src, int64_t bytes) override;
+    void copy(void* dst, const void* src, int64_t bytes) override;
+    void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) override;
+    void synchronize() override;
+    bool supports(DType t) const override { return t == DType::F32 || (t == DType::F16 && physical_.fp16_storage); }
+    const ops::DeviceOps& ops() const override { return *ops_; }
+
+    // Records kernel `name` with push constants `params` over x * y * z workgroups.
+    template <class Params>
+    void dispatch(const char* name, const Params& params, uint32_t x, uint32_t y = 1, uint32_t z = 1) {
+        static_assert(sizeof(Params) <= kPushConstantBytes && sizeof(Params) % 4 == 0, "push constants");
+        dispatch_bytes(name, &params, sizeof(Params), x, y, z);
+    }
+    void dispatch_bytes(const char* name, const void* params, uint32_t bytes, uint32_t x, uint32_t y, uint32_t z);
+    const PhysicalDevice& physical() const { return physical_; }
+    VulkanKernels& kernels() { return *kernels_; }
+
+private:
+    void record_begin();
+    void record_barrier();
+    void submit_and_wait();  // runs what is recorded and waits; the staging memory is free again after it
+    void copy_to_staging(const void* src, int64_t bytes, int64_t staging_offset);
+
+    PhysicalDevice physical_;
+    int index_;
+    VkDevice device_ = VK_NULL_HANDLE;
+    VkQueue queue_ = VK_NULL_HANDLE;
+    VkCommandPool pool_ = VK_NULL_HANDLE;
+    VkCommandBuffer commands_ = VK_NULL_HANDLE;
+    VkFence fence_ = VK_NULL_HANDLE;
+    bool recording_ = false;
+    int64_t recorded_ = 0;  // commands in the buffer since the last submit
+    // Host-visible memory that uploads are staged through and downloads come back in.
+    VkBuffer staging_ = VK_NULL_HANDLE;
+    VkDeviceMemory staging_memory_ = VK_NULL_HANDLE;
+    char* staging_map_ = nullptr;
+    int64_t staging_bytes_ = 0, staging_used_ = 0;
+    std::unique_ptr<VulkanMemory> memory_;
+    std::unique_ptr<VulkanKernels> kernels_;
+    std::unique_ptr<ops::DeviceOps> ops_;
+};
+
+// The registry's factory for Vulkan devices (list and create).
+BackendFactory vulkan_backend_factory();
+
+}  // namespace kiln::vulkan

@@ -1,0 +1,375 @@
+#include "backends/vulkan/vulkan_device_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "backends/vulkan/vulkan_backend.h"
+#include "ops/device_op_checks.h"
+#include "ops/op_observer.h"
+#include "ops/ops.h"
+
+namespace kiln::vulkan {
+
+namespace {
+
+using ops::bad_device_operands;
+using ops::device_operand;
+using ops::require_same_place;
+
+uint64_t addr(const Tensor& t) { return reinterpret_cast<uint64_t>(t.device_data()); }
+uint64_t addr(const Tensor* t) { return t ? addr(*t) : 0; }
+uint64_t addr(const Tensor& t, int64_t elements) { return reinterpret_cast<uint64_t>(ops::device_at(t, elements)); }
+
+// Shaders index with 32-bit unsigned integers.
+uint32_t u32(int64_t v, const char* op, const Tensor& x) {
+    if (v < 0 || v >= (int64_t(1) << 32))
+        bad_device_operands(op, x, device_operand("x", x) + " has 2^32 or more values (too large for one Vulkan kernel)");
+    return static_cast<uint32_t>(v);
+}
+
+std::string kernel(const char* base, const Tensor& t) {
+    return std::string(base) + (t.dtype() == DType::F16 ? "_f16" : "_f32");
+}
+
+// Elementwise kernels loop over their elements with at most 65535 workgroups of 256.
+uint32_t element_groups(int64_t n) { return static_cast<uint32_t>(std::clamp<int64_t>((n + 255) / 256, 1, 65535)); }
+
+// Row kernels take one workgroup per row on a 2D grid.
+struct RowGrid {
+    uint32_t x, y;
+};
+RowGrid row_grid(int64_t rows) {
+    const int64_t x = std::clamp<int64_t>(rows, 1, 65535);
+    return {uint32_t(x), uint32_t((rows + x - 1) / x)};
+}
+
+// Push constants, laid out as the shaders declare them (device addresses first).
+struct MatmulParams {
+    uint64_t a, b, c, bias;
+    uint32_t m, n, k;
+    uint32_t sam, sak, sbk, sbn, scm, scn;
+    uint32_t saz, sbz, scz;
+    float alpha;
+    uint32_t flags;  // 1: A's k contiguous, 2: B's k contiguous, 4: bias
+};
+struct ConvParams {
+    uint64_t x, w, bias, y, stats, gamma, beta;
+    uint32_t cin, h, wd, cout, oh, ow, ks, stride, pad, groups, flags;  // 1: bias, 2: GroupNorm + SiLU
+};
+struct NormStatsParams {
+    uint64_t x, stats;
+    uint32_t count;
+    float eps;
+};
+struct NormApplyParams {
+    uint64_t x, y, stats, gamma, beta;
+    uint32_t n, c, spatial, groups;
+};
+struct LayerNormParams {
+    uint64_t x, y, gamma, beta;
+    uint32_t rows, d;
+    float eps;
+};
+struct SoftmaxParams {
+    uint64_t x, y;
+    uint32_t rows, len;
+    float scale;
+    uint32_t causal, queries, q0;
+};
+struct UnaryParams {
+    uint64_t x;
+    uint32_t n, op;
+    float s;
+};
+struct BinaryParams {
+    uint64_t a, b;
+    uint32_t n, inner;
+};
+struct GegluParams {
+    uint64_t x, y;
+    uint32_t n, d;
+};
+struct LayoutParams {
+    uint64_t a, b, y;
+    uint32_t n, op, c, c2, h, w;
+};
+
+// Matmul's grid: 64x64 tiles of C, one z per batch element.
+void run_matmul(VulkanBackend& backend, const std::string& kernel, const MatmulParams& p, uint32_t batch) {
+    require((p.m + 63) / 64 <= 65535, ErrorKind::Unsupported, "vulkan: a product with more than 4M rows");
+    backend.dispatch(kernel.c_str(), p, (p.n + 63) / 64, (p.m + 63) / 64, batch);
+}
+
+// Attention keeps its float32 scores for one block of queries under this.
+constexpr int64_t kScoreBudgetBytes = int64_t(256) << 20;
+
+}  // namespace
+
+Tensor VulkanDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b) const {
+    if (x.rank() < 1 || w.rank() != 2 || x.dim(-1) != w.dim(1))
+        bad_device_operands("linear", x, device_operand("x", x) + " and " + device_operand("w", w));
+    require_same_place("linear", x, w, "w");
+    const int64_t k = w.dim(1), n = w.dim(0), m = k ? x.numel() / k : 0;
+    if (b) {
+        require_same_place("linear", x, *b, "b");
+        if (b->numel() != n) bad_device_operands("linear", x, device_operand("b", *b) + " for " + device_operand("w", w));
+    }
+    Shape shape = x.shape();
+    shape.back() = n;
+    Tensor y = Tensor::empty_on(backend_, shape, x.dtype());
+    if (y.numel() == 0) return y;
+    ops::OpScope scope(ops::OpKind::Linear, 2.0 * double(m) * double(n) * double(k));
+    MatmulParams p{};
+    p.a = addr(x), p.b = addr(w), p.c = addr(y), p.bias = addr(b);
+    p.m = u32(m, "linear", x), p.n = u32(n, "linear", x), p.k = u32(k, "linear", x);
+    p.sam = p.k, p.sak = 1;  // x [m, k]
+    p.sbk = 1, p.sbn = p.k;  // B(k, n) = w[n, k]
+    p.scm = p.n, p.scn = 1;
+    p.alpha = 1.0f;
+    p.flags = 1 | 2 | (b ? 4 : 0);
+    run_matmul(backend_, kernel("matmul", x), p, 1);
+    return y;
+}
+
+Tensor VulkanDeviceOps::group_norm_stats(const Tensor& x, int groups, float eps) const {
+    const int64_t n = x.dim(0), c = x.dim(1);
+    if (groups < 1 || c % groups != 0)
+        bad_device_operands("group_norm", x, std::to_string(groups) + " groups for " + device_operand("x", x));
+    Tensor stats = Tensor::empty_on(backend_, {n, int64_t(groups), 2}, DType::F32);
+    if (x.numel() == 0) return stats;
+    NormStatsParams p{addr(x), addr(stats), u32(x.numel() / (n * groups), "group_norm", x), eps};
+    require(n * groups <= 65535, ErrorKind::Unsupported, "vulkan: group_norm over more than 65535 groups");
+    backend_.dispatch(kernel("group_norm_stats", x).c_str(), p, uint32_t(n * groups));
+    return stats;
+}
+
+Tensor VulkanDeviceOps::group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                                   float eps) const {
+    if (x.rank() < 2 || gamma.numel() != x.dim(1) || beta.numel() != x.dim(1))
+        bad_device_operands("group_norm", x, device_operand("x", x) + ", " + device_operand("gamma", gamma));
+    require_same_place("group_norm", x, gamma, "gamma");
+    require_same_place("group_norm", x, beta, "beta");
+    Tensor y = Tensor::empty_on(backend_, x.shape(), x.dtype());
+    if (y.numel() == 0) return y;
+    ops::OpScope scope(ops::OpKind::GroupNorm);
+    const Tensor stats = group_norm_stats(x, groups, eps);
+    NormApplyParams p{addr(x), addr(y), addr(stats), addr(gamma), addr(beta), u32(x.numel(), "group_norm", x),
+                      uint32_t(x.dim(1)), uint32_t(x.numel() / (x.dim(0) * x.dim(1))), uint32_t(groups)};
+    backend_.dispatch(kernel("group_norm_apply", x).c_str(), p, element_groups(x.numel()));
+    return y;
+}
+
+Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
+                             const Tensor* stats, const Tensor* gamma, const Tensor* beta, int groups) const {
+    if (x.rank() != 4 || w.rank() != 4 || w.dim(1) != x.dim(1) || w.dim(2) != w.dim(3) || stride < 1 || padding < 0)
+        bad_device_operands("conv2d", x, device_operand("x", x) + ", " + device_operand("w", w) + ", stride " +
+                                             std::to_string(stride) + ", padding " + std::to_string(padding) +
+                                             " (square kernels only)");
+    require_same_place("conv2d", x, w, "w");
+    const int64_t n = x.dim(0), cin = x.dim(1), h = x.dim(2), wd = x.dim(3), cout = w.dim(0), kk = w.dim(2);
+    if (h + 2 * padding < kk || wd + 2 * padding < kk)
+        bad_device_operands("conv2d", x, device_operand("x", x) + " is smaller than the kernel");
+    if (b) {
+        require_same_place("conv2d", x, *b, "b");
+        if (b->numel() != cout) bad_device_operands("conv2d", x, device_operand("b", *b) + " for " + device_operand("w", w));
+    }
+    const int64_t oh = (h + 2 * padding - kk) / stride + 1, ow = (wd + 2 * padding - kk) / stride + 1;
+    Tensor y = Tensor::empty_on(backend_, {n, cout, oh, ow}, x.dtype());
+    if (y.numel() == 0) return y;
+    ops::OpScope scope(ops::OpKind::Conv2d, 2.0 * double(n) * double(cout) * double(oh * ow) * double(cin * kk * kk));
+    u32(x.numel(), "conv2d", x), u32(y.numel(), "conv2d", y);
+    ConvParams p{addr(x), addr(w), addr(b), addr(y), addr(stats), addr(gamma), addr(beta), uint32_t(cin), uint32_t(h),
+                 uint32_t(wd), uint32_t(cout), uint32_t(oh), uint32_t(ow), uint32_t(kk), uint32_t(stride),
+                 uint32_t(padding), uint32_t(groups), uint32_t((b ? 1 : 0) | (stats ? 2 : 0))};
+    require(n <= 65535 && (cout + 63) / 64 <= 65535 && (oh * ow + 63) / 64 <= 65535, ErrorKind::Unsupported,
+            "vulkan: conv2d of " + device_operand("x", x) + " exceeds the workgroup grid");
+    backend_.dispatch(kernel("conv2d", x).c_str(), p, uint32_t((oh * ow + 63) / 64), uint32_t((cout + 63) / 64),
+                      uint32_t(n));
+    return y;
+}
+
+Tensor VulkanDeviceOps::conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const {
+    return conv(x, w, b, stride, padding, nullptr, nullptr, nullptr, 1);
+}
+
+Tensor VulkanDeviceOps::conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                                               float eps, const Tensor& w, const Tensor* b, int stride,
+                                               int padding) const {
+    if (x.rank() != 4 || gamma.numel() != x.dim(1) || beta.numel() != x.dim(1))
+        bad_device_operands("conv2d_group_norm_silu", x, device_operand("x", x) + ", " + device_operand("gamma", gamma));
+    require_same_place("conv2d_group_norm_silu", x, gamma, "gamma");
+    require_same_place("conv2d_group_norm_silu", x, beta, "beta");
+    const Tensor stats = group_norm_stats(x, groups, eps);
+    return conv(x, w, b, stride, padding, &stats, &gamma, &beta, groups);
+}
+
+Tensor VulkanDeviceOps::layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) const {
+    if (x.rank() < 1 || gamma.numel() != x.dim(-1) || beta.numel() != x.dim(-1))
+        bad_device_operands("layer_norm", x, device_operand("x", x) + ", " + device_operand("gamma", gamma));
+    require_same_place("layer_norm", x, gamma, "gamma");
+    require_same_place("layer_norm", x, beta, "beta");
+    Tensor y = Tensor::empty_on(backend_, x.shape(), x.dtype());
+    if (y.numel() == 0) return y;
+    ops::OpScope scope(ops::OpKind::LayerNorm);
+    const int64_t d = x.dim(-1), rows = x.numel() / d;
+    LayerNormParams p{addr(x), addr(y), addr(gamma), addr(beta), u32(rows, "layer_norm", x), uint32_t(d), eps};
+    u32(x.numel(), "layer_norm", x);
+    const RowGrid g = row_grid(rows);
+    backend_.dispatch(kernel("layer_norm", x).c_str(), p, g.x, g.y);
+    return y;
+}
+
+Tensor VulkanDeviceOps::softmax_lastdim(const Tensor& x) const {
+    Tensor y = Tensor::empty_on(backend_, x.shape(), x.dtype());
+    if (y.numel() == 0 || x.rank() == 0) return y;
+    ops::OpScope scope(ops::OpKind::SoftmaxLastdim);
+    const int64_t len = x.dim(-1), rows = x.numel() / len;
+    SoftmaxParams p{addr(x), addr(y), u32(rows, "softmax_lastdim", x), uint32_t(len), 1.0f, 0, 1, 0};
+    u32(x.numel(), "softmax_lastdim", x);
+    const RowGrid g = row_grid(rows);
+    backend_.dispatch(kernel("softmax", x).c_str(), p, g.x, g.y);
+    return y;
+}
+
+Tensor VulkanDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal) const {
+    if (q.rank() != 3 || k.rank() != 3 || v.rank() != 3 || heads < 1 || q.dim(0) != k.dim(0) || k.shape() != v.shape() ||
+        q.dim(2) != k.dim(2) || q.dim(2) % heads != 0)
+        bad_device_operands("attention", q, device_operand("q", q) + ", " + device_operand("k", k) + ", " +
+                                                device_operand("v", v) + ", " + std::to_string(heads) + " heads");
+    require_same_place("attention", q, k, "k");
+    require_same_place("attention", q, v, "v");
+    const int64_t batch = q.dim(0), lq = q.dim(1), lk = k.dim(1), hd = q.dim(2), d = hd / heads;
+    Tensor out = Tensor::empty_on(backend_, q.shape(), q.dtype());
+    if (out.numel() == 0 || lk == 0) return out;
+    ops::OpScope scope(ops::OpKind::Attention, 4.0 * double(batch) * double(lq) * double(lk) * double(hd));
+    u32(q.numel(), "attention", q), u32(k.numel(), "attention", k);
+    // Queries per block: the float32 scores of every head for one block stay under the budget.
+    const int64_t block = std::clamp<int64_t>(kScoreBudgetBytes / (4 * heads * lk), 1, lq);
+    Tensor scores = Tensor::empty_on(backend_, {int64_t(heads), block, lk}, DType::F32);
+    const bool f16 = q.dtype() == DType::F16;
+    for (int64_t b = 0; b < batch; ++b)
+        for (int64_t q0 = 0; q0 < lq; q0 += block) {
+            const int64_t qn = std::min(block, lq - q0);
+            MatmulParams s{};  // scores[h, i, j] = q[b, q0 + i, h d + .] . k[b, j, h d + .] / sqrt(d)
+            s.a = addr(q, (b * lq + q0) * hd), s.b = addr(k, b * lk * hd), s.c = addr(scores);
+            s.m = uint32_t(qn), s.n = uint32_t(lk), s.k = uint32_t(d);
+            s.sam = uint32_t(hd), s.sak = 1, s.saz = uint32_t(d);
+            s.sbk = 1, s.sbn = uint32_t(hd), s.sbz = uint32_t(d);
+            s.scm = uint32_t(lk), s.scn = 1, s.scz = uint32_t(qn * lk);
+            s.alpha = 1.0f / std::sqrt(float(d));
+            s.flags = 1 | 2;
+            run_matmul(backend_, f16 ? "matmul_scores_f16" : "matmul_f32", s, uint32_t(heads));
+            SoftmaxParams sm{addr(scores), addr(scores), uint32_t(heads * qn), uint32_t(lk), 1.0f, causal ? 1u : 0u,
+                             uint32_t(qn), uint32_t(q0)};
+            const RowGrid g = row_grid(heads * qn);
+            backend_.dispatch("softmax_f32", sm, g.x, g.y);
+            MatmulParams o{};  // out[b, q0 + i, h d + c] = sum_j p[h, i, j] v[b, j, h d + c]
+            o.a = addr(scores), o.b = addr(v, b * lk * hd), o.c = addr(out, (b * lq + q0) * hd);
+            o.m = uint32_t(qn), o.n = uint32_t(d), o.k = uint32_t(lk);
+            o.sam = uint32_t(lk), o.sak = 1, o.saz = uint32_t(qn * lk);
+            o.sbk = uint32_t(hd), o.sbn = 1, o.sbz = uint32_t(d);
+            o.scm = uint32_t(hd), o.scn = 1, o.scz = uint32_t(d);
+            o.alpha = 1.0f;
+            o.flags = 1;
+            run_matmul(backend_, f16 ? "matmul_pv_f16" : "matmul_f32", o, uint32_t(heads));
+        }
+    return out;
+}
+
+void VulkanDeviceOps::activation_(Tensor& x, ops::DeviceActivation f) const {
+    if (x.numel() == 0) return;
+    static constexpr ops::OpKind kinds[] = {ops::OpKind::Silu, ops::OpKind::Gelu, ops::OpKind::GeluTanh,
+                                            ops::OpKind::QuickGelu};
+    ops::OpScope scope(kinds[int(f)]);
+    UnaryParams p{addr(x), u32(x.numel(), "activation", x), uint32_t(f), 1.0f};
+    backend_.dispatch(kernel("unary", x).c_str(), p, element_groups(x.numel()));
+}
+
+void VulkanDeviceOps::scale_(Tensor& x, float s) const {
+    if (x.numel() == 0) return;
+    ops::OpScope scope(ops::OpKind::Scale);
+    UnaryParams p{addr(x), u32(x.numel(), "scale_", x), 4u, s};
+    backend_.dispatch(kernel("unary", x).c_str(), p, element_groups(x.numel()));
+}
+
+Tensor VulkanDeviceOps::geglu(const Tensor& x) const {
+    const int64_t d = x.dim(-1) / 2;
+    Shape shape = x.shape();
+    shape.back() = d;
+    Tensor y = Tensor::empty_on(backend_, shape, x.dtype());
+    if (y.numel() == 0) return y;
+    ops::OpScope scope(ops::OpKind::Geglu);
+    GegluParams p{addr(x), addr(y), u32(y.numel(), "geglu", x), uint32_t(d)};
+    u32(x.numel(), "geglu", x);
+    backend_.dispatch(kernel("geglu", x).c_str(), p, element_groups(y.numel()));
+    return y;
+}
+
+void VulkanDeviceOps::add_(Tensor& a, const Tensor& b) const {
+    require_same_place("add_", a, b, "b");
+    if (a.numel() != b.numel()) bad_device_operands("add_", a, device_operand("a", a) + " and " + device_operand("b", b));
+    if (a.numel() == 0) return;
+    ops::OpScope scope(ops::OpKind::Add);
+    BinaryParams p{addr(a), addr(b), u32(a.numel(), "add_", a), 1};
+    backend_.dispatch(kernel("binary", a).c_str(), p, element_groups(a.numel()));
+}
+
+void VulkanDeviceOps::add_channel_bias_(Tensor& x, const Tensor& bias_nc) const {
+    require_same_place("add_channel_bias_", x, bias_nc, "bias");
+    if (x.numel() == 0) return;
+    ops::OpScope scope(ops::OpKind::AddChannelBias);
+    BinaryParams p{addr(x), addr(bias_nc), u32(x.numel(), "add_channel_bias_", x),
+                   uint32_t(x.numel() / (x.dim(0) * x.dim(1)))};
+    backend_.dispatch(kernel("binary", x).c_str(), p, element_groups(x.numel()));
+}
+
+void VulkanDeviceOps::layout(int op, const Tensor& a, const Tensor* b, Tensor& y, int64_t c, int64_t c2, int64_t h,
+                             int64_t w) const {
+    if (y.numel() == 0) return;
+    LayoutParams p{addr(a), addr(b), addr(y), u32(y.numel(), "layout", a), uint32_t(op), uint32_t(c), uint32_t(c2),
+                   uint32_t(h), uint32_t(w)};
+    backend_.dispatch(kernel("layout", a).c_str(), p, element_groups(y.numel()));
+}
+
+Tensor VulkanDeviceOps::upsample_nearest2x(const Tensor& x) const {
+    Tensor y = Tensor::empty_on(backend_, {x.dim(0), x.dim(1), 2 * x.dim(2), 2 * x.dim(3)}, x.dtype());
+    ops::OpScope scope(ops::OpKind::UpsampleNearest2x);
+    layout(0, x, nullptr, y, 0, 0, x.dim(2), x.dim(3));
+    return y;
+}
+
+Tensor VulkanDeviceOps::concat_channels(const Tensor& a, const Tensor& b) const {
+    require_same_place("concat_channels", a, b, "b");
+    Shape shape = a.shape();
+    shape[1] += b.dim(1);
+    Tensor y = Tensor::empty_on(backend_, shape, a.dtype());
+    ops::OpScope scope(ops::OpKind::ConcatChannels);
+    const int64_t planes = a.dim(0) * a.dim(1), spatial = planes > 0 ? a.numel() / planes : 0;
+    layout(1, a, &b, y, a.dim(1), b.dim(1), spatial, 1);
+    return y;
+}
+
+Tensor VulkanDeviceOps::nchw_to_nlc(const Tensor& x) const {
+    Tensor y = Tensor::empty_on(backend_, {x.dim(0), x.dim(2) * x.dim(3), x.dim(1)}, x.dtype());
+    ops::OpScope scope(ops::OpKind::NchwToNlc);
+    layout(2, x, nullptr, y, x.dim(1), 0, x.dim(2) * x.dim(3), 1);
+    return y;
+}
+
+Tensor VulkanDeviceOps::nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) const {
+    Tensor y = Tensor::empty_on(backend_, {x.dim(0), x.dim(2), h, w}, x.dtype());
+    ops::OpScope scope(ops::OpKind::NlcToNchw);
+    layout(3, x, nullptr, y, x.dim(2), 0, h * w, 1);
+    return y;
+}
+
+Tensor VulkanDeviceOps::timestep_embedding(const Tensor& timesteps, int dim, bool flip_sin_to_cos,
+                                           float downscale_freq_shift, float max_period, DType out_type) const {
+    // A few values per UNet call: computed on the host to the CPU op's exact bits (see the header).
+    const Tensor host = timesteps.to_host();
+    return ops::timestep_embedding(host, dim, flip_sin_to_cos, downscale_freq_shift, DType::F32, max_period)
+        .to_device(backend_, out_type);
+}
+
+}  // namespace kiln::vulkan

@@ -1,0 +1,45 @@
+// The ops of ops.h on the Vulkan backend: checks the operands, allocates outputs and records the shaders
+// of shaders/ (one kernel per op, float32 or float16 storage with float32 arithmetic). Compositions:
+// attention = scores (matmul) + softmax + weighted sum (matmul), in blocks of queries; GroupNorm is
+// statistics + apply, and fused into the convolution after it; the timestep embedding is computed on the
+// host (GPU sin/cos are only specified to 2^-11 on [-pi, pi], and the arguments reach 1000 radians).
+#pragma once
+#include "ops/device_ops.h"
+
+namespace kiln::vulkan {
+
+class VulkanBackend;
+
+class VulkanDeviceOps final : public ops::DeviceOps {
+public:
+    explicit VulkanDeviceOps(VulkanBackend& backend) : backend_(backend) {}
+    Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) const override;
+    Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const override;
+    Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
+                                  const Tensor& w, const Tensor* b, int stride, int padding) const override;
+    Tensor group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps) const override;
+    Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) const override;
+    Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal) const override;
+    void activation_(Tensor& x, ops::DeviceActivation f) const override;
+    Tensor geglu(const Tensor& x) const override;
+    Tensor upsample_nearest2x(const Tensor& x) const override;
+    Tensor concat_channels(const Tensor& a, const Tensor& b) const override;
+    void add_(Tensor& a, const Tensor& b) const override;
+    void add_channel_bias_(Tensor& x, const Tensor& bias_nc) const override;
+    void scale_(Tensor& x, float s) const override;
+    Tensor nchw_to_nlc(const Tensor& x) const override;
+    Tensor nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) const override;
+    Tensor softmax_lastdim(const Tensor& x) const override;
+    Tensor timestep_embedding(const Tensor& timesteps, int dim, bool flip_sin_to_cos, float downscale_freq_shift,
+                              float max_period, DType out_type) const override;
+
+private:
+    Tensor conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding, const Tensor* stats,
+                const Tensor* gamma, const Tensor* beta, int groups) const;
+    Tensor group_norm_stats(const Tensor& x, int groups, float eps) const;  // F32 [N, groups, 2]
+    void layout(int op, const Tensor& a, const Tensor* b, Tensor& y, int64_t c, int64_t c2, int64_t h, int64_t w) const;
+
+    VulkanBackend& backend_;
+};
+
+}  // namespace kiln::vulkan

@@ -1,0 +1,45 @@
+// The compute pipelines of one device, made on first use from the embedded SPIR-V (spirv_table.h). All share
+// one layout: no descriptor sets, 128 bytes of push constants (the minimum every driver offers) that carry
+// the tensors' device addresses and the sizes. Pipelines go through a VkPipelineCache that is kept on disk
+// (docs/VULKAN.md), so the driver compiles each shader once per machine, not once per run: first-run shader
+// compiles are what AMD users complain about most.
+#pragma once
+#include <map>
+#include <string>
+
+#include "backends/vulkan/physical_devices.h"
+
+namespace kiln::vulkan {
+
+constexpr uint32_t kPushConstantBytes = 128;
+
+class VulkanKernels {
+public:
+    VulkanKernels(VkDevice device, const PhysicalDevice& physical);
+    ~VulkanKernels();
+    VulkanKernels(const VulkanKernels&) = delete;
+    VulkanKernels& operator=(const VulkanKernels&) = delete;
+
+    VkPipeline pipeline(const std::string& kernel);  // Unsupported for a name kiln does not embed
+    VkPipelineLayout layout() const { return layout_; }
+    // Writes the pipeline cache to disk if pipelines were made since the last save; never throws.
+    void save_cache() noexcept;
+    // Where the cache lives: $KILN_VULKAN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; empty
+    // when none of them is set.
+    static std::string cache_directory();
+    const std::string& cache_file() const { return cache_file_; }
+    int pipelines_made() const { return made_; }
+    double seconds_making_pipelines() const { return seconds_; }
+
+private:
+    VkDevice device_;
+    VkPipelineLayout layout_ = VK_NULL_HANDLE;
+    VkPipelineCache cache_ = VK_NULL_HANDLE;
+    std::string cache_file_;
+    std::map<std::string, VkPipeline> pipelines_;
+    bool dirty_ = false;
+    int made_ = 0;
+    double seconds_ = 0;
+};
+
+}  // namespace kiln::vulkan

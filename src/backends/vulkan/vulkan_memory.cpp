@@ -1,0 +1,159 @@
+#include "backends/vulkan/vulkan_memory.h"
+
+#include "kiln/error.h"
+
+namespace kiln::vulkan {
+
+namespace {
+constexpr int64_t kMiB = int64_t(1) << 20;
+constexpr int64_t kSlab = 64 * kMiB, kSmall = 4 * kMiB;
+std::string mib(int64_t bytes) { return std::to_string((bytes + kMiB / 2) / kMiB) + " MiB"; }
+// 512-byte granules below 1 MiB (and 256-byte aligned addresses), 2 MiB granules above: near sizes share blocks.
+int64_t rounded(int64_t bytes) {
+    const int64_t granule = bytes < kMiB ? 512 : 2 * kMiB;
+    return (bytes + granule - 1) / granule * granule;
+}
+constexpr VkBufferUsageFlags kUsage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                      VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
+}  // namespace
+
+VulkanMemory::VulkanMemory(VkDevice device, const PhysicalDevice& physical, std::string name,
+                           std::function<void()> wait_idle)
+    : device_(device), physical_(physical), name_(std::move(name)), wait_idle_(std::move(wait_idle)) {
+    VkPhysicalDeviceVulkan11Properties p11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_PROPERTIES};
+    VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    props.pNext = &p11;
+    api().vkGetPhysicalDeviceProperties2(physical.handle, &props);
+    max_allocation_ = static_cast<int64_t>(p11.maxMemoryAllocationSize);
+}
+
+VulkanMemory::~VulkanMemory() {
+    const Api& a = api();
+    for (auto& [address, c] : chunks_) {
+        a.vkDestroyBuffer(device_, c.buffer, nullptr);
+        a.vkFreeMemory(device_, c.memory, nullptr);
+    }
+}
+
+[[noreturn]] void VulkanMemory::out_of_memory(int64_t bytes, const std::string& why) const {
+    const DeviceMemoryInfo m = heap_memory(physical_, reserved_);
+    fail(ErrorKind::OutOfMemory, name_ + ": out of memory: asked for " + mib(bytes) + ", " + mib(m.free) +
+                                     " free of " + mib(m.total) + " (kiln holds " + mib(reserved_) + ")" + why);
+}
+
+uint64_t VulkanMemory::new_chunk(int64_t size, bool slab) {
+    if (max_allocation_ > 0 && size > max_allocation_)
+        out_of_memory(size, "; the driver allows at most " + mib(max_allocation_) + " in one allocation");
+    const Api& a = api();
+    VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+    info.size = static_cast<VkDeviceSize>(size);
+    info.usage = kUsage;
+    info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    VkBuffer buffer = VK_NULL_HANDLE;
+    check(a.vkCreateBuffer(device_, &info, nullptr, &buffer), "vkCreateBuffer of " + mib(size));
+    VkMemoryRequirements req;
+    a.vkGetBufferMemoryRequirements(device_, buffer, &req);
+    if (memory_type_ == UINT32_MAX) {  // device-local memory of the main heap, else anything the buffer takes
+        VkPhysicalDeviceMemoryProperties mem;
+        a.vkGetPhysicalDeviceMemoryProperties(physical_.handle, &mem);
+        for (uint32_t i = 0; i < mem.memoryTypeCount && memory_type_ == UINT32_MAX; ++i)
+            if ((req.memoryTypeBits & (1u << i)) && mem.memoryTypes[i].heapIndex == physical_.device_local_heap &&
+                (mem.memoryTypes[i].propertyFlags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT))
+                memory_type_ = i;
+        for (uint32_t i = 0; i < mem.memoryTypeCount && memory_type_ == UINT32_MAX; ++i)
+            if (req.memoryTypeBits & (1u << i)) memory_type_ = i;
+    }
+    VkMemoryAllocateFlagsInfo flags{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO};
+    flags.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
+    VkMemoryAllocateInfo alloc{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+    alloc.pNext = &flags;
+    alloc.allocationSize = req.size;
+    alloc.memoryTypeIndex = memory_type_;
+    VkDeviceMemory memory = VK_NULL_HANDLE;
+    VkResult r = a.vkAllocateMemory(device_, &alloc, nullptr, &memory);
+    if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
+        release_free_chunks();
+        r = a.vkAllocateMemory(device_, &alloc, nullptr, &memory);
+    }
+    if (r != VK_SUCCESS) {
+        a.vkDestroyBuffer(device_, buffer, nullptr);
+        if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) out_of_memory(size, "");
+        check(r, "vkAllocateMemory of " + mib(size));
+    }
+    r = a.vkBindBufferMemory(device_, buffer, memory, 0);
+    if (r != VK_SUCCESS) {
+        a.vkDestroyBuffer(device_, buffer, nullptr);
+        a.vkFreeMemory(device_, memory, nullptr);
+        check(r, "vkBindBufferMemory");
+    }
+    VkBufferDeviceAddressInfo where{VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO};
+    where.buffer = buffer;
+    const uint64_t address = a.vkGetBufferDeviceAddress(device_, &where);
+    chunks_[address] = Chunk{memory, buffer, size, slab};
+    reserved_ += size;
+    return address;
+}
+
+void* VulkanMemory::allocate(int64_t bytes) {
+    const int64_t size = rounded(bytes);
+    // A cached block at most a quarter (plus one granule) larger: reuse without wasting much.
+    auto it = free_.lower_bound(size);
+    if (it != free_.end() && it->first <= size + size / 4 + 2 * kMiB) {
+        const uint64_t address = it->second;
+        live_[address] = it->first;
+        free_.erase(it);
+        return reinterpret_cast<void*>(address);
+    }
+    uint64_t address;
+    int64_t block = size;
+    if (size < kSmall) {
+        if (slab_next_ + size > slab_end_) {
+            if (slab_end_ > slab_next_) free_.emplace(int64_t(slab_end_ - slab_next_), slab_next_);  // the tail
+            slab_next_ = new_chunk(kSlab, true);
+            slab_end_ = slab_next_ + kSlab;
+        }
+        address = slab_next_;
+        slab_next_ += size;
+    } else {
+        address = new_chunk(size, false);
+        block = chunks_[address].size;
+    }
+    live_[address] = block;
+    return reinterpret_cast<void*>(address);
+}
+
+void VulkanMemory::deallocate(void* p) noexcept {
+    auto it = live_.find(reinterpret_cast<uint64_t>(p));
+    if (it == live_.end()) return;
+    free_.emplace(it->second, it->first);
+    live_.erase(it);
+}
+
+void VulkanMemory::release_free_chunks() noexcept {
+    wait_idle_();
+    const Api& a = api();
+    for (auto it = free_.begin(); it != free_.end();) {
+        auto c = chunks_.find(it->second);
+        if (c != chunks_.end() && !c->second.slab && c->second.size == it->first) {
+            a.vkDestroyBuffer(device_, c->second.buffer, nullptr);
+            a.vkFreeMemory(device_, c->second.memory, nullptr);
+            reserved_ -= c->second.size;
+            chunks_.erase(c);
+            it = free_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
+VulkanMemory::Location VulkanMemory::locate(const void* address) const {
+    const uint64_t a = reinterpret_cast<uint64_t>(address);
+    auto it = chunks_.upper_bound(a);
+    require(it != chunks_.begin(), ErrorKind::InvalidArgument, name_ + ": an address that kiln did not allocate");
+    --it;
+    require(a < it->first + uint64_t(it->second.size), ErrorKind::InvalidArgument,
+            name_ + ": an address that kiln did not allocate");
+    return {it->second.buffer, a - it->first};
+}
+
+}  // namespace kiln::vulkan

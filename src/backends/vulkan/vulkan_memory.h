@@ -1,0 +1,63 @@
+// Device memory of one Vulkan device, cached like the CUDA allocator (no vkAllocateMemory in the steady
+// state). Every block is named by its buffer device address, which the backend hands out as the tensor's
+// pointer: offsets into a tensor are plain arithmetic on the host and shaders read through the address, so
+// no descriptor sets and no maxStorageBufferRange limit. Requests under 4 MiB are cut from 64 MiB slabs
+// (drivers allow only a few thousand allocations); larger ones get an allocation of their own, which can
+// be given back to the driver when memory runs short. A single request above maxMemoryAllocationSize
+// (2-4 GiB on many AMD drivers) is an OutOfMemory error naming that limit.
+// Not thread-safe: the backend calls it from the thread that records its commands.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <unordered_map>
+
+#include "backends/vulkan/physical_devices.h"
+
+namespace kiln::vulkan {
+
+class VulkanMemory {
+public:
+    // wait_idle: waits until the device has finished all submitted work (before memory goes back).
+    VulkanMemory(VkDevice device, const PhysicalDevice& physical, std::string name, std::function<void()> wait_idle);
+    ~VulkanMemory();
+    VulkanMemory(const VulkanMemory&) = delete;
+    VulkanMemory& operator=(const VulkanMemory&) = delete;
+
+    void* allocate(int64_t bytes);  // bytes > 0; the block's device address
+    void deallocate(void* p) noexcept;
+
+    struct Location {
+        VkBuffer buffer;
+        VkDeviceSize offset;
+    };
+    // The buffer and offset of a device address inside a live block (for copy commands).
+    Location locate(const void* address) const;
+
+    int64_t reserved_bytes() const { return reserved_; }
+
+private:
+    struct Chunk {
+        VkDeviceMemory memory;
+        VkBuffer buffer;
+        int64_t size;
+        bool slab;
+    };
+    uint64_t new_chunk(int64_t size, bool slab);  // its address; OutOfMemory when the driver refuses
+    void release_free_chunks() noexcept;  // dedicated chunks no block uses back to the driver
+    [[noreturn]] void out_of_memory(int64_t bytes, const std::string& why) const;
+
+    VkDevice device_;
+    const PhysicalDevice& physical_;
+    std::string name_;
+    std::function<void()> wait_idle_;
+    uint32_t memory_type_ = UINT32_MAX;
+    int64_t max_allocation_ = 0;
+    std::map<uint64_t, Chunk> chunks_;  // by base address
+    std::unordered_map<uint64_t, int64_t> live_;  // address -> block size
+    std::multimap<int64_t, uint64_t> free_;  // block size -> address
+    uint64_t slab_next_ = 0, slab_end_ = 0;  // the unused end of the newest slab
+    int64_t reserved_ = 0;
+};
+
+}  // namespace kiln::vulkan
