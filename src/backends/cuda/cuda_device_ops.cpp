@@ -15,6 +15,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
 #include "kiln/error.h"
+#include "ops/device_op_checks.h"
 #include "ops/op_list.h"
 #include "ops/op_observer.h"
 
@@ -22,26 +23,20 @@ namespace kiln::cuda {
 
 namespace {
 
-std::string desc(const char* name, const Tensor& t) {
-    return std::string(name) + " " + shape_str(t.shape()) + " " + dtype_name(t.dtype()) + " on " + device_name(t.device());
-}
+std::string desc(const char* name, const Tensor& t) { return ops::device_operand(name, t); }
 
 [[noreturn]] void bad(const char* op, const std::string& what) {
     fail(ErrorKind::InvalidArgument, std::string("ops::") + op + " (cuda): " + what);
 }
 
-// Every operand on x's device with x's dtype: the backend computes in one precision per call.
+const char* at(const Tensor& t, int64_t elements) { return static_cast<const char*>(ops::device_at(t, elements)); }
+char* at(Tensor& t, int64_t elements) { return static_cast<char*>(ops::device_at(t, elements)); }
+
 void same_place(const char* op, const Tensor& x, const Tensor& t, const char* name) {
-    if (!t.on_device() || t.device() != x.device()) bad(op, desc(name, t) + " is not on " + device_name(x.device()));
-    if (t.dtype() != x.dtype()) bad(op, desc(name, t) + " has another dtype than " + desc("x", x));
+    ops::require_same_place(op, x, t, name);
 }
 
 int64_t esize(const Tensor& t) { return int64_t(dtype_size(t.dtype())); }
-
-const char* at(const Tensor& t, int64_t elements) {
-    return static_cast<const char*>(t.device_data()) + elements * esize(t);
-}
-char* at(Tensor& t, int64_t elements) { return static_cast<char*>(t.device_data()) + elements * esize(t); }
 
 // Column buffers of im2col are tiled to stay under this (elements x dtype size).
 constexpr int64_t kColumnBudgetBytes = int64_t(256) << 20;

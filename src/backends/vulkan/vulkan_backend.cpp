@@ -1,6 +1,7 @@
 #include "backends/vulkan/vulkan_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "backends/vulkan/vulkan_device_ops.h"
@@ -26,6 +27,11 @@ uint32_t host_memory_type(const PhysicalDevice& d, uint32_t allowed) {
 }  // namespace
 
 VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physical_(physical), index_(index) {
+    const char* sync = std::getenv("KILN_VULKAN_SYNC_OPS");
+    sync_ops_ = sync && std::string(sync) == "1";
+    const char* gemm = std::getenv("KILN_VULKAN_GEMM");
+    direct_products_ = gemm && *gemm ? std::string(gemm) == "direct"
+                                     : physical_.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     const Api& a = api();
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -150,6 +156,7 @@ void VulkanBackend::dispatch_bytes(const char* name, const void* params, uint32_
     a.vkCmdPushConstants(commands_, kernels_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, bytes, params);
     a.vkCmdDispatch(commands_, x, y, z);
     record_barrier();
+    if (sync_ops_) submit_and_wait();
 }
 
 void VulkanBackend::upload(void* dst, const void* src, int64_t bytes) {

@@ -41,6 +41,12 @@ public:
     }
     void dispatch_bytes(const char* name, const void* params, uint32_t bytes, uint32_t x, uint32_t y, uint32_t z);
     const PhysicalDevice& physical() const { return physical_; }
+    // KILN_VULKAN_SYNC_OPS=1: submit and wait after every kernel, so that --profile shows device time per op.
+    bool sync_ops() const { return sync_ops_; }
+    // Products tile through shared memory (64x64 tiles) on GPUs and read memory directly (32x32 tiles) on
+    // a device that runs on the CPU, where barriers are expensive; KILN_VULKAN_GEMM=tiled|direct overrides.
+    bool direct_products() const { return direct_products_; }
+    uint32_t product_tile() const { return direct_products_ ? 32 : 64; }
     VulkanKernels& kernels() { return *kernels_; }
 
 private:
@@ -57,6 +63,8 @@ private:
     VkCommandBuffer commands_ = VK_NULL_HANDLE;
     VkFence fence_ = VK_NULL_HANDLE;
     bool recording_ = false;
+    bool sync_ops_ = false;
+    bool direct_products_ = false;
     int64_t recorded_ = 0;  // commands in the buffer since the last submit
     // Host-visible memory that uploads are staged through and downloads come back in.
     VkBuffer staging_ = VK_NULL_HANDLE;

@@ -32,6 +32,11 @@ std::string kernel(const char* base, const Tensor& t) {
     return std::string(base) + (t.dtype() == DType::F16 ? "_f16" : "_f32");
 }
 
+// The product kernels come in two builds (VulkanBackend::direct_products): "matmul" or "matmul_direct".
+std::string product(const VulkanBackend& backend, const char* base) {
+    return backend.direct_products() ? std::string(base) + "_direct" : std::string(base);
+}
+
 // Elementwise kernels loop over their elements with at most 65535 workgroups of 256.
 uint32_t element_groups(int64_t n) { return static_cast<uint32_t>(std::clamp<int64_t>((n + 255) / 256, 1, 65535)); }
 
@@ -95,10 +100,14 @@ struct LayoutParams {
     uint32_t n, op, c, c2, h, w;
 };
 
-// Matmul's grid: 64x64 tiles of C, one z per batch element.
-void run_matmul(VulkanBackend& backend, const std::string& kernel, const MatmulParams& p, uint32_t batch) {
-    require((p.m + 63) / 64 <= 65535, ErrorKind::Unsupported, "vulkan: a product with more than 4M rows");
-    backend.dispatch(kernel.c_str(), p, (p.n + 63) / 64, (p.m + 63) / 64, batch);
+// Matmul's grid: one workgroup per tile of C, one z per batch element. `kernel` is "matmul" or
+// "matmul_scores" / "matmul_pv" plus the type suffix.
+void run_matmul(VulkanBackend& backend, const std::string& base, const std::string& suffix, const MatmulParams& p,
+                uint32_t batch) {
+    const uint32_t tile = backend.product_tile();
+    require((p.m + tile - 1) / tile <= 65535, ErrorKind::Unsupported, "vulkan: a product with more than 2M rows");
+    backend.dispatch((product(backend, base.c_str()) + suffix).c_str(), p, (p.n + tile - 1) / tile,
+                     (p.m + tile - 1) / tile, batch);
 }
 
 // Attention keeps its float32 scores for one block of queries under this.
@@ -128,7 +137,7 @@ Tensor VulkanDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b
     p.scm = p.n, p.scn = 1;
     p.alpha = 1.0f;
     p.flags = 1 | 2 | (b ? 4 : 0);
-    run_matmul(backend_, kernel("matmul", x), p, 1);
+    run_matmul(backend_, "matmul", x.dtype() == DType::F16 ? "_f16" : "_f32", p, 1);
     return y;
 }
 
@@ -182,10 +191,11 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
     ConvParams p{addr(x), addr(w), addr(b), addr(y), addr(stats), addr(gamma), addr(beta), uint32_t(cin), uint32_t(h),
                  uint32_t(wd), uint32_t(cout), uint32_t(oh), uint32_t(ow), uint32_t(kk), uint32_t(stride),
                  uint32_t(padding), uint32_t(groups), uint32_t((b ? 1 : 0) | (stats ? 2 : 0))};
-    require(n <= 65535 && (cout + 63) / 64 <= 65535 && (oh * ow + 63) / 64 <= 65535, ErrorKind::Unsupported,
-            "vulkan: conv2d of " + device_operand("x", x) + " exceeds the workgroup grid");
-    backend_.dispatch(kernel("conv2d", x).c_str(), p, uint32_t((oh * ow + 63) / 64), uint32_t((cout + 63) / 64),
-                      uint32_t(n));
+    const int64_t tile = backend_.product_tile();
+    require(n <= 65535 && (cout + tile - 1) / tile <= 65535 && (oh * ow + tile - 1) / tile <= 65535,
+            ErrorKind::Unsupported, "vulkan: conv2d of " + device_operand("x", x) + " exceeds the workgroup grid");
+    backend_.dispatch(kernel(product(backend_, "conv2d").c_str(), x).c_str(), p, uint32_t((oh * ow + tile - 1) / tile),
+                      uint32_t((cout + tile - 1) / tile), uint32_t(n));
     return y;
 }
 
@@ -259,7 +269,7 @@ Tensor VulkanDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor
             s.scm = uint32_t(lk), s.scn = 1, s.scz = uint32_t(qn * lk);
             s.alpha = 1.0f / std::sqrt(float(d));
             s.flags = 1 | 2;
-            run_matmul(backend_, f16 ? "matmul_scores_f16" : "matmul_f32", s, uint32_t(heads));
+            run_matmul(backend_, f16 ? "matmul_scores" : "matmul", f16 ? "_f16" : "_f32", s, uint32_t(heads));
             SoftmaxParams sm{addr(scores), addr(scores), uint32_t(heads * qn), uint32_t(lk), 1.0f, causal ? 1u : 0u,
                              uint32_t(qn), uint32_t(q0)};
             const RowGrid g = row_grid(heads * qn);
@@ -272,7 +282,7 @@ Tensor VulkanDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor
             o.scm = uint32_t(hd), o.scn = 1, o.scz = uint32_t(d);
             o.alpha = 1.0f;
             o.flags = 1;
-            run_matmul(backend_, f16 ? "matmul_pv_f16" : "matmul_f32", o, uint32_t(heads));
+            run_matmul(backend_, f16 ? "matmul_pv" : "matmul", f16 ? "_f16" : "_f32", o, uint32_t(heads));
         }
     return out;
 }

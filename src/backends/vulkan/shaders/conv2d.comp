@@ -6,7 +6,12 @@
 // and activation fused into the convolution that follows them. Padding stays zero, as after a real norm.
 #version 450
 #include "common.glsl"
-layout(local_size_x = 16, local_size_y = 16) in;
+#ifdef DIRECT
+#define THREADS 8u
+#else
+#define THREADS 16u
+#endif
+layout(local_size_x = THREADS, local_size_y = THREADS) in;
 layout(push_constant) uniform Params {
     Ts x;
     Ts w;
@@ -33,20 +38,24 @@ float load_b(uint k, uint n) {
     }
     return v;
 }
+#ifdef DIRECT
+#include "gemm_direct.glsl"
+#else
 #include "gemm_tile.glsl"
+#endif
 
 void main() {
     batch = gl_WorkGroupID.z;
     const uint M = p.cout, N = p.oh * p.ow, K = p.cin * p.ks * p.ks;
     const uint m0 = gl_WorkGroupID.y * TILE, n0 = gl_WorkGroupID.x * TILE;
     float acc[4][4];
-    for (uint i = 0u; i < 4u; ++i)
-        for (uint j = 0u; j < 4u; ++j) acc[i][j] = 0.0;
+    [[unroll]] for (uint i = 0u; i < 4u; ++i)
+        [[unroll]] for (uint j = 0u; j < 4u; ++j) acc[i][j] = 0.0;
     gemm_tile(m0, n0, M, N, K, true, false, acc);
-    for (uint i = 0u; i < 4u; ++i) {
-        const uint m = m0 + gl_LocalInvocationID.y + 16u * i;
-        for (uint j = 0u; j < 4u; ++j) {
-            const uint n = n0 + gl_LocalInvocationID.x + 16u * j;
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        const uint m = m0 + gl_LocalInvocationID.y + THREADS * i;
+        [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+            const uint n = n0 + gl_LocalInvocationID.x + THREADS * j;
             if (m < M && n < N) {
                 float v = acc[i][j];
                 if ((p.flags & 1u) != 0u) v += ld(p.bias, m);

@@ -3,6 +3,7 @@
 // neighbouring threads store neighbouring columns). The including shader defines load_a(m, k) and
 // load_b(k, n) before including this file; a_k_fast / b_k_fast say which index is contiguous in memory, so
 // that neighbouring threads load neighbouring addresses when filling the shared tiles.
+#extension GL_EXT_control_flow_attributes : require
 #define TILE 64u
 #define TILE_K 16u
 shared float tile_a[TILE_K][TILE + 1u];
@@ -11,7 +12,7 @@ shared float tile_b[TILE_K][TILE + 1u];
 void gemm_tile(uint m0, uint n0, uint M, uint N, uint K, bool a_k_fast, bool b_k_fast, inout float acc[4][4]) {
     const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, tid = ty * 16u + tx;
     for (uint k0 = 0u; k0 < K; k0 += TILE_K) {
-        for (uint r = 0u; r < 4u; ++r) {
+        [[unroll]] for (uint r = 0u; r < 4u; ++r) {
             const uint e = tid + 256u * r;
             uint kk = a_k_fast ? e % TILE_K : e / TILE;
             const uint mm = a_k_fast ? e / TILE_K : e % TILE;
@@ -21,12 +22,12 @@ void gemm_tile(uint m0, uint n0, uint M, uint N, uint K, bool a_k_fast, bool b_k
             tile_b[kk][nn] = (n0 + nn < N && k0 + kk < K) ? load_b(k0 + kk, n0 + nn) : 0.0;
         }
         barrier();
-        for (uint kk = 0u; kk < TILE_K; ++kk) {
+        [[unroll]] for (uint kk = 0u; kk < TILE_K; ++kk) {
             float a[4], b[4];
-            for (uint i = 0u; i < 4u; ++i) a[i] = tile_a[kk][ty + 16u * i];
-            for (uint j = 0u; j < 4u; ++j) b[j] = tile_b[kk][tx + 16u * j];
-            for (uint i = 0u; i < 4u; ++i)
-                for (uint j = 0u; j < 4u; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+            [[unroll]] for (uint i = 0u; i < 4u; ++i) a[i] = tile_a[kk][ty + 16u * i];
+            [[unroll]] for (uint j = 0u; j < 4u; ++j) b[j] = tile_b[kk][tx + 16u * j];
+            [[unroll]] for (uint i = 0u; i < 4u; ++i)
+                [[unroll]] for (uint j = 0u; j < 4u; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
         }
         barrier();
     }

@@ -3,7 +3,12 @@
 // linear (x W^T), attention's scores (Q K^T) and its weighted sum (P V) are all this kernel.
 #version 450
 #include "common.glsl"
-layout(local_size_x = 16, local_size_y = 16) in;
+#ifdef DIRECT
+#define THREADS 8u
+#else
+#define THREADS 16u
+#endif
+layout(local_size_x = THREADS, local_size_y = THREADS) in;
 #ifdef A_F16
 #define At F16s
 #else
@@ -36,19 +41,23 @@ layout(push_constant) uniform Params {
 uint z;
 float load_a(uint m, uint k) { return ld(p.a, z * p.saz + m * p.sam + k * p.sak); }
 float load_b(uint k, uint n) { return ld(p.b, z * p.sbz + k * p.sbk + n * p.sbn); }
+#ifdef DIRECT
+#include "gemm_direct.glsl"
+#else
 #include "gemm_tile.glsl"
+#endif
 
 void main() {
     z = gl_WorkGroupID.z;
     const uint m0 = gl_WorkGroupID.y * TILE, n0 = gl_WorkGroupID.x * TILE;
     float acc[4][4];
-    for (uint i = 0u; i < 4u; ++i)
-        for (uint j = 0u; j < 4u; ++j) acc[i][j] = 0.0;
+    [[unroll]] for (uint i = 0u; i < 4u; ++i)
+        [[unroll]] for (uint j = 0u; j < 4u; ++j) acc[i][j] = 0.0;
     gemm_tile(m0, n0, p.M, p.N, p.K, (p.flags & 1u) != 0u, (p.flags & 2u) != 0u, acc);
-    for (uint i = 0u; i < 4u; ++i) {
-        const uint m = m0 + gl_LocalInvocationID.y + 16u * i;
-        for (uint j = 0u; j < 4u; ++j) {
-            const uint n = n0 + gl_LocalInvocationID.x + 16u * j;
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        const uint m = m0 + gl_LocalInvocationID.y + THREADS * i;
+        [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+            const uint n = n0 + gl_LocalInvocationID.x + THREADS * j;
             if (m < p.M && n < p.N) {
                 float v = p.alpha * acc[i][j];
                 if ((p.flags & 4u) != 0u) v += ld(p.bias, n);

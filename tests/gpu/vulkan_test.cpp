@@ -1,0 +1,149 @@
+// What only the Vulkan backend has: its device list and order, the pipeline cache it keeps on disk, and the
+// errors a user meets (no such device, bfloat16, a tensor beyond the driver's largest allocation). Runs
+// where this build has Vulkan and the loader finds a device (lavapipe in CI).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/backend.h"
+#include "core/tensor.h"
+#include "kiln/error.h"
+#include "pipeline/compiled_backends.h"
+#if KILN_HAS_VULKAN
+#include "backends/vulkan/physical_devices.h"
+#include "backends/vulkan/vulkan_kernels.h"
+#endif
+
+using namespace kiln;
+
+namespace {
+
+#if KILN_HAS_VULKAN
+// The first Vulkan device, or nullptr with a reason.
+Backend* vulkan_or_null(std::string* why) {
+    register_compiled_backends();
+    for (const DeviceDescription& d : list_devices())
+        if (d.device.kind == DeviceKind::Vulkan) return &backend_for(d.device);
+    vulkan::physical_devices(why);
+    if (why->empty()) *why = "no Vulkan device";
+    return nullptr;
+}
+#define KILN_VULKAN_OR_SKIP(var)                 \
+    std::string var##_why;                       \
+    Backend* var = vulkan_or_null(&var##_why);   \
+    if (!var) GTEST_SKIP() << var##_why
+#endif
+
+}  // namespace
+
+TEST(VulkanDevices, ParseAndName) {
+    EXPECT_EQ(parse_device("vulkan"), (Device{DeviceKind::Vulkan, 0}));
+    EXPECT_EQ(parse_device("vulkan:12"), (Device{DeviceKind::Vulkan, 12}));
+    EXPECT_EQ(device_name(Device{DeviceKind::Vulkan, 3}), "vulkan:3");
+    for (const char* bad : {"vulkan:", "vulkan:x", "vulkan:1234", "vulkan0", "Vulkan"})
+        EXPECT_THROW(parse_device(bad), Error) << bad;
+}
+
+#if KILN_HAS_VULKAN
+
+TEST(VulkanDevices, ListedDiscreteFirstAndNeverAutoWhenEmulated) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    std::string why;
+    const std::vector<vulkan::PhysicalDevice> devices = vulkan::physical_devices(&why);
+    ASSERT_FALSE(devices.empty());
+    for (size_t i = 1; i < devices.size(); ++i)  // discrete, integrated, virtual, CPU
+        EXPECT_LE(devices[i - 1].properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU,
+                  devices[i].properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU);
+    const DeviceDescription d = gpu->describe();
+    std::printf("[ vulkan ] %s: %s\n", d.name.c_str(), d.detail.c_str());
+    EXPECT_GT(d.memory.total, 0);
+    const Device picked = resolve_device("auto");
+    if (d.emulated) EXPECT_NE(picked, gpu->device()) << "auto picked a device that runs on the CPU";
+}
+
+TEST(VulkanErrors, NamedClearly) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    try {
+        resolve_device("vulkan:99");
+        ADD_FAILURE() << "vulkan:99 resolved";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+        EXPECT_NE(std::string(e.what()).find("vulkan:99"), std::string::npos) << e.what();
+    }
+    try {
+        Tensor::empty_on(*gpu, {4}, DType::BF16);
+        ADD_FAILURE() << "bf16 on Vulkan";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+        EXPECT_NE(std::string(e.what()).find("--precision fp16 or fp32"), std::string::npos) << e.what();
+    }
+    // Beyond the driver's largest single allocation (2 GiB on lavapipe, 2-4 GiB on AMD): recoverable, named.
+    try {
+        Tensor::empty_on(*gpu, {int64_t(1) << 33}, DType::F32);  // 32 GiB
+        ADD_FAILURE() << "32 GiB in one allocation";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory) << e.what();
+        EXPECT_NE(std::string(e.what()).find("MiB"), std::string::npos) << e.what();
+    }
+    Tensor x = Tensor({3}, {1.0f, 2.0f, 3.0f}).to_device(*gpu, DType::F32);  // still works
+    EXPECT_EQ(x.to_host()[2], 3.0f);
+}
+
+// The pipeline cache: the first backend on a machine writes it, later processes read it back (the driver
+// then skips compiling). Tested on VulkanKernels directly, in a directory of the test's own.
+TEST(VulkanPipelineCache, WrittenOnceAndReadBack) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    std::string why;
+    const std::vector<vulkan::PhysicalDevice> devices = vulkan::physical_devices(&why);
+    const auto dir = std::filesystem::temp_directory_path() / ("kiln-vulkan-cache-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    ::setenv("KILN_VULKAN_CACHE_DIR", dir.c_str(), 1);
+    const vulkan::Api& api = vulkan::api();
+    const vulkan::PhysicalDevice& pd = devices[0];
+    float priority = 1;
+    VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+    queue.queueFamilyIndex = pd.queue_family;
+    queue.queueCount = 1;
+    queue.pQueuePriorities = &priority;
+    VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+    f11.storageBuffer16BitAccess = pd.fp16_storage;
+    VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    f12.bufferDeviceAddress = VK_TRUE;
+    f11.pNext = &f12;
+    VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+    info.pNext = &f11;
+    info.queueCreateInfoCount = 1;
+    info.pQueueCreateInfos = &queue;
+    VkDevice device = VK_NULL_HANDLE;
+    ASSERT_EQ(api.vkCreateDevice(pd.handle, &info, nullptr, &device), VK_SUCCESS);
+    std::string file;
+    {
+        vulkan::VulkanKernels first(device, pd);
+        file = first.cache_file();
+        EXPECT_EQ(file.rfind(dir.string(), 0), 0u) << file;
+        EXPECT_NE(first.pipeline("matmul_f32"), VkPipeline(VK_NULL_HANDLE));
+        EXPECT_EQ(first.pipelines_made(), 1);
+        EXPECT_THROW(first.pipeline("no_such_kernel"), Error);
+    }  // saved on destruction
+    ASSERT_TRUE(std::filesystem::exists(file));
+    EXPECT_GT(std::filesystem::file_size(file), 0u);
+    {
+        // Damaged data is ignored by the driver (or refused, and kiln starts empty): never an error.
+        vulkan::VulkanKernels second(device, pd);
+        EXPECT_NE(second.pipeline("matmul_f32"), VkPipeline(VK_NULL_HANDLE));
+    }
+    {
+        std::FILE* f = std::fopen(file.c_str(), "r+b");
+        ASSERT_NE(f, nullptr);
+        std::fputs("garbage", f);
+        std::fclose(f);
+        vulkan::VulkanKernels damaged(device, pd);
+        EXPECT_NE(damaged.pipeline("softmax_f32"), VkPipeline(VK_NULL_HANDLE));
+    }
+    api.vkDestroyDevice(device, nullptr);
+    ::unsetenv("KILN_VULKAN_CACHE_DIR");
+    std::filesystem::remove_all(dir);
+}
+
+#endif
