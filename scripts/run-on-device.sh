@@ -2,6 +2,7 @@
 # On the GPU machine, after scripts/stage-for-device.sh here: unpacks the staged programs and the fixtures
 # (KILN_TEST_DATA tells the tests where), and runs what is asked:
 #   scripts/run-on-device.sh tests [gtest filter]    the CUDA tests (kiln_cuda_tests)
+#   scripts/run-on-device.sh gpu-tests [filter]      the tests of every GPU backend (kiln_gpu_tests: CUDA, Vulkan)
 #   scripts/run-on-device.sh gdb-tests [filter]      the same under cuda-gdb, printing a backtrace on a crash
 #   scripts/run-on-device.sh kiln ARGS...            the kiln program (bench, txt2img, info --devices)
 set -euo pipefail
@@ -14,6 +15,15 @@ fi
 cudnn=$(dirname "$(find / -name 'libcudnn.so.9' -not -path '/proc/*' 2>/dev/null | head -1)" 2>/dev/null || true)
 export LD_LIBRARY_PATH="$root/pack/lib:/usr/local/cuda/lib64:${cudnn:+$cudnn:}${LD_LIBRARY_PATH:-}"
 export KILN_TEST_DATA="$root/test-data"  # read by tests/common/fixtures.h
+# Vulkan: the machine has NVIDIA's driver (ICD, libGLX_nvidia) but may lack the Vulkan loader and the glvnd
+# libraries the ICD loads; carried as .gl/*.deb (docs/VULKAN.md says how to fetch them).
+if ls .gl/*.deb >/dev/null 2>&1 && [ ! -e /tmp/kiln-gl-unpacked ]; then
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+  touch /tmp/kiln-gl-unpacked
+fi
+nvidia_icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$nvidia_icd" ]; then export VK_DRIVER_FILES=$nvidia_icd; fi
 if [ ! -d "$KILN_TEST_DATA/sd15-mini" ]; then
   mkdir -p "$KILN_TEST_DATA" && tar -C "$KILN_TEST_DATA" -xJf tests/data/fixtures.tar.xz
 fi
@@ -21,7 +31,8 @@ what=$1
 shift
 case "$what" in
   tests) exec "$root/pack/kiln_cuda_tests" ${1:+--gtest_filter="$1"} ;;
+  gpu-tests) exec "$root/pack/kiln_gpu_tests" ${1:+--gtest_filter="$1"} ;;
   gdb-tests) exec cuda-gdb -q -batch -ex run -ex bt --args "$root/pack/kiln_cuda_tests" ${1:+--gtest_filter="$1"} ;;
   kiln) exec "$root/pack/kiln" "$@" ;;
-  *) echo "usage: $0 tests [filter] | kiln ARGS..." >&2; exit 2 ;;
+  *) echo "usage: $0 tests [filter] | gpu-tests [filter] | gdb-tests [filter] | kiln ARGS..." >&2; exit 2 ;;
 esac

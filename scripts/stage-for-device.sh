@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs what a GPU machine needs to run kiln's CUDA tests and benchmarks without building there (it lacks
-# kiln's Debian libraries): the kiln program and kiln_cuda_tests from BUILD_DIR (default build/), the shared
+# kiln's Debian libraries): the kiln program, kiln_cuda_tests and kiln_gpu_tests from BUILD_DIR (default build/), the shared
 # libraries they load that a CUDA image may lack. (The fixtures travel with the tree.) Writes .stage-cuda/stage.tar.xz; pass
 # .stage-cuda to the device tool's carry, and unpack there with scripts/run-on-device.sh.
 # OpenBLAS (36 MB) is replaced by the reference BLAS (Debian's libblas3, 0.5 MB) under OpenBLAS's file name:
@@ -11,12 +11,12 @@ build=${BUILD_DIR:-build}
 stage=.stage-cuda
 rm -rf "$stage" && mkdir -p "$stage/pack/lib"
 # STAGE_PROGRAMS narrows what goes (e.g. "kiln_cuda_tests" alone fits beside the demo model's archive).
-for prog in ${STAGE_PROGRAMS:-kiln kiln_cuda_tests}; do cp "$build/$prog" "$stage/pack/"; done
+for prog in ${STAGE_PROGRAMS:-kiln kiln_cuda_tests kiln_gpu_tests}; do cp "$build/$prog" "$stage/pack/"; done
 for bin in "$stage"/pack/kiln*; do
   ldd "$bin" | awk '/=> \// { print $3 }'
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
-    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libstdc++*|libgcc_s*|libcuda.so*) ;;
+    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libstdc++*|libgcc_s*|libcuda.so*|libvulkan.so*) ;;
     libopenblas.so*) cp -L /usr/lib/x86_64-linux-gnu/blas/libblas.so.3 "$stage/pack/lib/libopenblas.so.0" ;;
     *) cp -L "$lib" "$stage/pack/lib/" ;;
   esac

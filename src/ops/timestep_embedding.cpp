@@ -10,8 +10,21 @@
 #include "kiln/error.h"
 #include "ops/device_ops.h"
 #include "ops/ops.h"
+#include "ops/timestep_frequencies.h"
 
 namespace kiln::ops {
+
+std::vector<float> timestep_frequencies(int half, float downscale_freq_shift, float max_period) {
+    // torch computes half - shift in python (double) and then uses it as a float32 scalar.
+    const float denominator = static_cast<float>(static_cast<double>(half) - static_cast<double>(downscale_freq_shift));
+    const float neg_log_period = static_cast<float>(-std::log(static_cast<double>(max_period)));
+    std::vector<float> freq(half > 0 ? half : 0);
+    for (int i = 0; i < half; ++i) {
+        const float exponent = (neg_log_period * static_cast<float>(i)) / denominator;
+        freq[i] = static_cast<float>(std::exp(static_cast<double>(exponent)));
+    }
+    return freq;
+}
 
 Tensor timestep_embedding(const std::vector<float>& timesteps, int dim, bool flip_sin_to_cos,
                           float downscale_freq_shift, float max_period) {
@@ -26,14 +39,7 @@ Tensor timestep_embedding(const std::vector<float>& timesteps, int dim, bool fli
     const int64_t count = static_cast<int64_t>(timesteps.size());
     Tensor emb({count, dim});
     OpScope scope(OpKind::TimestepEmbedding);
-    // torch computes half - shift in python (double) and then uses it as a float32 scalar.
-    const float denominator = static_cast<float>(static_cast<double>(half) - static_cast<double>(downscale_freq_shift));
-    const float neg_log_period = static_cast<float>(-std::log(static_cast<double>(max_period)));
-    std::vector<float> freq(half);
-    for (int i = 0; i < half; ++i) {
-        const float exponent = (neg_log_period * static_cast<float>(i)) / denominator;
-        freq[i] = static_cast<float>(std::exp(static_cast<double>(exponent)));
-    }
+    const std::vector<float> freq = timestep_frequencies(half, downscale_freq_shift, max_period);
     const int sin_at = flip_sin_to_cos ? half : 0, cos_at = flip_sin_to_cos ? 0 : half;
     for (int64_t r = 0; r < count; ++r) {
         float* row = emb.data() + r * dim;

@@ -10,7 +10,7 @@
 #include "backends/cuda/kernels.h"
 #include "core/tensor.h"
 #include "kiln/error.h"
-#include "ops/op_observer.h"
+#include "ops/flop_tally.h"
 
 namespace kiln::cuda {
 
@@ -39,26 +39,6 @@ DeviceDescription description_of(const DeviceInfo& d) {
                 std::to_string(d.multiprocessors) + " multiprocessors",
             {int64_t(d.free_bytes), int64_t(d.total_bytes)}};
 }
-
-// Tallies, per op kind, the FLOPs the ops of a recording report while it is captured (passing each report
-// on), so that a replay, which calls no op on the host, can report them again to whoever observes.
-class KindTally : public ops::OpObserver {
-public:
-    KindTally() : next_(ops::op_observer()) { ops::set_op_observer(this); }
-    ~KindTally() override { ops::set_op_observer(next_); }
-    void begin(ops::OpKind kind, double flops) override {
-        flops_[static_cast<int>(kind)] += flops;
-        if (next_) next_->begin(kind, flops);
-    }
-    void end(ops::OpKind kind) override {
-        if (next_) next_->end(kind);
-    }
-    const std::array<double, ops::kOpCount>& flops() const { return flops_; }
-
-private:
-    ops::OpObserver* next_;
-    std::array<double, ops::kOpCount> flops_{};
-};
 
 }  // namespace
 
@@ -155,7 +135,7 @@ Tensor CudaBackend::run_recorded(const std::string& key, const std::vector<const
             for (const Tensor& t : r.inputs) views.push_back(&t);
             KILN_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
             try {
-                KindTally tally;
+                ops::FlopTally tally;
                 r.output = std::make_unique<Tensor>(fn(views));
                 r.flops = tally.flops();
             } catch (...) {
@@ -188,13 +168,7 @@ Tensor CudaBackend::run_recorded(const std::string& key, const std::vector<const
                  inputs[i]->numel() * int64_t(dtype_size(inputs[i]->dtype())));
         }
     }
-    if (r.replays++ > 0)  // the first launch's FLOPs were reported while it was captured
-        if (ops::OpObserver* o = ops::op_observer())
-            for (int k = 0; k < ops::kOpCount; ++k)
-                if (r.flops[k] > 0) {
-                    o->begin(static_cast<ops::OpKind>(k), r.flops[k]);
-                    o->end(static_cast<ops::OpKind>(k));
-                }
+    if (r.replays++ > 0) ops::report_flops(r.flops);  // the first launch's were reported while it was captured
     KILN_CUDA_CHECK(cudaGraphLaunch(r.exec, stream_));
     return Tensor(*r.output);  // a copy in the ordinary pool: the next replay overwrites the recording's
 }

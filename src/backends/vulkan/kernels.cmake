@@ -34,4 +34,6 @@ set(KILN_VULKAN_KERNELS
   "geglu_f16|geglu.comp|T_F16"
   "layout_f32|layout.comp"
   "layout_f16|layout.comp|T_F16"
+  "timestep_embedding_f32|timestep_embedding.comp"
+  "timestep_embedding_f16|timestep_embedding.comp|T_F16"
 )

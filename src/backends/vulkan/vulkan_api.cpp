@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <mutex>
 
 #include "kiln/error.h"
@@ -9,6 +11,8 @@
 namespace kiln::vulkan {
 
 namespace {
+
+std::atomic<bool> exiting{false};
 
 Api load() {
     Api a;
@@ -41,6 +45,8 @@ Api load() {
     require(a.name != nullptr, ErrorKind::Unsupported, "the Vulkan loader lacks " #name);
     KILN_VULKAN_INSTANCE_FUNCTIONS(KILN_VULKAN_INSTANCE)
 #undef KILN_VULKAN_INSTANCE
+    // Registered after the driver's own handlers (made while the instance was), so it runs before them.
+    std::atexit([] { exiting = true; });
     return a;  // the instance and the library stay for the process: devices may be used until exit
 }
 
@@ -59,6 +65,8 @@ const Api& api() {
     }
     return loaded;
 }
+
+bool process_exiting() { return exiting; }
 
 std::string result_name(VkResult r) {
     switch (r) {

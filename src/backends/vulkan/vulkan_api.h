@@ -32,6 +32,7 @@ namespace kiln::vulkan {
     X(vkCreateCommandPool)                       \
     X(vkDestroyCommandPool)                      \
     X(vkAllocateCommandBuffers)                  \
+    X(vkFreeCommandBuffers)                      \
     X(vkBeginCommandBuffer)                      \
     X(vkEndCommandBuffer)                        \
     X(vkResetCommandBuffer)                      \
@@ -75,6 +76,10 @@ struct Api {
 // The loader and kiln's instance (Vulkan 1.2), made on first use and kept for the process. No loader, or an
 // instance that cannot be made: Unsupported naming why.
 const Api& api();
+
+// True once the process has begun to exit. Drivers tear themselves down in atexit handlers registered when
+// the instance was made, before the backends (static storage) are destroyed: those must then not call Vulkan.
+bool process_exiting();
 
 // "VK_ERROR_OUT_OF_DEVICE_MEMORY", ...
 std::string result_name(VkResult r);

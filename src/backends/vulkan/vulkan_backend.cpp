@@ -6,6 +6,7 @@
 
 #include "backends/vulkan/vulkan_device_ops.h"
 #include "kiln/error.h"
+#include "ops/flop_tally.h"
 
 namespace kiln::vulkan {
 
@@ -29,6 +30,8 @@ uint32_t host_memory_type(const PhysicalDevice& d, uint32_t allowed) {
 VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physical_(physical), index_(index) {
     const char* sync = std::getenv("KILN_VULKAN_SYNC_OPS");
     sync_ops_ = sync && std::string(sync) == "1";
+    const char* record = std::getenv("KILN_VULKAN_RECORD");
+    recording_enabled_ = !(record && std::string(record) == "0") && !sync_ops_;
     const char* gemm = std::getenv("KILN_VULKAN_GEMM");
     direct_products_ = gemm && *gemm ? std::string(gemm) == "direct"
                                      : physical_.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
@@ -60,6 +63,7 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
     cb.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
     cb.commandBufferCount = 1;
     check(a.vkAllocateCommandBuffers(device_, &cb, &commands_), "vkAllocateCommandBuffers");
+    target_ = commands_;
     VkFenceCreateInfo fence{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     check(a.vkCreateFence(device_, &fence, nullptr, &fence_), "vkCreateFence");
 
@@ -85,12 +89,20 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
 }
 
 VulkanBackend::~VulkanBackend() {
+    if (process_exiting()) {  // the driver may be gone already: leave everything to the process's end
+        (void)new std::map<std::string, Recording>(std::move(recordings_));  // their tensors would free into memory_
+        (void)ops_.release();
+        (void)kernels_.release();
+        (void)memory_.release();
+        return;
+    }
     const Api& a = api();
     try {
         synchronize();
     } catch (...) {
     }
     a.vkDeviceWaitIdle(device_);
+    recordings_.clear();  // their tensors go back to the memory below; their buffers go with the pool
     ops_.reset();
     kernels_.reset();
     memory_.reset();
@@ -103,7 +115,7 @@ VulkanBackend::~VulkanBackend() {
 }
 
 void VulkanBackend::record_begin() {
-    if (recording_) return;
+    if (capturing_ || recording_) return;  // a recording's buffer was begun by run_recorded
     VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
     check(api().vkBeginCommandBuffer(commands_, &begin), "vkBeginCommandBuffer");
@@ -117,20 +129,23 @@ void VulkanBackend::record_barrier() {
     b.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
                       VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_HOST_READ_BIT;
     const VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
-    api().vkCmdPipelineBarrier(commands_, stages, stages | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &b, 0, nullptr, 0,
+    api().vkCmdPipelineBarrier(target_, stages, stages | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &b, 0, nullptr, 0,
                                nullptr);
-    ++recorded_;
+    if (!capturing_) ++recorded_;
 }
 
-void VulkanBackend::submit_and_wait() {
+void VulkanBackend::submit_and_wait(VkCommandBuffer recorded) {
+    require(!capturing_, ErrorKind::Unsupported, "vulkan: the host waits for the device inside a recorded call");
+    if (recorded != VK_NULL_HANDLE) record_begin();  // submitted together, the stream's commands first
     if (recording_) {
         const Api& a = api();
         check(a.vkEndCommandBuffer(commands_), "vkEndCommandBuffer");
         recording_ = false;
-        if (recorded_ > 0) {
+        if (recorded_ > 0 || recorded != VK_NULL_HANDLE) {
+            const VkCommandBuffer buffers[] = {commands_, recorded};
             VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-            submit.commandBufferCount = 1;
-            submit.pCommandBuffers = &commands_;
+            submit.commandBufferCount = recorded != VK_NULL_HANDLE ? 2 : 1;
+            submit.pCommandBuffers = buffers;
             check(a.vkQueueSubmit(queue_, 1, &submit, fence_), "vkQueueSubmit");
             check(a.vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
             check(a.vkResetFences(device_, 1, &fence_), "vkResetFences");
@@ -152,15 +167,17 @@ void VulkanBackend::dispatch_bytes(const char* name, const void* params, uint32_
     const VkPipeline p = kernels_->pipeline(name);
     record_begin();
     const Api& a = api();
-    a.vkCmdBindPipeline(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, p);
-    a.vkCmdPushConstants(commands_, kernels_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, bytes, params);
-    a.vkCmdDispatch(commands_, x, y, z);
+    a.vkCmdBindPipeline(target_, VK_PIPELINE_BIND_POINT_COMPUTE, p);
+    a.vkCmdPushConstants(target_, kernels_->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, bytes, params);
+    a.vkCmdDispatch(target_, x, y, z);
     record_barrier();
     if (sync_ops_) submit_and_wait();
 }
 
 void VulkanBackend::upload(void* dst, const void* src, int64_t bytes) {
-    // Staged without waiting: the copies run at the next submit, and src may be reused at once.
+    // Staged without waiting: the copies run at the next submit, and src may be reused at once. Not inside a
+    // recording, whose replays would copy whatever the staging memory then holds.
+    require(!capturing_, ErrorKind::Unsupported, "vulkan: an upload inside a recorded call");
     const char* from = static_cast<const char*>(src);
     char* to = static_cast<char*>(dst);
     while (bytes > 0) {
@@ -203,7 +220,7 @@ void VulkanBackend::copy(void* dst, const void* src, int64_t bytes) {
     const VulkanMemory::Location from = memory_->locate(src), to = memory_->locate(dst);
     record_begin();
     VkBufferCopy region{from.offset, to.offset, VkDeviceSize(bytes)};
-    api().vkCmdCopyBuffer(commands_, from.buffer, to.buffer, 1, &region);
+    api().vkCmdCopyBuffer(target_, from.buffer, to.buffer, 1, &region);
     record_barrier();
 }
 
@@ -220,6 +237,72 @@ void VulkanBackend::convert(const void* src, DType src_type, void* dst, DType ds
              uint32_t(std::min<int64_t>((n + 255) / 256, 65535)));
 }
 
+Tensor VulkanBackend::run_recorded(const std::string& key, const std::vector<const Tensor*>& inputs,
+                                   const RecordedFn& fn) {
+    Recording& r = recordings_[key];
+    ++r.calls;
+    // The first call runs eagerly: it makes the pipelines and uploads what kernels keep (the embedding's
+    // frequencies), which a recording cannot.
+    if (!recording_enabled_ || r.failed || r.calls == 1) return fn(inputs);
+    const Api& a = api();
+    if (r.commands == VK_NULL_HANDLE) {
+        submit_and_wait();
+        r.pool = memory_->new_pool();
+        memory_->set_current_pool(r.pool);
+        VkCommandBuffer buffer = VK_NULL_HANDLE;
+        try {
+            for (const Tensor* t : inputs) r.inputs.push_back(*t);  // copies into the recording's pool
+            submit_and_wait();
+            std::vector<const Tensor*> views;
+            for (const Tensor& t : r.inputs) views.push_back(&t);
+            VkCommandBufferAllocateInfo cb{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+            cb.commandPool = pool_;
+            cb.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+            cb.commandBufferCount = 1;
+            check(a.vkAllocateCommandBuffers(device_, &cb, &buffer), "vkAllocateCommandBuffers");
+            VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+            check(a.vkBeginCommandBuffer(buffer, &begin), "vkBeginCommandBuffer");
+            target_ = buffer;
+            capturing_ = true;
+            try {
+                ops::FlopTally tally;
+                r.output = std::make_unique<Tensor>(fn(views));
+                r.flops = tally.flops();
+            } catch (...) {
+                capturing_ = false;
+                target_ = commands_;
+                a.vkEndCommandBuffer(buffer);
+                throw;
+            }
+            capturing_ = false;
+            target_ = commands_;
+            check(a.vkEndCommandBuffer(buffer), "vkEndCommandBuffer");
+            r.commands = buffer;
+        } catch (const Error&) {
+            // Not recordable (a host round trip inside): run this key eagerly from now on.
+            memory_->set_current_pool(0);
+            if (buffer != VK_NULL_HANDLE) a.vkFreeCommandBuffers(device_, pool_, 1, &buffer);
+            r.failed = true;
+            r.inputs.clear();
+            r.output.reset();
+            memory_->release_pool(r.pool);
+            return fn(inputs);
+        }
+        memory_->set_current_pool(0);
+    } else {
+        for (size_t i = 0; i < inputs.size(); ++i) {
+            require(inputs[i]->shape() == r.inputs[i].shape() && inputs[i]->dtype() == r.inputs[i].dtype(),
+                    ErrorKind::InvalidArgument,
+                    "recorded call '" + key + "': input " + std::to_string(i) + " changed shape or dtype");
+            copy(r.inputs[i].device_data(), inputs[i]->device_data(),
+                 inputs[i]->numel() * int64_t(dtype_size(inputs[i]->dtype())));
+        }
+    }
+    if (r.replays++ > 0) ops::report_flops(r.flops);  // the first run's were reported while it was recorded
+    submit_and_wait(r.commands);
+    return Tensor(*r.output);  // a copy in the ordinary pool: the next replay overwrites the recording's
+}
+
 BackendFactory vulkan_backend_factory() {
     BackendFactory f;
     f.list = [](std::string* why) {
@@ -227,7 +310,7 @@ BackendFactory vulkan_backend_factory() {
         std::string reasons;
         const std::vector<PhysicalDevice> devices = physical_devices(&reasons);
         for (size_t i = 0; i < devices.size(); ++i) out.push_back(describe(devices[i], int(i), 0));
-        if (why) *why = reasons.empty() ? "" : "vulkan: " + reasons;
+        if (why) *why = reasons.empty() || reasons.rfind("vulkan:", 0) == 0 ? reasons : "vulkan: " + reasons;
         return out;
     };
     f.create = [](int index) -> std::unique_ptr<Backend> {

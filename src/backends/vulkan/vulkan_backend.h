@@ -1,16 +1,21 @@
 // The Vulkan backend: one per device, made by the registry (core/backend.h) on first use. Work is recorded
 // into one command buffer, every command followed by a full compute/transfer barrier, so the buffer runs
 // in order like a CUDA stream; it is submitted when the host needs a result (download, synchronize) or the
-// staging memory for uploads is full. Memory comes from VulkanMemory (device addresses as pointers), the
-// kernels from VulkanKernels (docs/VULKAN.md).
+// staging memory for uploads is full. A recorded call (run_recorded: the UNet, the VAE decode) is recorded
+// into a command buffer of its own once and resubmitted afterwards. Memory comes from VulkanMemory (device
+// addresses as pointers), the kernels from VulkanKernels (docs/VULKAN.md).
 #pragma once
+#include <array>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backends/vulkan/physical_devices.h"
 #include "backends/vulkan/vulkan_kernels.h"
 #include "backends/vulkan/vulkan_memory.h"
 #include "core/backend.h"
+#include "ops/op_list.h"
 
 namespace kiln::vulkan {
 
@@ -32,6 +37,11 @@ public:
     void synchronize() override;
     bool supports(DType t) const override { return t == DType::F32 || (t == DType::F16 && physical_.fp16_storage); }
     const ops::DeviceOps& ops() const override { return *ops_; }
+    // The second call with a key records fn into a command buffer (its memory from a pool of its own); later
+    // calls copy the inputs in and resubmit it. A call that needs the host inside (an upload or download)
+    // cannot be recorded and runs eagerly from then on. KILN_VULKAN_RECORD=0 runs every call eagerly.
+    Tensor run_recorded(const std::string& key, const std::vector<const Tensor*>& inputs,
+                        const RecordedFn& fn) override;
 
     // Records kernel `name` with push constants `params` over x * y * z workgroups.
     template <class Params>
@@ -50,9 +60,22 @@ public:
     VulkanKernels& kernels() { return *kernels_; }
 
 private:
+    struct Recording {
+        int calls = 0;
+        bool failed = false;
+        int pool = 0;
+        std::vector<Tensor> inputs;
+        std::unique_ptr<Tensor> output;
+        VkCommandBuffer commands = VK_NULL_HANDLE;
+        int replays = 0;
+        std::array<double, ops::kOpCount> flops{};  // per op kind, reported again at each replay
+    };
+
     void record_begin();
     void record_barrier();
-    void submit_and_wait();  // runs what is recorded and waits; the staging memory is free again after it
+    // Runs what is recorded (then `recorded`, a recorded call's buffer, if given) and waits; the staging
+    // memory is free again after it. Inside a recording: an Unsupported error (the host cannot wait there).
+    void submit_and_wait(VkCommandBuffer recorded = VK_NULL_HANDLE);
     void copy_to_staging(const void* src, int64_t bytes, int64_t staging_offset);
 
     PhysicalDevice physical_;
@@ -60,7 +83,11 @@ private:
     VkDevice device_ = VK_NULL_HANDLE;
     VkQueue queue_ = VK_NULL_HANDLE;
     VkCommandPool pool_ = VK_NULL_HANDLE;
-    VkCommandBuffer commands_ = VK_NULL_HANDLE;
+    VkCommandBuffer commands_ = VK_NULL_HANDLE;  // the stream's buffer
+    VkCommandBuffer target_ = VK_NULL_HANDLE;    // where commands go: commands_, or a recording's buffer
+    bool capturing_ = false;
+    bool recording_enabled_ = true;
+    std::map<std::string, Recording> recordings_;
     VkFence fence_ = VK_NULL_HANDLE;
     bool recording_ = false;
     bool sync_ops_ = false;

@@ -8,6 +8,7 @@
 #include "ops/device_op_checks.h"
 #include "ops/op_observer.h"
 #include "ops/ops.h"
+#include "ops/timestep_frequencies.h"
 
 namespace kiln::vulkan {
 
@@ -376,10 +377,34 @@ Tensor VulkanDeviceOps::nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) const
 
 Tensor VulkanDeviceOps::timestep_embedding(const Tensor& timesteps, int dim, bool flip_sin_to_cos,
                                            float downscale_freq_shift, float max_period, DType out_type) const {
-    // A few values per UNet call: computed on the host to the CPU op's exact bits (see the header).
-    const Tensor host = timesteps.to_host();
-    return ops::timestep_embedding(host, dim, flip_sin_to_cos, downscale_freq_shift, DType::F32, max_period)
-        .to_device(backend_, out_type);
+    if (timesteps.dtype() != DType::F32)
+        bad_device_operands("timestep_embedding", timesteps, device_operand("timesteps", timesteps) + " must be F32");
+    require(dim >= 1, ErrorKind::InvalidArgument, "ops::timestep_embedding: dim " + std::to_string(dim) + " must be >= 1");
+    const int half = dim / 2;
+    require(half == 0 || float(half) - downscale_freq_shift != 0.0f, ErrorKind::InvalidArgument,
+            "ops::timestep_embedding: half - shift = 0");
+    Tensor y = Tensor::empty_on(backend_, {timesteps.numel(), int64_t(dim)}, out_type);
+    if (y.numel() == 0) return y;
+    ops::OpScope scope(ops::OpKind::TimestepEmbedding);
+    const auto key = std::tuple{half, downscale_freq_shift, max_period};
+    auto it = frequencies_.find(key);
+    if (it == frequencies_.end()) {
+        const std::vector<float> f = ops::timestep_frequencies(half, downscale_freq_shift, max_period);
+        Tensor host({int64_t(std::max(half, 1))}, f.empty() ? std::vector<float>{0.0f} : f);
+        it = frequencies_.emplace(key, host.to_device(backend_, DType::F32)).first;
+    }
+    if (half == 0) {  // dim 1: the zero column alone
+        const Tensor zeros = Tensor(y.shape()).to_device(backend_, out_type);
+        backend_.copy(y.device_data(), zeros.device_data(), y.numel() * int64_t(dtype_size(out_type)));
+        return y;
+    }
+    struct {
+        uint64_t t, freq, y;
+        uint32_t n, dim, half_dim, sin_at, cos_at;
+    } p{addr(timesteps), addr(it->second), addr(y), u32(timesteps.numel(), "timestep_embedding", timesteps),
+        uint32_t(dim), uint32_t(half), uint32_t(flip_sin_to_cos ? half : 0), uint32_t(flip_sin_to_cos ? 0 : half)};
+    backend_.dispatch(kernel("timestep_embedding", y).c_str(), p, element_groups(timesteps.numel() * half));
+    return y;
 }
 
 }  // namespace kiln::vulkan

@@ -1,9 +1,12 @@
 // The ops of ops.h on the Vulkan backend: checks the operands, allocates outputs and records the shaders
 // of shaders/ (one kernel per op, float32 or float16 storage with float32 arithmetic). Compositions:
 // attention = scores (matmul) + softmax + weighted sum (matmul), in blocks of queries; GroupNorm is
-// statistics + apply, and fused into the convolution after it; the timestep embedding is computed on the
-// host (GPU sin/cos are only specified to 2^-11 on [-pi, pi], and the arguments reach 1000 radians).
+// statistics + apply, and fused into the convolution after it; the timestep embedding's frequencies come
+// from the host (once per configuration), its sines and cosines from the shader's own range reduction.
 #pragma once
+#include <map>
+#include <tuple>
+
 #include "ops/device_ops.h"
 
 namespace kiln::vulkan {
@@ -40,6 +43,9 @@ private:
     void layout(int op, const Tensor& a, const Tensor* b, Tensor& y, int64_t c, int64_t c2, int64_t h, int64_t w) const;
 
     VulkanBackend& backend_;
+    // The embedding's frequencies per (half, shift, max_period), uploaded by the first call: a recorded call
+    // (run_recorded) may not upload.
+    mutable std::map<std::tuple<int, float, float>, Tensor> frequencies_;
 };
 
 }  // namespace kiln::vulkan

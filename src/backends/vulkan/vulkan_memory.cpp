@@ -94,21 +94,34 @@ uint64_t VulkanMemory::new_chunk(int64_t size, bool slab) {
     return address;
 }
 
+int VulkanMemory::new_pool() {
+    free_.emplace_back();
+    released_.push_back(false);
+    return static_cast<int>(free_.size()) - 1;
+}
+
+void VulkanMemory::release_pool(int pool) noexcept {
+    if (pool <= 0 || pool >= static_cast<int>(free_.size())) return;
+    free_[0].merge(free_[pool]);
+    released_[pool] = true;
+}
+
 void* VulkanMemory::allocate(int64_t bytes) {
     const int64_t size = rounded(bytes);
+    auto& pool = free_[current_];
     // A cached block at most a quarter (plus one granule) larger: reuse without wasting much.
-    auto it = free_.lower_bound(size);
-    if (it != free_.end() && it->first <= size + size / 4 + 2 * kMiB) {
+    auto it = pool.lower_bound(size);
+    if (it != pool.end() && it->first <= size + size / 4 + 2 * kMiB) {
         const uint64_t address = it->second;
-        live_[address] = it->first;
-        free_.erase(it);
+        live_[address] = Block{it->first, current_};
+        pool.erase(it);
         return reinterpret_cast<void*>(address);
     }
     uint64_t address;
     int64_t block = size;
     if (size < kSmall) {
         if (slab_next_ + size > slab_end_) {
-            if (slab_end_ > slab_next_) free_.emplace(int64_t(slab_end_ - slab_next_), slab_next_);  // the tail
+            if (slab_end_ > slab_next_) free_[0].emplace(int64_t(slab_end_ - slab_next_), slab_next_);  // the tail
             slab_next_ = new_chunk(kSlab, true);
             slab_end_ = slab_next_ + kSlab;
         }
@@ -116,30 +129,32 @@ void* VulkanMemory::allocate(int64_t bytes) {
         slab_next_ += size;
     } else {
         address = new_chunk(size, false);
-        block = chunks_[address].size;
+        block = chunks_.at(address).size;
     }
-    live_[address] = block;
+    live_[address] = Block{block, current_};
     return reinterpret_cast<void*>(address);
 }
 
 void VulkanMemory::deallocate(void* p) noexcept {
     auto it = live_.find(reinterpret_cast<uint64_t>(p));
     if (it == live_.end()) return;
-    free_.emplace(it->second, it->first);
+    const Block b = it->second;
+    free_[released_[b.pool] ? 0 : b.pool].emplace(b.size, it->first);
     live_.erase(it);
 }
 
 void VulkanMemory::release_free_chunks() noexcept {
     wait_idle_();
     const Api& a = api();
-    for (auto it = free_.begin(); it != free_.end();) {
+    auto& pool = free_[0];  // a live recording's pool keeps its blocks
+    for (auto it = pool.begin(); it != pool.end();) {
         auto c = chunks_.find(it->second);
         if (c != chunks_.end() && !c->second.slab && c->second.size == it->first) {
             a.vkDestroyBuffer(device_, c->second.buffer, nullptr);
             a.vkFreeMemory(device_, c->second.memory, nullptr);
             reserved_ -= c->second.size;
             chunks_.erase(c);
-            it = free_.erase(it);
+            it = pool.erase(it);
         } else {
             ++it;
         }

@@ -5,12 +5,15 @@
 // (drivers allow only a few thousand allocations); larger ones get an allocation of their own, which can
 // be given back to the driver when memory runs short. A single request above maxMemoryAllocationSize
 // (2-4 GiB on many AMD drivers) is an OutOfMemory error naming that limit.
+// Blocks belong to pools, as in the CUDA allocator: pool 0 serves ordinary work, a recorded call gets a pool of
+// its own for as long as the recording lives (its command buffer keeps the addresses it was recorded with).
 // Not thread-safe: the backend calls it from the thread that records its commands.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <unordered_map>
+#include <vector>
 
 #include "backends/vulkan/physical_devices.h"
 
@@ -36,7 +39,16 @@ public:
 
     int64_t reserved_bytes() const { return reserved_; }
 
+    int new_pool();
+    void set_current_pool(int pool) { current_ = pool; }
+    // The pool's free blocks join pool 0, and its live blocks will when they are freed.
+    void release_pool(int pool) noexcept;
+
 private:
+    struct Block {
+        int64_t size;
+        int pool;
+    };
     struct Chunk {
         VkDeviceMemory memory;
         VkBuffer buffer;
@@ -54,8 +66,10 @@ private:
     uint32_t memory_type_ = UINT32_MAX;
     int64_t max_allocation_ = 0;
     std::map<uint64_t, Chunk> chunks_;  // by base address
-    std::unordered_map<uint64_t, int64_t> live_;  // address -> block size
-    std::multimap<int64_t, uint64_t> free_;  // block size -> address
+    std::unordered_map<uint64_t, Block> live_;  // by address
+    std::vector<std::multimap<int64_t, uint64_t>> free_{1};  // per pool: block size -> address
+    std::vector<bool> released_{false};
+    int current_ = 0;
     uint64_t slab_next_ = 0, slab_end_ = 0;  // the unused end of the newest slab
     int64_t reserved_ = 0;
 };
