@@ -53,10 +53,12 @@ public:
     const PhysicalDevice& physical() const { return physical_; }
     // KILN_VULKAN_SYNC_OPS=1: submit and wait after every kernel, so that --profile shows device time per op.
     bool sync_ops() const { return sync_ops_; }
-    // Products tile through shared memory (64x64 tiles) on GPUs and read memory directly (32x32 tiles) on
-    // a device that runs on the CPU, where barriers are expensive; KILN_VULKAN_GEMM=tiled|direct overrides.
+    // Products tile through shared memory (128x128 tiles) on GPUs and read memory directly (32x32 tiles) on
+    // a device that runs on the CPU, where barriers are expensive; KILN_VULKAN_GEMM=tiled|direct overrides,
+    // and tests switch with set_direct_products.
     bool direct_products() const { return direct_products_; }
-    uint32_t product_tile() const { return direct_products_ ? 32 : 64; }
+    void set_direct_products(bool direct) { direct_products_ = direct; }
+    uint32_t product_tile() const { return direct_products_ ? 32 : 128; }
     VulkanKernels& kernels() { return *kernels_; }
 
 private:

@@ -7,11 +7,10 @@
 #version 450
 #include "common.glsl"
 #ifdef DIRECT
-#define THREADS 8u
+layout(local_size_x = 8, local_size_y = 8) in;
 #else
-#define THREADS 16u
+layout(local_size_x = 16, local_size_y = 16) in;
 #endif
-layout(local_size_x = THREADS, local_size_y = THREADS) in;
 layout(push_constant) uniform Params {
     Ts x;
     Ts w;
@@ -48,14 +47,14 @@ void main() {
     batch = gl_WorkGroupID.z;
     const uint M = p.cout, N = p.oh * p.ow, K = p.cin * p.ks * p.ks;
     const uint m0 = gl_WorkGroupID.y * TILE, n0 = gl_WorkGroupID.x * TILE;
-    float acc[4][4];
-    [[unroll]] for (uint i = 0u; i < 4u; ++i)
-        [[unroll]] for (uint j = 0u; j < 4u; ++j) acc[i][j] = 0.0;
+    float acc[MICRO][MICRO];
+    [[unroll]] for (uint i = 0u; i < MICRO; ++i)
+        [[unroll]] for (uint j = 0u; j < MICRO; ++j) acc[i][j] = 0.0;
     gemm_tile(m0, n0, M, N, K, true, false, acc);
-    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
-        const uint m = m0 + gl_LocalInvocationID.y + THREADS * i;
-        [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-            const uint n = n0 + gl_LocalInvocationID.x + THREADS * j;
+    [[unroll]] for (uint i = 0u; i < MICRO; ++i) {
+        const uint m = m0 + micro_row(i);
+        [[unroll]] for (uint j = 0u; j < MICRO; ++j) {
+            const uint n = n0 + micro_col(j);
             if (m < M && n < N) {
                 float v = acc[i][j];
                 if ((p.flags & 1u) != 0u) v += ld(p.bias, m);

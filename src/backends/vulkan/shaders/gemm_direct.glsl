@@ -4,13 +4,17 @@
 // a 4x4 block of a 32x32 tile: rows ty + 8 i, columns tx + 8 j. Same interface as gemm_tile.
 #extension GL_EXT_control_flow_attributes : require
 #define TILE 32u
+#define MICRO 4u
+#define THREADS 8u
 
-void gemm_tile(uint m0, uint n0, uint M, uint N, uint K, bool a_k_fast, bool b_k_fast, inout float acc[4][4]) {
-    const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
+uint micro_row(uint i) { return gl_LocalInvocationID.y + THREADS * i; }
+uint micro_col(uint j) { return gl_LocalInvocationID.x + THREADS * j; }
+
+void gemm_tile(uint m0, uint n0, uint M, uint N, uint K, bool a_k_fast, bool b_k_fast, inout float acc[MICRO][MICRO]) {
     uint rows[4], cols[4];
     [[unroll]] for (uint i = 0u; i < 4u; ++i) {
-        rows[i] = min(m0 + ty + 8u * i, M - 1u);  // clamped: out-of-range rows and columns are never stored
-        cols[i] = min(n0 + tx + 8u * i, N - 1u);
+        rows[i] = min(m0 + micro_row(i), M - 1u);  // clamped: out-of-range rows and columns are never stored
+        cols[i] = min(n0 + micro_col(i), N - 1u);
     }
     for (uint k = 0u; k < K; ++k) {
         float a[4], b[4];
