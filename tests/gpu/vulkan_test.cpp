@@ -153,14 +153,16 @@ TEST(VulkanPipelineCache, WrittenOnceAndReadBack) {
 #endif
 
 #if KILN_HAS_VULKAN
-// Both builds of the product kernels (shared-memory tiles for GPUs, direct reads for CPU devices) against
-// each other, whichever the device uses by default, so CI's lavapipe checks the GPU kernel too. Each sums
+// The three builds of the product kernels (128x128 and 64x64 shared-memory tiles for GPUs, direct reads
+// for CPU devices) against each other, whichever the device uses by default, so CI's lavapipe checks the
+// GPU kernels too. Each sums
 // K products in float32 in its own order: |tiled - direct| <= 2 (K + 2) u S per element, S the sum of
 // |a||b| (the op run on absolute values). A wrong index is off by O(|value|).
 TEST(VulkanProducts, TiledAndDirectKernelsAgree) {
     KILN_VULKAN_OR_SKIP(gpu);
     auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
-    const bool was_direct = vk.direct_products();
+    using P = vulkan::VulkanBackend::Products;
+    const P was = vk.products();
     auto fill = [](Shape s, uint32_t seed) {
         Tensor t(std::move(s));
         uint32_t x = seed;
@@ -171,26 +173,30 @@ TEST(VulkanProducts, TiledAndDirectKernelsAgree) {
         for (float& v : t.values()) v = std::fabs(v);
         return t;
     };
-    auto both = [&](const std::function<Tensor(bool)>& run, const Tensor& scale, double k, const char* what) {
-        const Tensor tiled = run(false), direct = run(true);
-        double worst = 0;
-        for (int64_t i = 0; i < scale.numel(); ++i)
-            worst = std::max(worst, std::fabs(double(tiled[i]) - direct[i]) /
-                                        (2 * (k + 2) * std::ldexp(1.0, -24) * scale[i] + 1e-30));
-        EXPECT_LE(worst, 1.0) << what;
-        std::printf("[ vulkan ] %s: tiled vs direct, err/bound %.3f\n", what, worst);
+    auto both = [&](const std::function<Tensor(P)>& run, const Tensor& scale, double k, const char* what) {
+        const Tensor direct = run(P::Direct);
+        for (P tiled_build : {P::Large, P::Small}) {
+            const Tensor tiled = run(tiled_build);
+            double worst = 0;
+            for (int64_t i = 0; i < scale.numel(); ++i)
+                worst = std::max(worst, std::fabs(double(tiled[i]) - direct[i]) /
+                                            (2 * (k + 2) * std::ldexp(1.0, -24) * scale[i] + 1e-30));
+            EXPECT_LE(worst, 1.0) << what;
+            std::printf("[ vulkan ] %s: %s tiles vs direct, err/bound %.3f\n", what,
+                        tiled_build == P::Large ? "128x128" : "64x64", worst);
+        }
     };
     const Tensor x = fill({1, 130, 70}, 1), w = fill({135, 70}, 2), b = fill({135}, 3), abs_b = abs_of(b);
-    both([&](bool d) {
-        vk.set_direct_products(d);
+    both([&](P build) {
+        vk.set_products(build);
         const Tensor bd = b.to_device(vk, DType::F32);
         return ops::linear(x.to_device(vk, DType::F32), w.to_device(vk, DType::F32), &bd).to_host();
     }, ops::linear(abs_of(x), abs_of(w), &abs_b), 70, "linear 130x70 -> 135");
     const Tensor img = fill({2, 6, 19, 17}, 4), kern = fill({131, 6, 3, 3}, 5);
-    both([&](bool d) {
-        vk.set_direct_products(d);
+    both([&](P build) {
+        vk.set_products(build);
         return ops::conv2d(img.to_device(vk, DType::F32), kern.to_device(vk, DType::F32), nullptr, 1, 1).to_host();
     }, ops::conv2d(abs_of(img), abs_of(kern), nullptr, 1, 1), 54, "conv2d 6x19x17 -> 131, 3x3");
-    vk.set_direct_products(was_direct);
+    vk.set_products(was);
 }
 #endif

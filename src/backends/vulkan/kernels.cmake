@@ -1,8 +1,9 @@
 # Every Vulkan kernel kiln embeds: "name|shader|DEFINE,DEFINE". CMakeLists.txt compiles each with glslc.
 # A shader's defines choose the storage type of its tensors: T_F16 makes the tensors float16 (arithmetic
 # stays float32), otherwise float32. The matmul kernels name their three operands' types separately
-# (A_F16, B_F16, C_F16) for attention, whose scores and probabilities stay float32. DIRECT builds the
-# products without shared memory (gemm_direct.glsl) for devices that run on the CPU.
+# (A_F16, B_F16, C_F16) for attention, whose scores and probabilities stay float32. Products come in three
+# builds: 128x128 tiles (gemm_tile.glsl), SMALL 64x64 tiles (gemm_tile_small.glsl) and DIRECT, without shared
+# memory (gemm_direct.glsl), for devices that run on the CPU.
 set(KILN_VULKAN_KERNELS
   "convert_f32_f16|convert.comp|DST_F16"
   "convert_f16_f32|convert.comp|SRC_F16"
@@ -12,6 +13,12 @@ set(KILN_VULKAN_KERNELS
   "matmul_pv_f16|matmul.comp|B_F16,C_F16"
   "conv2d_f32|conv2d.comp"
   "conv2d_f16|conv2d.comp|T_F16"
+  "matmul_small_f32|matmul.comp|SMALL"
+  "matmul_small_f16|matmul.comp|SMALL,A_F16,B_F16,C_F16"
+  "matmul_scores_small_f16|matmul.comp|SMALL,A_F16,B_F16"
+  "matmul_pv_small_f16|matmul.comp|SMALL,B_F16,C_F16"
+  "conv2d_small_f32|conv2d.comp|SMALL"
+  "conv2d_small_f16|conv2d.comp|SMALL,T_F16"
   "matmul_direct_f32|matmul.comp|DIRECT"
   "matmul_direct_f16|matmul.comp|DIRECT,A_F16,B_F16,C_F16"
   "matmul_scores_direct_f16|matmul.comp|DIRECT,A_F16,B_F16"

@@ -32,9 +32,13 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
     sync_ops_ = sync && std::string(sync) == "1";
     const char* record = std::getenv("KILN_VULKAN_RECORD");
     recording_enabled_ = !(record && std::string(record) == "0") && !sync_ops_;
-    const char* gemm = std::getenv("KILN_VULKAN_GEMM");
-    direct_products_ = gemm && *gemm ? std::string(gemm) == "direct"
-                                     : physical_.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    const std::string gemm = std::getenv("KILN_VULKAN_GEMM") ? std::getenv("KILN_VULKAN_GEMM") : "";
+    products_ = gemm == "large"    ? Products::Large
+                : gemm == "small"  ? Products::Small
+                : gemm == "direct" ? Products::Direct
+                : gemm == "measured" || physical_.properties.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU
+                    ? Products::Measured
+                    : Products::Direct;
     const Api& a = api();
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};

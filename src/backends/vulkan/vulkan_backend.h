@@ -53,12 +53,17 @@ public:
     const PhysicalDevice& physical() const { return physical_; }
     // KILN_VULKAN_SYNC_OPS=1: submit and wait after every kernel, so that --profile shows device time per op.
     bool sync_ops() const { return sync_ops_; }
-    // Products tile through shared memory (128x128 tiles) on GPUs and read memory directly (32x32 tiles) on
-    // a device that runs on the CPU, where barriers are expensive; KILN_VULKAN_GEMM=tiled|direct overrides,
-    // and tests switch with set_direct_products.
-    bool direct_products() const { return direct_products_; }
-    void set_direct_products(bool direct) { direct_products_ = direct; }
-    uint32_t product_tile() const { return direct_products_ ? 32 : 128; }
+    // Which build of the product kernels (matmul, conv2d) runs: on GPUs the first call of each shape times
+    // 128x128 and 64x64 tiles and keeps the faster (Measured); on a device that runs on the CPU, where
+    // barriers are expensive, Direct (no shared memory). KILN_VULKAN_GEMM=large|small|direct|measured
+    // overrides; tests switch with set_products.
+    enum class Products { Measured, Large, Small, Direct };
+    Products products() const { return products_; }
+    void set_products(Products p) { products_ = p; }
+    // Inside run_recorded's recording nothing may wait for the device (so nothing is timed there).
+    bool recording_call() const { return capturing_; }
+    // Submits what is recorded and waits for it.
+    void finish() { submit_and_wait(); }
     VulkanKernels& kernels() { return *kernels_; }
 
 private:
@@ -93,7 +98,7 @@ private:
     VkFence fence_ = VK_NULL_HANDLE;
     bool recording_ = false;
     bool sync_ops_ = false;
-    bool direct_products_ = false;
+    Products products_ = Products::Measured;
     int64_t recorded_ = 0;  // commands in the buffer since the last submit
     // Host-visible memory that uploads are staged through and downloads come back in.
     VkBuffer staging_ = VK_NULL_HANDLE;

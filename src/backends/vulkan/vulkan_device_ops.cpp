@@ -1,6 +1,7 @@
 #include "backends/vulkan/vulkan_device_ops.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
 
@@ -11,6 +12,16 @@
 #include "ops/timestep_frequencies.h"
 
 namespace kiln::vulkan {
+
+// The other kernels' push constants.
+struct MatmulParams {
+    uint64_t a, b, c, bias;
+    uint32_t m, n, k;
+    uint32_t sam, sak, sbk, sbn, scm, scn;
+    uint32_t saz, sbz, scz;
+    float alpha;
+    uint32_t flags;  // 1: A's k contiguous, 2: B's k contiguous, 4: bias
+};
 
 namespace {
 
@@ -33,11 +44,6 @@ std::string kernel(const char* base, const Tensor& t) {
     return std::string(base) + (t.dtype() == DType::F16 ? "_f16" : "_f32");
 }
 
-// The product kernels come in two builds (VulkanBackend::direct_products): "matmul" or "matmul_direct".
-std::string product(const VulkanBackend& backend, const char* base) {
-    return backend.direct_products() ? std::string(base) + "_direct" : std::string(base);
-}
-
 // Elementwise kernels loop over their elements with at most 65535 workgroups of 256.
 uint32_t element_groups(int64_t n) { return static_cast<uint32_t>(std::clamp<int64_t>((n + 255) / 256, 1, 65535)); }
 
@@ -51,14 +57,6 @@ RowGrid row_grid(int64_t rows) {
 }
 
 // Push constants, laid out as the shaders declare them (device addresses first).
-struct MatmulParams {
-    uint64_t a, b, c, bias;
-    uint32_t m, n, k;
-    uint32_t sam, sak, sbk, sbn, scm, scn;
-    uint32_t saz, sbz, scz;
-    float alpha;
-    uint32_t flags;  // 1: A's k contiguous, 2: B's k contiguous, 4: bias
-};
 struct ConvParams {
     uint64_t x, w, bias, y, stats, gamma, beta;
     uint32_t cin, h, wd, cout, oh, ow, ks, stride, pad, groups, flags;  // 1: bias, 2: GroupNorm + SiLU
@@ -101,20 +99,46 @@ struct LayoutParams {
     uint32_t n, op, c, c2, h, w;
 };
 
-// Matmul's grid: one workgroup per tile of C, one z per batch element. `kernel` is "matmul" or
-// "matmul_scores" / "matmul_pv" plus the type suffix.
-void run_matmul(VulkanBackend& backend, const std::string& base, const std::string& suffix, const MatmulParams& p,
-                uint32_t batch) {
-    const uint32_t tile = backend.product_tile();
-    require((p.m + tile - 1) / tile <= 65535, ErrorKind::Unsupported, "vulkan: a product with more than 2M rows");
-    backend.dispatch((product(backend, base.c_str()) + suffix).c_str(), p, (p.n + tile - 1) / tile,
-                     (p.m + tile - 1) / tile, batch);
-}
+
 
 // Attention keeps its float32 scores for one block of queries under this.
 constexpr int64_t kScoreBudgetBytes = int64_t(256) << 20;
 
 }  // namespace
+
+void VulkanDeviceOps::run_product(const ProductKey& key, const ProductRun& run) const {
+    using P = VulkanBackend::Products;
+    switch (backend_.products()) {
+        case P::Direct: return run("_direct", 32);
+        case P::Large: return run("", 128);
+        case P::Small: return run("_small", 64);
+        case P::Measured: break;
+    }
+    if (auto it = large_tiles_.find(key); it != large_tiles_.end())
+        return it->second ? run("", 128) : run("_small", 64);
+    if (backend_.recording_call()) return run("_small", 64);  // no timing inside a recording; decided later
+    // Each build once untimed (its pipeline is made, its caches warm), then once timed on the host clock
+    // around a submit: the products that matter take milliseconds, the submit tens of microseconds.
+    double seconds[2];
+    const bool large[2] = {true, false};
+    for (int i = 0; i < 2; ++i) {
+        run(large[i] ? "" : "_small", large[i] ? 128 : 64);
+        backend_.finish();
+        const auto start = std::chrono::steady_clock::now();
+        run(large[i] ? "" : "_small", large[i] ? 128 : 64);
+        backend_.finish();
+        seconds[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    large_tiles_[key] = seconds[0] <= seconds[1];  // either run's output is the product
+}
+
+void VulkanDeviceOps::matmul(const MatmulParams& p, const char* base, const char* suffix, uint32_t batch) const {
+    require((p.m + 31) / 32 <= 65535, ErrorKind::Unsupported, "vulkan: a product with more than 2M rows");
+    run_product({std::string(base) + suffix, p.m, p.n, p.k, batch}, [&](const char* variant, uint32_t tile) {
+        backend_.dispatch((std::string(base) + variant + suffix).c_str(), p, (p.n + tile - 1) / tile,
+                          (p.m + tile - 1) / tile, batch);
+    });
+}
 
 Tensor VulkanDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b) const {
     if (x.rank() < 1 || w.rank() != 2 || x.dim(-1) != w.dim(1))
@@ -138,7 +162,7 @@ Tensor VulkanDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b
     p.scm = p.n, p.scn = 1;
     p.alpha = 1.0f;
     p.flags = 1 | 2 | (b ? 4 : 0);
-    run_matmul(backend_, "matmul", x.dtype() == DType::F16 ? "_f16" : "_f32", p, 1);
+    matmul(p, "matmul", x.dtype() == DType::F16 ? "_f16" : "_f32", 1);
     return y;
 }
 
@@ -192,11 +216,13 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
     ConvParams p{addr(x), addr(w), addr(b), addr(y), addr(stats), addr(gamma), addr(beta), uint32_t(cin), uint32_t(h),
                  uint32_t(wd), uint32_t(cout), uint32_t(oh), uint32_t(ow), uint32_t(kk), uint32_t(stride),
                  uint32_t(padding), uint32_t(groups), uint32_t((b ? 1 : 0) | (stats ? 2 : 0))};
-    const int64_t tile = backend_.product_tile();
-    require(n <= 65535 && (cout + tile - 1) / tile <= 65535 && (oh * ow + tile - 1) / tile <= 65535,
-            ErrorKind::Unsupported, "vulkan: conv2d of " + device_operand("x", x) + " exceeds the workgroup grid");
-    backend_.dispatch(kernel(product(backend_, "conv2d").c_str(), x).c_str(), p, uint32_t((oh * ow + tile - 1) / tile),
-                      uint32_t((cout + tile - 1) / tile), uint32_t(n));
+    require(n <= 65535 && (cout + 31) / 32 <= 65535 && (oh * ow + 31) / 32 <= 65535, ErrorKind::Unsupported,
+            "vulkan: conv2d of " + device_operand("x", x) + " exceeds the workgroup grid");
+    const std::string suffix = x.dtype() == DType::F16 ? "_f16" : "_f32";
+    run_product({"conv2d" + suffix, cout, oh * ow, cin * kk * kk, n}, [&](const char* variant, uint32_t tile) {
+        backend_.dispatch(("conv2d" + std::string(variant) + suffix).c_str(), p, uint32_t((oh * ow + tile - 1) / tile),
+                          uint32_t((cout + tile - 1) / tile), uint32_t(n));
+    });
     return y;
 }
 
@@ -270,7 +296,7 @@ Tensor VulkanDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor
             s.scm = uint32_t(lk), s.scn = 1, s.scz = uint32_t(qn * lk);
             s.alpha = 1.0f / std::sqrt(float(d));
             s.flags = 1 | 2;
-            run_matmul(backend_, f16 ? "matmul_scores" : "matmul", f16 ? "_f16" : "_f32", s, uint32_t(heads));
+            matmul(s, f16 ? "matmul_scores" : "matmul", f16 ? "_f16" : "_f32", uint32_t(heads));
             SoftmaxParams sm{addr(scores), addr(scores), uint32_t(heads * qn), uint32_t(lk), 1.0f, causal ? 1u : 0u,
                              uint32_t(qn), uint32_t(q0)};
             const RowGrid g = row_grid(heads * qn);
@@ -283,7 +309,7 @@ Tensor VulkanDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor
             o.scm = uint32_t(hd), o.scn = 1, o.scz = uint32_t(d);
             o.alpha = 1.0f;
             o.flags = 1;
-            run_matmul(backend_, f16 ? "matmul_pv" : "matmul", f16 ? "_f16" : "_f32", o, uint32_t(heads));
+            matmul(o, f16 ? "matmul_pv" : "matmul", f16 ? "_f16" : "_f32", uint32_t(heads));
         }
     return out;
 }

@@ -37,8 +37,10 @@ float load_b(uint k, uint n) {
     }
     return v;
 }
-#ifdef DIRECT
+#if defined(DIRECT)
 #include "gemm_direct.glsl"
+#elif defined(SMALL)
+#include "gemm_tile_small.glsl"
 #else
 #include "gemm_tile.glsl"
 #endif

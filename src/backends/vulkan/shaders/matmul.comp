@@ -40,8 +40,10 @@ layout(push_constant) uniform Params {
 uint z;
 float load_a(uint m, uint k) { return ld(p.a, z * p.saz + m * p.sam + k * p.sak); }
 float load_b(uint k, uint n) { return ld(p.b, z * p.sbz + k * p.sbk + n * p.sbn); }
-#ifdef DIRECT
+#if defined(DIRECT)
 #include "gemm_direct.glsl"
+#elif defined(SMALL)
+#include "gemm_tile_small.glsl"
 #else
 #include "gemm_tile.glsl"
 #endif
