@@ -158,12 +158,10 @@ void VulkanBackend::submit_and_wait(VkCommandBuffer recorded) {
         recorded_ = 0;
     }
     staging_used_ = 0;
+    kernels_->save_cache();  // when pipelines were made since the last save (the first steps of a run)
 }
 
-void VulkanBackend::synchronize() {
-    submit_and_wait();
-    kernels_->save_cache();
-}
+void VulkanBackend::synchronize() { submit_and_wait(); }
 
 void VulkanBackend::dispatch_bytes(const char* name, const void* params, uint32_t bytes, uint32_t x, uint32_t y,
                                    uint32_t z) {

@@ -118,6 +118,9 @@ void VulkanKernels::save_cache() noexcept {
         }
         std::filesystem::rename(tmp, cache_file_, ec);
         if (ec) std::filesystem::remove(tmp, ec);
+        if (const char* v = std::getenv("KILN_VULKAN_VERBOSE"); v && *v == '1')
+            std::fprintf(stderr, "vulkan: %d pipelines made in %.0f ms so far; cache of %zu bytes saved to %s\n", made_,
+                         seconds_ * 1e3, size, cache_file_.c_str());
     } catch (...) {
         // An unwritable cache only costs the next run its compile time.
     }

@@ -23,6 +23,7 @@ public:
     VkPipeline pipeline(const std::string& kernel);  // Unsupported for a name kiln does not embed
     VkPipelineLayout layout() const { return layout_; }
     // Writes the pipeline cache to disk if pipelines were made since the last save; never throws.
+    // KILN_VULKAN_VERBOSE=1 prints a line each time (pipelines made, time spent making them).
     void save_cache() noexcept;
     // Where the cache lives: $KILN_VULKAN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; empty
     // when none of them is set.
