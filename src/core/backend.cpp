@@ -59,6 +59,21 @@ Backend& backend_for(const Device& device) {
     return b;
 }
 
+void release_backends(DeviceKind kind) {
+    Registry& r = registry();
+    std::map<std::pair<DeviceKind, int>, std::unique_ptr<Backend>> going;
+    {
+        std::lock_guard lock(r.mutex);
+        for (auto it = r.backends.begin(); it != r.backends.end();)
+            if (it->first.first == kind) {
+                going.insert(r.backends.extract(it++));
+            } else {
+                ++it;
+            }
+    }
+    going.clear();  // outside the lock: a backend's destructor may ask the registry nothing, but need not hold it
+}
+
 std::vector<DeviceDescription> list_devices(std::vector<std::string>* why_none) {
     std::vector<DeviceDescription> out{{Device{}, "CPU", "host memory, OpenBLAS + OpenMP", {}}};
     Registry& r = registry();

@@ -100,6 +100,9 @@ void register_backend_factory(DeviceKind kind, BackendFactory factory);
 // The backend of a GPU device, made on first use and kept for the process. The CPU has none: InvalidArgument.
 // A kind this build lacks, or a device that is not there: Unsupported naming it and why.
 Backend& backend_for(const Device& device);
+// Destroys the backends of a kind (the process is ending: a driver that tears itself down at exit needs its
+// devices gone first). Tensors still on them must not be used or freed afterwards.
+void release_backends(DeviceKind kind);
 // Every device of every registered kind, the CPU first; why_none collects the reasons a kind found none.
 std::vector<DeviceDescription> list_devices(std::vector<std::string>* why_none = nullptr);
 // "auto": the first GPU that is not emulated (CUDA before Vulkan), else the CPU. Otherwise parse_device(text), checked to exist.

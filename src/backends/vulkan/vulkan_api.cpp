@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <mutex>
 
@@ -12,7 +11,17 @@ namespace kiln::vulkan {
 
 namespace {
 
-std::atomic<bool> exiting{false};
+void (*exit_hook)() = nullptr;
+
+// Idempotent: registered more than once (after the instance, after each device), it works at its first run.
+void exit_handler() {
+    static bool done = false;
+    if (done) return;
+    done = true;
+    if (exit_hook) exit_hook();
+    // The instance stays: destroying it unloads the driver, whose own small leaks (lavapipe's) LeakSanitizer
+    // then cannot attribute to a library to suppress (.ci/lsan.supp).
+}
 
 Api load() {
     Api a;
@@ -46,7 +55,7 @@ Api load() {
     KILN_VULKAN_INSTANCE_FUNCTIONS(KILN_VULKAN_INSTANCE)
 #undef KILN_VULKAN_INSTANCE
     // Registered after the driver's own handlers (made while the instance was), so it runs before them.
-    std::atexit([] { exiting = true; });
+    std::atexit(exit_handler);
     return a;  // the instance and the library stay for the process: devices may be used until exit
 }
 
@@ -66,7 +75,10 @@ const Api& api() {
     return loaded;
 }
 
-bool process_exiting() { return exiting; }
+void at_exit_before_drivers(void (*hook)()) {
+    exit_hook = hook;
+    std::atexit(exit_handler);  // after whatever the driver registered so far (device creation included)
+}
 
 std::string result_name(VkResult r) {
     switch (r) {

@@ -77,9 +77,11 @@ struct Api {
 // instance that cannot be made: Unsupported naming why.
 const Api& api();
 
-// True once the process has begun to exit. Drivers tear themselves down in atexit handlers registered when
-// the instance was made, before the backends (static storage) are destroyed: those must then not call Vulkan.
-bool process_exiting();
+// At exit, before the drivers tear themselves down (in atexit handlers registered while the instance or a
+// device was made, which run after kiln's, registered later; call this after making a device): runs `hook`
+// (the factory's: destroy the Vulkan backends). Without it the backends, static storage, would be destroyed after the
+// driver (a crash on NVIDIA's) or never (leaks under LeakSanitizer).
+void at_exit_before_drivers(void (*hook)());
 
 // "VK_ERROR_OUT_OF_DEVICE_MEMORY", ...
 std::string result_name(VkResult r);

@@ -93,13 +93,6 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
 }
 
 VulkanBackend::~VulkanBackend() {
-    if (process_exiting()) {  // the driver may be gone already: leave everything to the process's end
-        (void)new std::map<std::string, Recording>(std::move(recordings_));  // their tensors would free into memory_
-        (void)ops_.release();
-        (void)kernels_.release();
-        (void)memory_.release();
-        return;
-    }
     const Api& a = api();
     try {
         synchronize();
@@ -321,7 +314,9 @@ BackendFactory vulkan_backend_factory() {
         require(index >= 0 && index < int(devices.size()), ErrorKind::Unsupported,
                 "device vulkan:" + std::to_string(index) + " is not there (" + std::to_string(devices.size()) +
                     " usable Vulkan device" + (devices.size() == 1 ? "" : "s") + (why.empty() ? "" : "; " + why) + ")");
-        return std::make_unique<VulkanBackend>(devices[index], index);
+        auto backend = std::make_unique<VulkanBackend>(devices[index], index);
+        at_exit_before_drivers([] { release_backends(DeviceKind::Vulkan); });
+        return backend;
     };
     return f;
 }
