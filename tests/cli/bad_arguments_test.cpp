@@ -294,6 +294,9 @@ TEST(InfoDevices, ListsTheCpuAndSaysWhyThereIsNoGpu) {
     const ProcessResult r = run_kiln({"info", "--devices"});
     expect_success(r);
     EXPECT_EQ(r.out.rfind("cpu", 0), 0u) << r.out;  // the CPU first, always
-    // Either a GPU line or the reason there is none.
-    EXPECT_TRUE(r.out.find("cuda:0") != std::string::npos || r.out.find("no GPU") != std::string::npos) << r.out;
+    // For each GPU backend, either its first device or the reason it lists none.
+    for (const std::string kind : {"cuda", "vulkan"})
+        EXPECT_TRUE(r.out.find("\n" + kind + ":0 ") != std::string::npos ||
+                    r.out.find("not listed: " + kind + ": ") != std::string::npos)
+            << kind << "\n" << r.out;
 }
