@@ -5,6 +5,7 @@
 #   scripts/run-on-device.sh gpu-tests [filter]      the tests of every GPU backend (kiln_gpu_tests: CUDA, Vulkan)
 #   scripts/run-on-device.sh gdb-tests [filter]      the same under cuda-gdb, printing a backtrace on a crash
 #   scripts/run-on-device.sh kiln ARGS...            the kiln program (bench, txt2img, info --devices)
+#   scripts/run-on-device.sh vulkan-products [N] [runs]  the Vulkan product kernels' bench (bench/vulkan)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=${KILN_STAGE_ROOT:-/tmp/kiln-stage}
@@ -34,5 +35,6 @@ case "$what" in
   gpu-tests) exec "$root/pack/kiln_gpu_tests" ${1:+--gtest_filter="$1"} ;;
   gdb-tests) exec cuda-gdb -q -batch -ex run -ex bt --args "$root/pack/kiln_cuda_tests" ${1:+--gtest_filter="$1"} ;;
   kiln) exec "$root/pack/kiln" "$@" ;;
-  *) echo "usage: $0 tests [filter] | gpu-tests [filter] | gdb-tests [filter] | kiln ARGS..." >&2; exit 2 ;;
+  vulkan-products) exec "$root/pack/kiln_vulkan_products_bench" "$@" ;;
+  *) echo "usage: $0 tests [filter] | gpu-tests [filter] | gdb-tests [filter] | kiln ARGS... | vulkan-products [N] [runs]" >&2; exit 2 ;;
 esac

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <tuple>
 
 #include "core/backend.h"
 #include "core/tensor.h"
@@ -196,6 +197,58 @@ TEST(VulkanProducts, TiledAndDirectKernelsAgree) {
     both([&](P build) {
         vk.set_products(build);
         return ops::conv2d(img.to_device(vk, DType::F32), kern.to_device(vk, DType::F32), nullptr, 1, 1).to_host();
+    }, ops::conv2d(abs_of(img), abs_of(kern), nullptr, 1, 1), 54, "conv2d 6x19x17 -> 131, 3x3");
+    vk.set_products(was);
+}
+#endif
+
+#if KILN_HAS_VULKAN
+// The matrix-unit build (gemm_coop.glsl, VK_NV_cooperative_matrix) against the direct kernel, both on float16
+// tensors, on shapes that cut its 128x128x32 tiles and its 16x16 fragments. Inputs are float16 values, so
+// every product is exact in float32; each side sums K of them in float32 in its own order, the matrix units
+// possibly truncating (2^-23 per addition rather than 2^-24): (K + 2)(2^-24 + 2^-23) S, then each rounds its
+// sum to float16 once (2^-11 S each). Attention's products (scores into float32, probabilities rounded to
+// float16 for the weighted sum) are checked against the CPU by tests/gpu on a GPU with these units.
+// Runs only on devices that have them (not lavapipe).
+TEST(VulkanProducts, MatrixUnitsAgreeWithDirect) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    if (!vk.physical().matrix_products) GTEST_SKIP() << vk.describe().name << " has no matrix units kiln can use";
+    using P = vulkan::VulkanBackend::Products;
+    const P was = vk.products();
+    auto fill = [](Shape s, uint32_t seed) {
+        Tensor t(std::move(s));
+        uint32_t x = seed;
+        for (float& v : t.values()) v = float((x = x * 1664525u + 1013904223u) >> 8) / float(1 << 24) * 2.0f - 1.0f;
+        return t.converted(DType::F16).to_f32();
+    };
+    auto abs_of = [](Tensor t) {
+        for (float& v : t.values()) v = std::fabs(v);
+        return t;
+    };
+    auto both = [&](const std::function<Tensor(P)>& run, const Tensor& scale, double k, const char* what) {
+        const Tensor direct = run(P::Direct), matrix = run(P::Matrix);
+        double worst = 0;
+        const double u = std::ldexp(1.0, -24), us = std::ldexp(1.0, -11);
+        for (int64_t i = 0; i < scale.numel(); ++i)
+            worst = std::max(worst, std::fabs(double(matrix[i]) - direct[i]) /
+                                        ((k + 2) * 3 * u * scale[i] + 2 * us * scale[i] + 1e-30));
+        EXPECT_LE(worst, 1.0) << what;
+        std::printf("[ vulkan ] %s: matrix units vs direct, err/bound %.3f\n", what, worst);
+    };
+    for (auto [rows, in, out] : {std::tuple{1, 16, 16}, {130, 70, 135}, {300, 320, 257}}) {
+        const Tensor x = fill({1, rows, in}, 1), w = fill({out, in}, 2), b = fill({out}, 3), abs_b = abs_of(b);
+        const std::string what = "linear " + std::to_string(rows) + "x" + std::to_string(in) + " -> " + std::to_string(out);
+        both([&](P build) {
+            vk.set_products(build);
+            const Tensor bd = b.to_device(vk, DType::F16);
+            return ops::linear(x.to_device(vk, DType::F16), w.to_device(vk, DType::F16), &bd).to_host();
+        }, ops::linear(abs_of(x), abs_of(w), &abs_b), in, what.c_str());
+    }
+    const Tensor img = fill({2, 6, 19, 17}, 4), kern = fill({131, 6, 3, 3}, 5);
+    both([&](P build) {
+        vk.set_products(build);
+        return ops::conv2d(img.to_device(vk, DType::F16), kern.to_device(vk, DType::F16), nullptr, 1, 1).to_host();
     }, ops::conv2d(abs_of(img), abs_of(kern), nullptr, 1, 1), 54, "conv2d 6x19x17 -> 131, 3x3");
     vk.set_products(was);
 }

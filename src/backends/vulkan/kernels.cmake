@@ -1,9 +1,10 @@
 # Every Vulkan kernel kiln embeds: "name|shader|DEFINE,DEFINE". CMakeLists.txt compiles each with glslc.
 # A shader's defines choose the storage type of its tensors: T_F16 makes the tensors float16 (arithmetic
 # stays float32), otherwise float32. The matmul kernels name their three operands' types separately
-# (A_F16, B_F16, C_F16) for attention, whose scores and probabilities stay float32. Products come in three
-# builds: 128x128 tiles (gemm_tile.glsl), SMALL 64x64 tiles (gemm_tile_small.glsl) and DIRECT, without shared
-# memory (gemm_direct.glsl), for devices that run on the CPU.
+# (A_F16, B_F16, C_F16) for attention, whose scores and probabilities stay float32. Products come in four
+# builds (gemm_build.glsl): 128x128 tiles (gemm_tile.glsl), SMALL 64x64 tiles (gemm_tile_small.glsl), DIRECT,
+# without shared memory (gemm_direct.glsl), for devices that run on the CPU, and, for float16 products, COOP
+# on matrix units through VK_NV_cooperative_matrix (gemm_coop.glsl), made only on devices that have them.
 set(KILN_VULKAN_KERNELS
   "convert_f32_f16|convert.comp|DST_F16"
   "convert_f16_f32|convert.comp|SRC_F16"
@@ -25,6 +26,10 @@ set(KILN_VULKAN_KERNELS
   "matmul_pv_direct_f16|matmul.comp|DIRECT,B_F16,C_F16"
   "conv2d_direct_f32|conv2d.comp|DIRECT"
   "conv2d_direct_f16|conv2d.comp|DIRECT,T_F16"
+  "matmul_coop_f16|matmul.comp|COOP,A_F16,B_F16,C_F16"
+  "matmul_scores_coop_f16|matmul.comp|COOP,A_F16,B_F16"
+  "matmul_pv_coop_f16|matmul.comp|COOP,B_F16,C_F16"
+  "conv2d_coop_f16|conv2d.comp|COOP,T_F16"
   "group_norm_stats_f32|group_norm_stats.comp"
   "group_norm_stats_f16|group_norm_stats.comp|T_F16"
   "group_norm_apply_f32|group_norm_apply.comp"

@@ -1,6 +1,8 @@
 #include "backends/vulkan/physical_devices.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace kiln::vulkan {
@@ -34,6 +36,43 @@ bool has_extension(const Api& a, VkPhysicalDevice d, const char* name) {
     a.vkEnumerateDeviceExtensionProperties(d, nullptr, &n, ext.data());
     for (const VkExtensionProperties& e : ext)
         if (std::strcmp(e.extensionName, name) == 0) return true;
+    return false;
+}
+
+// gemm_coop.glsl needs VK_NV_cooperative_matrix with 16x16x16 float16 products summed in float32 at subgroup
+// scope, 32-wide subgroups (it splits 256 threads into 8 of them), float16 arithmetic types and the Vulkan
+// memory model (its matrix scopes). VK_KHR_cooperative_matrix is newer than Debian 12's glslang.
+bool nv_matrix_products(const Api& a, VkPhysicalDevice h, bool fp16_storage) {
+    if (!fp16_storage || !a.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV ||
+        !has_extension(a, h, "VK_NV_cooperative_matrix"))
+        return false;
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    f12.pNext = &coop;
+    VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    features.pNext = &f12;
+    a.vkGetPhysicalDeviceFeatures2(h, &features);
+    if (!coop.cooperativeMatrix || !f12.shaderFloat16 || !f12.vulkanMemoryModel) return false;
+    VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    props.pNext = &subgroup;
+    a.vkGetPhysicalDeviceProperties2(h, &props);
+    if (subgroup.subgroupSize != 32 || !(subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) ||
+        !(subgroup.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT))
+        return false;
+    uint32_t n = 0;
+    a.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(h, &n, nullptr);
+    std::vector<VkCooperativeMatrixPropertiesNV> shapes(n, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+    a.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(h, &n, shapes.data());
+    if (const char* v = std::getenv("KILN_VULKAN_VERBOSE"); v && std::string(v) == "1")
+        for (const VkCooperativeMatrixPropertiesNV& m : shapes)
+            std::fprintf(stderr, "kiln: vulkan: cooperative matrix %ux%ux%u A%d B%d C%d D%d scope %d\n", m.MSize, m.NSize,
+                         m.KSize, int(m.AType), int(m.BType), int(m.CType), int(m.DType), int(m.scope));
+    for (const VkCooperativeMatrixPropertiesNV& m : shapes)
+        if (m.MSize == 16 && m.NSize == 16 && m.KSize == 16 && m.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+            m.BType == VK_COMPONENT_TYPE_FLOAT16_NV && m.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+            m.DType == VK_COMPONENT_TYPE_FLOAT32_NV && m.scope == VK_SCOPE_SUBGROUP_NV)
+            return true;
     return false;
 }
 
@@ -88,6 +127,7 @@ std::vector<PhysicalDevice> physical_devices(std::string* why) {
             d.memory_budget = has_extension(a, h, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
             d.cooperative_matrix = has_extension(a, h, "VK_NV_cooperative_matrix") ||
                                    has_extension(a, h, "VK_KHR_cooperative_matrix");
+            d.matrix_products = nv_matrix_products(a, h, d.fp16_storage);
             VkPhysicalDeviceMemoryProperties mem;
             a.vkGetPhysicalDeviceMemoryProperties(h, &mem);
             for (uint32_t i = 0; i < mem.memoryHeapCount; ++i)
@@ -130,7 +170,9 @@ DeviceDescription describe(const PhysicalDevice& d, int index, int64_t held_byte
     out.detail = std::string(type_name(d.properties.deviceType)) + ", Vulkan " + std::to_string(VK_API_VERSION_MAJOR(v)) +
                  "." + std::to_string(VK_API_VERSION_MINOR(v)) + "." + std::to_string(VK_API_VERSION_PATCH(v)) +
                  (d.fp16_storage ? ", fp16 and fp32" : ", fp32 only (no 16-bit storage)") +
-                 (d.cooperative_matrix ? ", cooperative matrices (unused)" : "") + ", heap " + mib(d.heap_bytes);
+                 (d.matrix_products      ? ", fp16 products on matrix units (VK_NV_cooperative_matrix)"
+                  : d.cooperative_matrix ? ", cooperative matrices (not of a kind kiln uses)"
+                                         : "") + ", heap " + mib(d.heap_bytes);
     out.memory = heap_memory(d, held_bytes);
     out.emulated = d.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     return out;

@@ -16,7 +16,8 @@ struct PhysicalDevice {
     uint32_t queue_family = 0;            // a queue family with compute
     bool fp16_storage = false;            // storageBuffer16BitAccess: float16 tensors
     bool memory_budget = false;           // VK_EXT_memory_budget: the driver's free-memory figure
-    bool cooperative_matrix = false;      // VK_NV_cooperative_matrix or VK_KHR_cooperative_matrix (not used yet)
+    bool cooperative_matrix = false;      // VK_NV_cooperative_matrix or VK_KHR_cooperative_matrix offered
+    bool matrix_products = false;         // kiln's fp16 products on matrix units run here (gemm_coop.glsl)
     uint32_t device_local_heap = 0;       // the largest device-local heap
     uint64_t heap_bytes = 0;              // its size
 };

@@ -54,6 +54,8 @@ Api load() {
     require(a.name != nullptr, ErrorKind::Unsupported, "the Vulkan loader lacks " #name);
     KILN_VULKAN_INSTANCE_FUNCTIONS(KILN_VULKAN_INSTANCE)
 #undef KILN_VULKAN_INSTANCE
+    a.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+        get(a.instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
     // Registered after the driver's own handlers (made while the instance was), so it runs before them.
     std::atexit(exit_handler);
     return a;  // the instance and the library stay for the process: devices may be used until exit

@@ -69,6 +69,8 @@ struct Api {
     KILN_VULKAN_GLOBAL_FUNCTIONS(KILN_VULKAN_MEMBER)
     KILN_VULKAN_INSTANCE_FUNCTIONS(KILN_VULKAN_MEMBER)
 #undef KILN_VULKAN_MEMBER
+    // Of an extension: null where the loader does not know it.
+    PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV vkGetPhysicalDeviceCooperativeMatrixPropertiesNV = nullptr;
     VkInstance instance = VK_NULL_HANDLE;
     uint32_t instance_version = 0;
 };

@@ -36,6 +36,7 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
     products_ = gemm == "large"    ? Products::Large
                 : gemm == "small"  ? Products::Small
                 : gemm == "direct" ? Products::Direct
+                : gemm == "matrix" ? Products::Matrix
                 : gemm == "measured" || physical_.properties.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU
                     ? Products::Measured
                     : Products::Direct;
@@ -52,6 +53,17 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
     f11.pNext = &f12;
     VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     info.pNext = &f11;
+    // What gemm_coop.glsl needs, where physical_devices found it all.
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    const char* coop_extension = "VK_NV_cooperative_matrix";
+    if (physical_.matrix_products) {
+        coop.cooperativeMatrix = VK_TRUE;
+        f12.pNext = &coop;
+        f12.shaderFloat16 = VK_TRUE;
+        f12.vulkanMemoryModel = VK_TRUE;
+        info.enabledExtensionCount = 1;
+        info.ppEnabledExtensionNames = &coop_extension;
+    }
     info.queueCreateInfoCount = 1;
     info.pQueueCreateInfos = &queue;
     check(a.vkCreateDevice(physical_.handle, &info, nullptr, &device_),

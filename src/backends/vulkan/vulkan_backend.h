@@ -54,10 +54,12 @@ public:
     // KILN_VULKAN_SYNC_OPS=1: submit and wait after every kernel, so that --profile shows device time per op.
     bool sync_ops() const { return sync_ops_; }
     // Which build of the product kernels (matmul, conv2d) runs: on GPUs the first call of each shape times
-    // 128x128 and 64x64 tiles and keeps the faster (Measured); on a device that runs on the CPU, where
-    // barriers are expensive, Direct (no shared memory). KILN_VULKAN_GEMM=large|small|direct|measured
-    // overrides; tests switch with set_products.
-    enum class Products { Measured, Large, Small, Direct };
+    // 128x128 and 64x64 tiles, and for float16 products the matrix units where the device has them
+    // (PhysicalDevice::matrix_products), and keeps the fastest (Measured); on a device that runs on the CPU,
+    // where barriers are expensive, Direct (no shared memory). KILN_VULKAN_GEMM=large|small|direct|matrix|measured
+    // overrides (matrix: on the matrix units wherever they can run it, else 128x128 tiles); tests switch
+    // with set_products.
+    enum class Products { Measured, Large, Small, Direct, Matrix };
     Products products() const { return products_; }
     void set_products(Products p) { products_ = p; }
     // Inside run_recorded's recording nothing may wait for the device (so nothing is timed there).

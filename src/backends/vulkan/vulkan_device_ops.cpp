@@ -20,7 +20,7 @@ struct MatmulParams {
     uint32_t sam, sak, sbk, sbn, scm, scn;
     uint32_t saz, sbz, scz;
     float alpha;
-    uint32_t flags;  // 1: A's k contiguous, 2: B's k contiguous, 4: bias
+    uint32_t flags;  // 1: A's k contiguous, 2: B's k contiguous, 4: bias, 8 / 16: A / B read 8 at a time
 };
 
 namespace {
@@ -59,7 +59,8 @@ RowGrid row_grid(int64_t rows) {
 // Push constants, laid out as the shaders declare them (device addresses first).
 struct ConvParams {
     uint64_t x, w, bias, y, stats, gamma, beta;
-    uint32_t cin, h, wd, cout, oh, ow, ks, stride, pad, groups, flags;  // 1: bias, 2: GroupNorm + SiLU
+    // flags 1: bias, 2: GroupNorm + SiLU, 4 / 8: weights / input read 8 at a time (the matrix-unit build)
+    uint32_t cin, h, wd, cout, oh, ow, ks, stride, pad, groups, flags;
 };
 struct NormStatsParams {
     uint64_t x, stats;
@@ -106,35 +107,59 @@ constexpr int64_t kScoreBudgetBytes = int64_t(256) << 20;
 
 }  // namespace
 
-void VulkanDeviceOps::run_product(const ProductKey& key, const ProductRun& run) const {
+namespace {
+struct ProductBuild {
+    const char* variant;
+    uint32_t tile;
+};
+constexpr ProductBuild kBuilds[] = {{"", 128}, {"_small", 64}, {"_coop", 128}, {"_direct", 32}};
+constexpr int kLarge = 0, kSmall = 1, kMatrix = 2, kDirect = 3;
+}  // namespace
+
+void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const ProductRun& run) const {
     using P = VulkanBackend::Products;
+    matrix = matrix && backend_.physical().matrix_products;
+    auto go = [&](int b) { run(kBuilds[b].variant, kBuilds[b].tile); };
     switch (backend_.products()) {
-        case P::Direct: return run("_direct", 32);
-        case P::Large: return run("", 128);
-        case P::Small: return run("_small", 64);
+        case P::Direct: return go(kDirect);
+        case P::Large: return go(kLarge);
+        case P::Small: return go(kSmall);
+        case P::Matrix: return go(matrix ? kMatrix : kLarge);
         case P::Measured: break;
     }
-    if (auto it = large_tiles_.find(key); it != large_tiles_.end())
-        return it->second ? run("", 128) : run("_small", 64);
-    if (backend_.recording_call()) return run("_small", 64);  // no timing inside a recording; decided later
+    if (auto it = builds_.find(key); it != builds_.end()) return go(it->second);
+    if (backend_.recording_call()) return go(matrix ? kMatrix : kSmall);  // no timing inside a recording
     // Each build once untimed (its pipeline is made, its caches warm), then once timed on the host clock
     // around a submit: the products that matter take milliseconds, the submit tens of microseconds.
-    double seconds[2];
-    const bool large[2] = {true, false};
-    for (int i = 0; i < 2; ++i) {
-        run(large[i] ? "" : "_small", large[i] ? 128 : 64);
+    int best = -1;
+    double best_seconds = 0;
+    for (int b : {kLarge, kSmall, kMatrix}) {
+        if (b == kMatrix && !matrix) continue;
+        go(b);
         backend_.finish();
         const auto start = std::chrono::steady_clock::now();
-        run(large[i] ? "" : "_small", large[i] ? 128 : 64);
+        go(b);
         backend_.finish();
-        seconds[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (best < 0 || seconds < best_seconds) best = b, best_seconds = seconds;
     }
-    large_tiles_[key] = seconds[0] <= seconds[1];  // either run's output is the product
+    builds_[key] = best;
+    if (best != (matrix ? kMatrix : kSmall)) go(best);  // the output of the last build timed stands otherwise
 }
 
-void VulkanDeviceOps::matmul(const MatmulParams& p, const char* base, const char* suffix, uint32_t batch) const {
-    require((p.m + 31) / 32 <= 65535, ErrorKind::Unsupported, "vulkan: a product with more than 2M rows");
-    run_product({std::string(base) + suffix, p.m, p.n, p.k, batch}, [&](const char* variant, uint32_t tile) {
+void VulkanDeviceOps::matmul(const MatmulParams& params, const char* base, const char* suffix, uint32_t batch) const {
+    require((params.m + 31) / 32 <= 65535, ErrorKind::Unsupported, "vulkan: a product with more than 2M rows");
+    // Every float16 product has a matrix-unit build (kernels.cmake). It reads 8 float16 values at once where
+    // they are contiguous and 16-byte aligned (flags 8 for A, 16 for B; the shader ignores 8 on float32 A).
+    const bool matrix = std::string(suffix) == "_f16";
+    MatmulParams p = params;
+    auto aligned = [&](uint64_t address, uint32_t stride, uint32_t batch_stride) {
+        return address % 16 == 0 && stride % 8 == 0 && (batch == 1 || batch_stride % 8 == 0);
+    };
+    if ((p.flags & 1) && p.sak == 1 && aligned(p.a, p.sam, p.saz)) p.flags |= 8;
+    if ((p.flags & 2) ? p.sbk == 1 && aligned(p.b, p.sbn, p.sbz) : p.sbn == 1 && aligned(p.b, p.sbk, p.sbz))
+        p.flags |= 16;
+    run_product({std::string(base) + suffix, p.m, p.n, p.k, batch}, matrix, [&](const char* variant, uint32_t tile) {
         backend_.dispatch((std::string(base) + variant + suffix).c_str(), p, (p.n + tile - 1) / tile,
                           (p.m + tile - 1) / tile, batch);
     });
@@ -216,10 +241,12 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
     ConvParams p{addr(x), addr(w), addr(b), addr(y), addr(stats), addr(gamma), addr(beta), uint32_t(cin), uint32_t(h),
                  uint32_t(wd), uint32_t(cout), uint32_t(oh), uint32_t(ow), uint32_t(kk), uint32_t(stride),
                  uint32_t(padding), uint32_t(groups), uint32_t((b ? 1 : 0) | (stats ? 2 : 0))};
+    if (p.w % 16 == 0 && (cin * kk * kk) % 8 == 0) p.flags |= 4;
+    if (p.x % 16 == 0 && kk == 1 && stride == 1 && padding == 0 && !stats && (h * wd) % 8 == 0) p.flags |= 8;
     require(n <= 65535 && (cout + 31) / 32 <= 65535 && (oh * ow + 31) / 32 <= 65535, ErrorKind::Unsupported,
             "vulkan: conv2d of " + device_operand("x", x) + " exceeds the workgroup grid");
     const std::string suffix = x.dtype() == DType::F16 ? "_f16" : "_f32";
-    run_product({"conv2d" + suffix, cout, oh * ow, cin * kk * kk, n}, [&](const char* variant, uint32_t tile) {
+    run_product({"conv2d" + suffix, cout, oh * ow, cin * kk * kk, n}, x.dtype() == DType::F16, [&](const char* variant, uint32_t tile) {
         backend_.dispatch(("conv2d" + std::string(variant) + suffix).c_str(), p, uint32_t((oh * ow + tile - 1) / tile),
                           uint32_t((cout + tile - 1) / tile), uint32_t(n));
     });

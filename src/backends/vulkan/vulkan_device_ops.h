@@ -44,12 +44,13 @@ private:
                 const Tensor* gamma, const Tensor* beta, int groups) const;
     Tensor group_norm_stats(const Tensor& x, int groups, float eps) const;  // F32 [N, groups, 2]
     void layout(int op, const Tensor& a, const Tensor* b, Tensor& y, int64_t c, int64_t c2, int64_t h, int64_t w) const;
-    // Runs a product through run(variant, tile): variant "" (128x128 tiles), "_small" (64x64) or "_direct",
-    // as the backend's mode says; in Measured mode the first call of each shape (key) times both tiled
-    // builds and keeps the faster, whose output stands.
+    // Runs a product through run(variant, tile): variant "" (128x128 tiles), "_small" (64x64), "_direct" or
+    // "_coop" (matrix units, 128x128; only where `matrix` says the kernel has that build and the device can
+    // run it), as the backend's mode says; in Measured mode the first call of each shape (key) times the
+    // candidate builds and keeps the fastest, whose output stands.
     using ProductKey = std::tuple<std::string, int64_t, int64_t, int64_t, int64_t>;
     using ProductRun = std::function<void(const char* variant, uint32_t tile)>;
-    void run_product(const ProductKey& key, const ProductRun& run) const;
+    void run_product(const ProductKey& key, bool matrix, const ProductRun& run) const;
     // matmul.comp (`base`: matmul, matmul_scores or matmul_pv; `suffix`: _f32 or _f16) over `batch` z's.
     void matmul(const MatmulParams& p, const char* base, const char* suffix, uint32_t batch) const;
 
@@ -57,7 +58,7 @@ private:
     // The embedding's frequencies per (half, shift, max_period), uploaded by the first call: a recorded call
     // (run_recorded) may not upload.
     mutable std::map<std::tuple<int, float, float>, Tensor> frequencies_;
-    mutable std::map<ProductKey, bool> large_tiles_;  // the measured choice per product shape
+    mutable std::map<ProductKey, int> builds_;  // the measured choice per product shape (index in kBuilds)
 };
 
 }  // namespace kiln::vulkan

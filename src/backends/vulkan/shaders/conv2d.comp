@@ -37,31 +37,30 @@ float load_b(uint k, uint n) {
     }
     return v;
 }
-#if defined(DIRECT)
-#include "gemm_direct.glsl"
-#elif defined(SMALL)
-#include "gemm_tile_small.glsl"
-#else
-#include "gemm_tile.glsl"
+void store_c(uint m, uint n, float sum) {
+    if ((p.flags & 1u) != 0u) sum += ld(p.bias, m);
+    st(p.y, (batch * p.cout + m) * (p.oh * p.ow) + n, sum);
+}
+#if defined(COOP)
+// 16-byte loads of 8 float16 values for the matrix-unit build, where the host found them aligned: weights
+// along k (flags & 4), and the input along pixels for a plain 1x1 convolution (flags & 8).
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer U128s { uvec4 v[]; };
+#define HAS_LOAD8
+bool load_a8(uint m, uint k, inout uvec4 v) {
+    const uint K = p.cin * p.ks * p.ks;
+    if ((p.flags & 4u) == 0u || m >= p.cout || k + 8u > K) return false;
+    v = U128s(p.w).v[(m * K + k) >> 3];
+    return true;
+}
+bool load_b8(uint k, uint n, bool k_fast, inout uvec4 v) {
+    if ((p.flags & 8u) == 0u || k >= p.cin || n + 8u > p.oh * p.ow) return false;
+    v = U128s(p.x).v[((batch * p.cin + k) * p.h * p.wd + n) >> 3];
+    return true;
+}
 #endif
+#include "gemm_build.glsl"
 
 void main() {
     batch = gl_WorkGroupID.z;
-    const uint M = p.cout, N = p.oh * p.ow, K = p.cin * p.ks * p.ks;
-    const uint m0 = gl_WorkGroupID.y * TILE, n0 = gl_WorkGroupID.x * TILE;
-    float acc[MICRO][MICRO];
-    [[unroll]] for (uint i = 0u; i < MICRO; ++i)
-        [[unroll]] for (uint j = 0u; j < MICRO; ++j) acc[i][j] = 0.0;
-    gemm_tile(m0, n0, M, N, K, true, false, acc);
-    [[unroll]] for (uint i = 0u; i < MICRO; ++i) {
-        const uint m = m0 + micro_row(i);
-        [[unroll]] for (uint j = 0u; j < MICRO; ++j) {
-            const uint n = n0 + micro_col(j);
-            if (m < M && n < N) {
-                float v = acc[i][j];
-                if ((p.flags & 1u) != 0u) v += ld(p.bias, m);
-                st(p.y, (batch * M + m) * N + n, v);
-            }
-        }
-    }
+    gemm(gl_WorkGroupID.y * TILE, gl_WorkGroupID.x * TILE, p.cout, p.oh * p.ow, p.cin * p.ks * p.ks, true, false);
 }

@@ -1,6 +1,7 @@
 // C = alpha * A B (+ bias), batched over workgroup z, with every operand addressed by strides (in
 // elements): A(m, k) = a[z saz + m sam + k sak], B(k, n) = b[z sbz + k sbk + n sbn], C likewise.
-// linear (x W^T), attention's scores (Q K^T) and its weighted sum (P V) are all this kernel.
+// linear (x W^T), attention's scores (Q K^T) and its weighted sum (P V) are all this kernel. The product's
+// build (tiles, direct reads or matrix units) is chosen by gemm_build.glsl.
 #version 450
 #include "common.glsl"
 #ifdef DIRECT
@@ -34,36 +35,40 @@ layout(push_constant) uniform Params {
     uint sam, sak, sbk, sbn, scm, scn;
     uint saz, sbz, scz;
     float alpha;
-    uint flags;  // 1: A's k is contiguous, 2: B's k is contiguous, 4: add bias[n]
+    uint flags;  // 1: A's k is contiguous, 2: B's k is contiguous, 4: add bias[n], 8 / 16: see load_a8
 } p;
 
 uint z;
 float load_a(uint m, uint k) { return ld(p.a, z * p.saz + m * p.sam + k * p.sak); }
 float load_b(uint k, uint n) { return ld(p.b, z * p.sbz + k * p.sbk + n * p.sbn); }
-#if defined(DIRECT)
-#include "gemm_direct.glsl"
-#elif defined(SMALL)
-#include "gemm_tile_small.glsl"
+void store_c(uint m, uint n, float sum) {
+    float v = p.alpha * sum;
+    if ((p.flags & 4u) != 0u) v += ld(p.bias, n);
+    st_c(p.c, z * p.scz + m * p.scm + n * p.scn, v);
+}
+#if defined(COOP)
+// 16-byte loads of 8 float16 values for the matrix-unit build, where the host found them aligned: A's k
+// contiguous (flags & 8), B's k or n contiguous (flags & 16), all strides multiples of 8 elements.
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer U128s { uvec4 v[]; };
+#define HAS_LOAD8
+bool load_a8(uint m, uint k, inout uvec4 v) {
+#ifdef A_F16
+    if ((p.flags & 8u) == 0u || m >= p.M || k + 8u > p.K) return false;
+    v = U128s(p.a).v[(z * p.saz + m * p.sam + k) >> 3];
+    return true;
 #else
-#include "gemm_tile.glsl"
+    return false;
 #endif
+}
+bool load_b8(uint k, uint n, bool k_fast, inout uvec4 v) {
+    if ((p.flags & 16u) == 0u || (k_fast ? (n >= p.N || k + 8u > p.K) : (k >= p.K || n + 8u > p.N))) return false;
+    v = U128s(p.b).v[(z * p.sbz + k * p.sbk + n * p.sbn) >> 3];
+    return true;
+}
+#endif
+#include "gemm_build.glsl"
 
 void main() {
     z = gl_WorkGroupID.z;
-    const uint m0 = gl_WorkGroupID.y * TILE, n0 = gl_WorkGroupID.x * TILE;
-    float acc[MICRO][MICRO];
-    [[unroll]] for (uint i = 0u; i < MICRO; ++i)
-        [[unroll]] for (uint j = 0u; j < MICRO; ++j) acc[i][j] = 0.0;
-    gemm_tile(m0, n0, p.M, p.N, p.K, (p.flags & 1u) != 0u, (p.flags & 2u) != 0u, acc);
-    [[unroll]] for (uint i = 0u; i < MICRO; ++i) {
-        const uint m = m0 + micro_row(i);
-        [[unroll]] for (uint j = 0u; j < MICRO; ++j) {
-            const uint n = n0 + micro_col(j);
-            if (m < p.M && n < p.N) {
-                float v = p.alpha * acc[i][j];
-                if ((p.flags & 4u) != 0u) v += ld(p.bias, n);
-                st_c(p.c, z * p.scz + m * p.scm + n * p.scn, v);
-            }
-        }
-    }
+    gemm(gl_WorkGroupID.y * TILE, gl_WorkGroupID.x * TILE, p.M, p.N, p.K, (p.flags & 1u) != 0u, (p.flags & 2u) != 0u);
 }
