@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/backend.h"
 #include "core/memory.h"
 #include "kiln/error.h"
 #include "runtime/chrome_trace.h"
@@ -34,6 +35,7 @@ ProfileSession::~ProfileSession() {
 
 void ProfileSession::finish() {
     if (!profiler_) return;
+    synchronize_backends();  // GPU backends report the GPU time they measured at a wait
     profiler_->stop();
     const ProfileSummary summary = profiler_->summary(!trace_path_.empty());
     if (profile_) std::fprintf(stderr, "\n%s", format_profile_report(summary, memory_stats()).c_str());

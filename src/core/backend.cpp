@@ -74,6 +74,16 @@ void release_backends(DeviceKind kind) {
     going.clear();  // outside the lock: a backend's destructor may ask the registry nothing, but need not hold it
 }
 
+void synchronize_backends() {
+    Registry& r = registry();
+    std::vector<Backend*> made;
+    {
+        std::lock_guard lock(r.mutex);
+        for (auto& [key, b] : r.backends) made.push_back(b.get());
+    }
+    for (Backend* b : made) b->synchronize();
+}
+
 std::vector<DeviceDescription> list_devices(std::vector<std::string>* why_none) {
     std::vector<DeviceDescription> out{{Device{}, "CPU", "host memory, OpenBLAS + OpenMP", {}}};
     Registry& r = registry();

@@ -103,6 +103,9 @@ Backend& backend_for(const Device& device);
 // Destroys the backends of a kind (the process is ending: a driver that tears itself down at exit needs its
 // devices gone first). Tensors still on them must not be used or freed afterwards.
 void release_backends(DeviceKind kind);
+// Waits for every backend made so far (none is made): the GPU backends then report the op spans they timed
+// to a profiler (ops/op_observer.h), which a profile needs before it stops.
+void synchronize_backends();
 // Every device of every registered kind, the CPU first; why_none collects the reasons a kind found none.
 std::vector<DeviceDescription> list_devices(std::vector<std::string>* why_none = nullptr);
 // "auto": the first GPU that is not emulated (CUDA before Vulkan), else the CPU. Otherwise parse_device(text), checked to exist.

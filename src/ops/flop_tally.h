@@ -23,6 +23,10 @@ public:
     void end(OpKind kind) override {
         if (next_) next_->end(kind);
     }
+    bool wants_device_spans() const override { return next_ && next_->wants_device_spans(); }
+    void device_spans(const std::string& device, const std::vector<DeviceOpSpan>& spans) override {
+        if (next_) next_->device_spans(device, spans);
+    }
     const std::array<double, kOpCount>& flops() const { return flops_; }
 
 private:

@@ -2,7 +2,10 @@
 // one load and a not-taken branch per op call.
 #pragma once
 #include <atomic>
+#include <string>
+#include <vector>
 
+#include "ops/device_spans.h"
 #include "ops/op_list.h"
 
 namespace kiln::ops {
@@ -13,6 +16,15 @@ struct OpObserver {
     // 0 for ops whose cost is memory traffic rather than arithmetic.
     virtual void begin(OpKind kind, double flops) = 0;
     virtual void end(OpKind kind) = 0;
+
+    // GPU time (ops/device_spans.h). A GPU backend records events around its ops only while the observer
+    // wants them (a profiler does; counting FLOPs does not), and reports the spans in batches, at points where
+    // the host waits for the device anyway. device: the memory-accounting name ("cuda:0").
+    virtual bool wants_device_spans() const { return false; }
+    virtual void device_spans(const std::string& device, const std::vector<DeviceOpSpan>& spans) {
+        (void)device;
+        (void)spans;
+    }
 };
 
 namespace detail {
@@ -25,6 +37,10 @@ inline std::atomic<OpObserver*> g_op_observer{nullptr};
 // Ops run their own threads internally but report only from the calling thread.
 inline void set_op_observer(OpObserver* observer) { detail::g_op_observer.store(observer, std::memory_order_release); }
 inline OpObserver* op_observer() { return detail::g_op_observer.load(std::memory_order_acquire); }
+inline bool device_spans_wanted() {
+    OpObserver* o = op_observer();
+    return o && o->wants_device_spans();
+}
 
 // Brackets one op call; end() runs on every exit, exceptions included.
 class OpScope {

@@ -22,6 +22,10 @@ public:
     void end(ops::OpKind kind) override {
         if (next_) next_->end(kind);
     }
+    bool wants_device_spans() const override { return next_ && next_->wants_device_spans(); }
+    void device_spans(const std::string& device, const std::vector<ops::DeviceOpSpan>& spans) override {
+        if (next_) next_->device_spans(device, spans);
+    }
 
     double flops() const { return flops_; }  // a multiply-add counts 2
     int64_t calls() const { return calls_; }

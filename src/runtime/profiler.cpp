@@ -38,7 +38,10 @@ CpuTimer::CpuTimer() : origin_ns_(steady_ns()) {}
 uint64_t CpuTimer::mark() { return static_cast<uint64_t>(steady_ns() - origin_ns_); }
 
 Profiler::Profiler(std::unique_ptr<ProfileTimer> timer)
-    : timer_(std::move(timer)), memory_device_(memory_device(timer_->device())), folded_(ops::kOpCount) {}
+    : timer_(std::move(timer)),
+      memory_device_(memory_device(timer_->device())),
+      folded_(ops::kOpCount),
+      gpu_totals_(ops::kOpCount) {}
 
 Profiler::~Profiler() { stop(); }
 
@@ -56,8 +59,13 @@ void Profiler::start(int64_t max_spans) {
     occurrences_.fill(0);
     folded_.assign(ops::kOpCount, Folded{});
     dropped_ = 0;
+    gpu_spans_.clear();
+    gpu_devices_.clear();
+    gpu_totals_.assign(ops::kOpCount, Folded{});
+    dropped_gpu_ = 0;
     running_ = true;
     start_mark_ = timer_->mark();
+    steady_origin_ns_ = steady_ns();
     ops::set_op_observer(this);
 }
 
@@ -156,6 +164,27 @@ void Profiler::end(ops::OpKind) {
     if (!open_spans_.empty() && open_spans_.back() == o.span) open_spans_.pop_back();
 }
 
+void Profiler::device_spans(const std::string& device, const std::vector<ops::DeviceOpSpan>& spans) {
+    if (!running_ || spans.empty()) return;
+    size_t track = std::find(gpu_devices_.begin(), gpu_devices_.end(), device) - gpu_devices_.begin();
+    if (track == gpu_devices_.size()) gpu_devices_.push_back(device);
+    for (const ops::DeviceOpSpan& d : spans) {
+        const int k = static_cast<int>(d.kind);
+        if (k < 0 || k >= ops::kOpCount) continue;
+        Folded& t = gpu_totals_[k];
+        ++t.calls;
+        t.us += static_cast<double>(d.self_ns) / 1000.0;
+        t.flops += d.flops;
+        if (static_cast<int64_t>(gpu_spans_.size()) >= max_spans_) {
+            ++dropped_gpu_;
+            continue;
+        }
+        gpu_spans_.push_back({d.start_ns, d.duration_ns, d.flops, static_cast<int16_t>(k),
+                              static_cast<uint8_t>(std::clamp(d.depth, 0, 255)),
+                              static_cast<uint8_t>(std::min<size_t>(track, 255))});
+    }
+}
+
 ProfileSummary Profiler::summary(bool with_spans) const {
     ProfileSummary out;
     out.device = timer_->device();
@@ -188,6 +217,9 @@ ProfileSummary Profiler::summary(bool with_spans) const {
         kinds[k].calls = folded_[k].calls;
         kinds[k].total_us = folded_[k].us;
         kinds[k].flops = folded_[k].flops;
+        kinds[k].gpu_calls = gpu_totals_[k].calls;
+        kinds[k].gpu_us = gpu_totals_[k].us;
+        kinds[k].gpu_flops = gpu_totals_[k].flops;
     }
     double top_level_zone_us = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -214,13 +246,18 @@ ProfileSummary Profiler::summary(bool with_spans) const {
 
     for (const StageStats& st : stages)
         if (st.calls > 0 || (st.stage == Stage::Other && (st.total_us > 0 || st.op_us > 0))) out.stages.push_back(st);
+    out.gpu_devices = gpu_devices_;
     for (const OpKindStats& k : kinds)
-        if (k.calls > 0) {
+        if (k.calls > 0 || k.gpu_calls > 0) {
             out.ops.push_back(k);
             out.op_us += k.total_us;
+            out.gpu_op_us += k.gpu_us;
         }
-    std::stable_sort(out.ops.begin(), out.ops.end(),
-                     [](const OpKindStats& a, const OpKindStats& b) { return a.total_us > b.total_us; });
+    // On a GPU the host's time is that of queueing: rank by GPU time where there is any.
+    const bool by_gpu = out.has_gpu_time();
+    std::stable_sort(out.ops.begin(), out.ops.end(), [by_gpu](const OpKindStats& a, const OpKindStats& b) {
+        return by_gpu ? a.gpu_us > b.gpu_us : a.total_us > b.total_us;
+    });
 
     if (with_spans) {
         out.spans.reserve(n);
@@ -239,6 +276,24 @@ ProfileSummary Profiler::summary(bool with_spans) const {
         }
     }
     out.dropped_spans = dropped_;
+    if (with_spans) {
+        out.gpu_spans.reserve(gpu_spans_.size());
+        for (const GpuSpan& g : gpu_spans_) {
+            ProfileSpan p;
+            p.kind = ProfileSpan::Kind::GpuOp;
+            p.code = g.code;
+            p.depth = g.depth;
+            p.track = g.track;
+            p.start_us = static_cast<double>(g.start_ns - steady_origin_ns_) / 1000.0;
+            p.duration_us = static_cast<double>(g.duration_ns) / 1000.0;
+            p.flops = g.flops;
+            out.gpu_spans.push_back(p);
+        }
+        // Batches arrive in stream order per device; with several devices, interleave them by time.
+        std::stable_sort(out.gpu_spans.begin(), out.gpu_spans.end(),
+                         [](const ProfileSpan& a, const ProfileSpan& b) { return a.start_us < b.start_us; });
+    }
+    out.dropped_gpu_spans = dropped_gpu_;
     return out;
 }
 

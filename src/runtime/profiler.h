@@ -5,9 +5,11 @@
 // (chrome_trace.h).
 //
 // Off by default and free when off: no observer is set, and a StageScope costs one atomic load.
-// Each backend brings its own clock (ProfileTimer): the CPU's is steady_clock; a GPU backend records
-// device events and reads them back when the summary is made. Zones and ops are reported from one
-// thread (the ops report only from their calling thread).
+// Zones and op spans are on the host's clock (ProfileTimer, steady_clock by default): on a GPU an op's
+// host span is the time to queue its kernels. GPU backends also report the GPU time of each op
+// (device_spans, timed with events on the stream: ops/device_spans.h), kept apart as GPU spans with their
+// own per-kind totals, placed on the same time axis through steady_clock. Zones and ops are reported from
+// one thread (the ops report only from their calling thread).
 #pragma once
 #include <array>
 #include <atomic>
@@ -49,11 +51,12 @@ private:
 
 // One zone or op call, resolved to microseconds since the profiler started.
 struct ProfileSpan {
-    enum class Kind : uint8_t { Stage, Op };
+    enum class Kind : uint8_t { Stage, Op, GpuOp };
     Kind kind = Kind::Op;
     int code = 0;       // the Stage or ops::OpKind value
     int index = 0;      // stages: the occurrence (0, 1, ... per stage); ops: unused
-    int depth = 0;      // nesting: 0 for a top-level zone, its ops 1 deeper
+    int depth = 0;      // nesting: 0 for a top-level zone, its ops 1 deeper (GPU spans: 0 for a top-level op)
+    int track = 0;      // GPU spans: index in ProfileSummary::gpu_devices
     double start_us = 0, duration_us = 0;
     double flops = 0;          // ops: as reported by the op (0 when the op does not say)
     int64_t peak_bytes = 0;    // stages: most bytes accounted on the device at once during the zone
@@ -73,6 +76,10 @@ struct OpKindStats {
     int64_t calls = 0;
     double total_us = 0;  // self time: an op called inside another op is not counted twice
     double flops = 0;
+    // Measured on the GPU with events around the op's kernels (0 on the CPU, or where none were reported).
+    int64_t gpu_calls = 0;
+    double gpu_us = 0;     // self time on the GPU: an op inside another op is not counted twice
+    double gpu_flops = 0;  // FLOPs of the GPU-timed calls, for their rate
 };
 
 struct ProfileSummary {
@@ -80,9 +87,15 @@ struct ProfileSummary {
     double wall_us = 0;                 // from start() to stop() (or to summary(), while running)
     double op_us = 0;                   // all ops' self time
     std::vector<StageStats> stages;     // stages with calls or time, in enum order (Other last)
-    std::vector<OpKindStats> ops;       // op kinds that ran, most time first
+    std::vector<OpKindStats> ops;       // op kinds that ran, most time first (GPU time where there is any)
     std::vector<ProfileSpan> spans;     // in start order; empty if spans were not kept
     int64_t dropped_spans = 0;          // op spans beyond the span limit (still in the op totals)
+    // GPU time, where a GPU backend reported it.
+    std::vector<std::string> gpu_devices;  // "cuda:0", ...: the tracks of gpu_spans
+    double gpu_op_us = 0;                  // all GPU-timed ops' self time: how long the GPU ran ops
+    std::vector<ProfileSpan> gpu_spans;    // Kind::GpuOp, in start order; empty if spans were not kept
+    int64_t dropped_gpu_spans = 0;         // GPU spans beyond the span limit (still in the totals)
+    bool has_gpu_time() const { return !gpu_devices.empty(); }
 };
 
 class Profiler : public ops::OpObserver {
@@ -102,6 +115,10 @@ public:
     void end_stage();
     void begin(ops::OpKind kind, double flops) override;
     void end(ops::OpKind kind) override;
+    bool wants_device_spans() const override { return running_; }
+    void device_spans(const std::string& device, const std::vector<ops::DeviceOpSpan>& spans) override;
+    // steady_clock nanoseconds at start(): time 0 of the summary, for GPU spans on steady_clock.
+    int64_t steady_origin_ns() const { return steady_origin_ns_; }
 
     ProfileSummary summary(bool with_spans = true) const;
 
@@ -132,6 +149,12 @@ private:
         int64_t calls = 0;
         double us = 0, flops = 0;
     };
+    struct GpuSpan {
+        int64_t start_ns = 0, duration_ns = 0;  // steady_clock
+        double flops = 0;
+        int16_t code = 0;
+        uint8_t depth = 0, track = 0;
+    };
 
     std::unique_ptr<ProfileTimer> timer_;
     MemoryDevice memory_device_;
@@ -145,6 +168,11 @@ private:
     std::array<int32_t, kStageCount> occurrences_{};
     std::vector<Folded> folded_;
     int64_t dropped_ = 0;
+    int64_t steady_origin_ns_ = 0;
+    std::vector<GpuSpan> gpu_spans_;
+    std::vector<std::string> gpu_devices_;
+    std::vector<Folded> gpu_totals_;  // per op kind: calls, self time, FLOPs of every GPU span, kept or not
+    int64_t dropped_gpu_ = 0;
 };
 
 namespace detail {

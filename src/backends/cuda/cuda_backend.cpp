@@ -55,6 +55,7 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
             "cuda:" + std::to_string(index) + " is not available" + (why.empty() ? std::string() : " (" + why + ")"));
     KILN_CUDA_CHECK(cudaSetDevice(index));
     KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    timeline_ = std::make_unique<GpuTimeline>(stream_, device_name(device()));
     gemm_ = std::make_unique<Gemm>();
 #if KILN_HAS_CUDNN
     const char* conv = std::getenv("KILN_CUDA_CONV");
@@ -72,6 +73,7 @@ CudaBackend::~CudaBackend() {
     for (auto& [key, r] : recordings_)
         if (r.exec) cudaGraphExecDestroy(r.exec);
     recordings_.clear();
+    timeline_.reset();
     ops_.reset();
     cudnn_.reset();
     gemm_.reset();
@@ -101,11 +103,13 @@ void* CudaBackend::allocate(int64_t bytes) {
 void CudaBackend::upload(void* dst, const void* src, int64_t bytes) {
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, stream_));
     KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));  // src (pageable, the caller's) may go after this
+    timeline_->synchronized();
 }
 
 void CudaBackend::download(void* dst, const void* src, int64_t bytes) {
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToHost, stream_));
     KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    timeline_->synchronized();  // the GPU spans of the ops before it can be read now, without another wait
 }
 
 void CudaBackend::copy(void* dst, const void* src, int64_t bytes) {
@@ -117,7 +121,10 @@ void CudaBackend::convert(const void* src, DType src_type, void* dst, DType dst_
     cuda::convert(src, src_type, dst, dst_type, n, stream_);
 }
 
-void CudaBackend::synchronize() { KILN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaBackend::synchronize() {
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    timeline_->synchronized();
+}
 
 Tensor CudaBackend::run_recorded(const std::string& key, const std::vector<const Tensor*>& inputs,
                                  const RecordedFn& fn) {
@@ -134,11 +141,14 @@ Tensor CudaBackend::run_recorded(const std::string& key, const std::vector<const
             std::vector<const Tensor*> views;
             for (const Tensor& t : r.inputs) views.push_back(&t);
             KILN_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+            timeline_->begin_capture();  // a profiler's op events become event-record nodes of the graph
             try {
                 ops::FlopTally tally;
                 r.output = std::make_unique<Tensor>(fn(views));
                 r.flops = tally.flops();
+                r.spans = timeline_->end_capture();
             } catch (...) {
+                timeline_->abort_capture();
                 cudaStreamEndCapture(stream_, &graph);
                 if (graph) cudaGraphDestroy(graph);
                 cudaGetLastError();
@@ -153,6 +163,7 @@ Tensor CudaBackend::run_recorded(const std::string& key, const std::vector<const
             r.failed = true;
             r.inputs.clear();
             r.output.reset();
+            r.spans.reset();
             if (r.exec) cudaGraphExecDestroy(r.exec);
             r.exec = nullptr;
             allocator_.release_pool(r.pool);
@@ -169,6 +180,7 @@ Tensor CudaBackend::run_recorded(const std::string& key, const std::vector<const
         }
     }
     if (r.replays++ > 0) ops::report_flops(r.flops);  // the first launch's were reported while it was captured
+    timeline_->before_replay(r.spans);  // each launch records the graph's op events again
     KILN_CUDA_CHECK(cudaGraphLaunch(r.exec, stream_));
     return Tensor(*r.output);  // a copy in the ordinary pool: the next replay overwrites the recording's
 }

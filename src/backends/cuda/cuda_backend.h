@@ -12,6 +12,7 @@
 #include "backends/cuda/cudnn_conv.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/gpu_runtime.h"
+#include "backends/cuda/gpu_timeline.h"
 #include "core/backend.h"
 #include "ops/op_list.h"
 
@@ -44,8 +45,10 @@ public:
     int multiprocessors() const { return multiprocessors_; }
     // KILN_CUDA_GRAPHS=0 turns recording off (every call eager), for comparisons.
     bool graphs_enabled() const { return graphs_enabled_; }
-    // KILN_CUDA_SYNC_OPS=1: wait for the GPU after every op, so that profiles show GPU time per op.
+    // KILN_CUDA_SYNC_OPS=1: wait for the GPU after every op, so that the host's op spans are GPU time too.
     bool sync_ops() const { return sync_ops_; }
+    // Events around each op while a profiler wants GPU spans (gpu_timeline.h).
+    GpuTimeline& timeline() const { return *timeline_; }
     // Float32 products on TF32 tensor cores (10-bit mantissa, float32 range), as PyTorch's convolutions do
     // by default: for the float32 VAE of an fp16 run; off when the user asked for --precision fp32.
     void set_fast_float32(bool on) override { fast_f32_ = on; }
@@ -61,6 +64,7 @@ private:
         cudaGraphExec_t exec = nullptr;
         int replays = 0;
         std::array<double, ops::kOpCount> flops{};  // per op kind, reported again at each replay
+        std::shared_ptr<GpuTimeline::GraphSpans> spans;  // event-record nodes, if a profiler was there at capture
     };
 
     int index_;
@@ -73,6 +77,7 @@ private:
     std::unique_ptr<Gemm> gemm_;
     std::unique_ptr<CudnnConv> cudnn_;
     std::unique_ptr<ops::DeviceOps> ops_;
+    std::unique_ptr<GpuTimeline> timeline_;
     std::map<std::string, Recording> recordings_;
 };
 

@@ -45,9 +45,10 @@ constexpr int64_t kScoreBudgetBytes = int64_t(512) << 20;
 
 }  // namespace
 
-// An op's span for the profiler (ops/op_observer.h). Kernels run asynchronously, so the span is the host's
-// queueing time unless KILN_CUDA_SYNC_OPS=1, which waits for the GPU at the end of every op: then
-// `--profile` shows GPU time per op kind (and CUDA graphs are off, as a wait cannot be recorded).
+// An op's spans for the profiler (ops/op_observer.h). Kernels run asynchronously, so the host span is the
+// time to queue them; while the profiler wants GPU spans, events on the stream around the kernels time them
+// on the GPU (gpu_timeline.h), read back at the next wait. KILN_CUDA_SYNC_OPS=1 also waits for the GPU at the
+// end of every op, so that the host span is GPU time as well (and CUDA graphs are off: a wait cannot be recorded).
 // The op's name from the one op list (ops/op_list.h), without linking the ops library.
 static const char* range_name(ops::OpKind kind) {
     switch (kind) {
@@ -62,12 +63,15 @@ static const char* range_name(ops::OpKind kind) {
 // Every op also opens an NVTX range named after it, for Nsight Systems and ncu's NVTX filters.
 class CudaDeviceOps::Timed {
 public:
-    Timed(const CudaBackend& backend, ops::OpKind kind, double flops = 0.0) : backend_(backend), scope_(kind, flops) {
+    Timed(const CudaBackend& backend, ops::OpKind kind, double flops = 0.0)
+        : backend_(backend), scope_(kind, flops), gpu_(ops::device_spans_wanted()) {
+        if (gpu_) backend_.timeline().begin(kind, flops);
 #if !defined(KILN_HIP)
         nvtxRangePushA(range_name(kind));
 #endif
     }
     ~Timed() {
+        if (gpu_) backend_.timeline().end();
         if (backend_.sync_ops()) (void)cudaStreamSynchronize(backend_.stream());
 #if !defined(KILN_HIP)
         nvtxRangePop();
@@ -76,7 +80,8 @@ public:
 
 private:
     const CudaBackend& backend_;
-    ops::OpScope scope_;
+    ops::OpScope scope_;  // the host span ends after the GPU's end event is queued
+    bool gpu_;
 };
 
 Tensor CudaDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b) const {
@@ -91,7 +96,7 @@ Tensor CudaDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b) 
     shape.back() = n;
     Tensor y = Tensor::empty_on(backend_, shape, x.dtype());
     if (y.numel() == 0) return y;
-    // Counted for bench's FLOP totals; the span is the host's queueing time, not the GPU's.
+    // Counted for bench's FLOP totals and the GPU span's rate.
     Timed timed(backend_, ops::OpKind::Linear, 2.0 * double(m) * double(n) * double(k));
     GemmArgs g;
     g.trans_a = true;  // w [n, k] row-major is k x n column-major
