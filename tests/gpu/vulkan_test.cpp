@@ -226,15 +226,21 @@ TEST(VulkanProducts, MatrixUnitsAgreeWithDirect) {
         for (float& v : t.values()) v = std::fabs(v);
         return t;
     };
+    const int was_split = vk.split_k();
     auto both = [&](const std::function<Tensor(P)>& run, const Tensor& scale, double k, const char* what) {
-        const Tensor direct = run(P::Direct), matrix = run(P::Matrix);
-        double worst = 0;
-        const double u = std::ldexp(1.0, -24), us = std::ldexp(1.0, -11);
-        for (int64_t i = 0; i < scale.numel(); ++i)
-            worst = std::max(worst, std::fabs(double(matrix[i]) - direct[i]) /
-                                        ((k + 2) * 3 * u * scale[i] + 2 * us * scale[i] + 1e-30));
-        EXPECT_LE(worst, 1.0) << what;
-        std::printf("[ vulkan ] %s: matrix units vs direct, err/bound %.3f\n", what, worst);
+        vk.set_split_k(1);
+        const Tensor direct = run(P::Direct);
+        for (int slices : {1, 3}) {
+            vk.set_split_k(slices);
+            const Tensor matrix = run(P::Matrix);
+            double worst = 0;
+            const double u = std::ldexp(1.0, -24), us = std::ldexp(1.0, -11);
+            for (int64_t i = 0; i < scale.numel(); ++i)
+                worst = std::max(worst, std::fabs(double(matrix[i]) - direct[i]) /
+                                            ((k + 2) * 3 * u * scale[i] + 2 * us * scale[i] + 1e-30));
+            EXPECT_LE(worst, 1.0) << what << ", " << slices << " slices";
+            std::printf("[ vulkan ] %s: matrix units (%d slices of k) vs direct, err/bound %.3f\n", what, slices, worst);
+        }
     };
     for (auto [rows, in, out] : {std::tuple{1, 16, 16}, {130, 70, 135}, {300, 320, 257}}) {
         const Tensor x = fill({1, rows, in}, 1), w = fill({out, in}, 2), b = fill({out}, 3), abs_b = abs_of(b);
@@ -251,5 +257,66 @@ TEST(VulkanProducts, MatrixUnitsAgreeWithDirect) {
         return ops::conv2d(img.to_device(vk, DType::F16), kern.to_device(vk, DType::F16), nullptr, 1, 1).to_host();
     }, ops::conv2d(abs_of(img), abs_of(kern), nullptr, 1, 1), 54, "conv2d 6x19x17 -> 131, 3x3");
     vk.set_products(was);
+    vk.set_split_k(was_split);
+}
+#endif
+
+#if KILN_HAS_VULKAN
+// Split-K (VulkanDeviceOps::split_k): a product cut into slices of k, each summed into a float32 workspace
+// and added by a second pass, against the same product in one slice, for every build the device runs
+// (lavapipe: all three tiled/direct builds, as the other tests set them). Both sides sum K float32 products
+// in their own order: |split - whole| <= 2 (K + 2) u S per element, S the sum of |a||b| (+ |bias|, added once
+// by either side). A slice summed twice, skipped, or a bias added per slice is off by O(|value|).
+TEST(VulkanProducts, SplitKAgreesWithOneSlice) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    using P = vulkan::VulkanBackend::Products;
+    const P was = vk.products();
+    const int was_split = vk.split_k();
+    auto fill = [](Shape s, uint32_t seed) {
+        Tensor t(std::move(s));
+        uint32_t x = seed;
+        for (float& v : t.values()) v = float((x = x * 1664525u + 1013904223u) >> 8) / float(1 << 24) * 2.0f - 1.0f;
+        return t;
+    };
+    auto abs_of = [](Tensor t) {
+        for (float& v : t.values()) v = std::fabs(v);
+        return t;
+    };
+    auto check = [&](const std::function<Tensor()>& run, const Tensor& scale, double k, const std::string& what) {
+        for (P build : {P::Direct, P::Large, P::Small}) {
+            vk.set_products(build);
+            vk.set_split_k(1);
+            const Tensor whole = run();
+            for (int slices : {2, 3, 5}) {
+                vk.set_split_k(slices);
+                const Tensor split = run();
+                double worst = 0;
+                for (int64_t i = 0; i < scale.numel(); ++i)
+                    worst = std::max(worst, std::fabs(double(split[i]) - whole[i]) /
+                                                (2 * (k + 2) * std::ldexp(1.0, -24) * scale[i] + 1e-30));
+                EXPECT_LE(worst, 1.0) << what << ", " << slices << " slices, build " << int(build);
+            }
+        }
+    };
+    const Tensor x = fill({1, 37, 300}, 1), w = fill({45, 300}, 2), b = fill({45}, 3), abs_b = abs_of(b);
+    check([&] {
+        const Tensor bd = b.to_device(vk, DType::F32);
+        return ops::linear(x.to_device(vk, DType::F32), w.to_device(vk, DType::F32), &bd).to_host();
+    }, ops::linear(abs_of(x), abs_of(w), &abs_b), 300, "linear 37x300 -> 45 + bias");
+    const Tensor img = fill({2, 16, 9, 11}, 4), kern = fill({20, 16, 3, 3}, 5), kb = fill({20}, 6), abs_kb = abs_of(kb);
+    check([&] {
+        const Tensor bd = kb.to_device(vk, DType::F32);
+        return ops::conv2d(img.to_device(vk, DType::F32), kern.to_device(vk, DType::F32), &bd, 1, 1).to_host();
+    }, ops::conv2d(abs_of(img), abs_of(kern), &abs_kb, 1, 1), 144, "conv2d 2x16x9x11 -> 20, 3x3 + bias");
+    // Attention's weighted sum is a product batched over heads with k = the keys (77 here).
+    const Tensor q = fill({1, 33, 80}, 7), k = fill({1, 77, 80}, 8), v = fill({1, 77, 80}, 9);
+    check([&] {
+        return ops::attention(q.to_device(vk, DType::F32), k.to_device(vk, DType::F32), v.to_device(vk, DType::F32), 2,
+                              false)
+            .to_host();
+    }, ops::attention(q, k, abs_of(v), 2, false), 77, "attention 33x77, 2 heads of 40");
+    vk.set_products(was);
+    vk.set_split_k(was_split);
 }
 #endif

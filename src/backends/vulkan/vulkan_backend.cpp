@@ -40,6 +40,7 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
                 : gemm == "measured" || physical_.properties.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU
                     ? Products::Measured
                     : Products::Direct;
+    if (const char* split = std::getenv("KILN_VULKAN_SPLIT_K")) split_k_ = std::max(0, std::atoi(split));
     const Api& a = api();
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};

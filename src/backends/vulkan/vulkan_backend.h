@@ -62,6 +62,10 @@ public:
     enum class Products { Measured, Large, Small, Direct, Matrix };
     Products products() const { return products_; }
     void set_products(Products p) { products_ = p; }
+    // Split-K slices: 0 lets each product decide (VulkanDeviceOps::split_k), N forces N (1: never split).
+    // KILN_VULKAN_SPLIT_K=N sets it; tests switch with set_split_k.
+    int split_k() const { return split_k_; }
+    void set_split_k(int slices) { split_k_ = slices; }
     // Inside run_recorded's recording nothing may wait for the device (so nothing is timed there).
     bool recording_call() const { return capturing_; }
     // Submits what is recorded and waits for it.
@@ -101,6 +105,7 @@ private:
     bool recording_ = false;
     bool sync_ops_ = false;
     Products products_ = Products::Measured;
+    int split_k_ = 0;
     int64_t recorded_ = 0;  // commands in the buffer since the last submit
     // Host-visible memory that uploads are staged through and downloads come back in.
     VkBuffer staging_ = VK_NULL_HANDLE;

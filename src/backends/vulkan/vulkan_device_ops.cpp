@@ -15,12 +15,14 @@ namespace kiln::vulkan {
 
 // The other kernels' push constants.
 struct MatmulParams {
-    uint64_t a, b, c, bias;
+    uint64_t a, b, c, bias, ws;
     uint32_t m, n, k;
     uint32_t sam, sak, sbk, sbn, scm, scn;
     uint32_t saz, sbz, scz;
     float alpha;
-    uint32_t flags;  // 1: A's k contiguous, 2: B's k contiguous, 4: bias, 8 / 16: A / B read 8 at a time
+    uint32_t flags;  // 1: A's k contiguous, 2: B's k contiguous, 4: bias, 8 / 16: A / B read 8 at a time,
+                     // 32: split-K's second pass
+    uint32_t slices, kslice;  // split-K
 };
 
 namespace {
@@ -58,9 +60,12 @@ RowGrid row_grid(int64_t rows) {
 
 // Push constants, laid out as the shaders declare them (device addresses first).
 struct ConvParams {
-    uint64_t x, w, bias, y, stats, gamma, beta;
-    // flags 1: bias, 2: GroupNorm + SiLU, 4 / 8: weights / input read 8 at a time (the matrix-unit build)
-    uint32_t cin, h, wd, cout, oh, ow, ks, stride, pad, groups, flags;
+    uint64_t x, w, bias, y, stats, gamma, beta, ws;
+    uint32_t cin, h, wd, cout, oh, ow, ks, stride, pad, groups;
+    // 1: bias, 2: GroupNorm + SiLU, 4 / 8: weights / input read 8 at a time (the matrix-unit build),
+    // 16: split-K's second pass
+    uint32_t flags;
+    uint32_t slices, kslice;  // split-K
 };
 struct NormStatsParams {
     uint64_t x, stats;
@@ -147,6 +152,22 @@ void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const Prod
     if (best != (matrix ? kMatrix : kSmall)) go(best);  // the output of the last build timed stands otherwise
 }
 
+VulkanDeviceOps::SplitK VulkanDeviceOps::split_k(int64_t tiles, int64_t k, int64_t outputs, int64_t batch) const {
+    // Fewer workgroups than this leave a large GPU mostly idle (an H200 has 132 multiprocessors, an RX 580 36
+    // compute units, each running several); a slice of fewer k than kMinSlice is not worth its partial sums.
+    constexpr int64_t kEnoughTiles = 256, kMinSlice = 256, kMaxSlices = 16;
+    int64_t want = backend_.split_k();
+    if (want == 0) {
+        if (tiles >= kEnoughTiles || k < 2 * kMinSlice) return {};
+        want = std::min<int64_t>({(kEnoughTiles + tiles - 1) / tiles, k / kMinSlice, kMaxSlices});
+    }
+    if (want <= 1 || k < 64) return {};
+    // Slices are whole multiples of every build's k step (32), so a slice's loads stay inside it.
+    const int64_t kslice = ((k + want - 1) / want + 31) / 32 * 32, slices = (k + kslice - 1) / kslice;
+    if (slices <= 1 || slices * outputs >= (int64_t(1) << 32) || slices * batch > 65535) return {};
+    return {uint32_t(slices), uint32_t(kslice)};
+}
+
 void VulkanDeviceOps::matmul(const MatmulParams& params, const char* base, const char* suffix, uint32_t batch) const {
     require((params.m + 31) / 32 <= 65535, ErrorKind::Unsupported, "vulkan: a product with more than 2M rows");
     // Every float16 product has a matrix-unit build (kernels.cmake). It reads 8 float16 values at once where
@@ -160,8 +181,21 @@ void VulkanDeviceOps::matmul(const MatmulParams& params, const char* base, const
     if ((p.flags & 2) ? p.sbk == 1 && aligned(p.b, p.sbn, p.sbz) : p.sbn == 1 && aligned(p.b, p.sbk, p.sbz))
         p.flags |= 16;
     run_product({std::string(base) + suffix, p.m, p.n, p.k, batch}, matrix, [&](const char* variant, uint32_t tile) {
-        backend_.dispatch((std::string(base) + variant + suffix).c_str(), p, (p.n + tile - 1) / tile,
-                          (p.m + tile - 1) / tile, batch);
+        const std::string name = std::string(base) + variant + suffix;
+        const uint32_t gx = (p.n + tile - 1) / tile, gy = (p.m + tile - 1) / tile;
+        MatmulParams q = p;
+        const SplitK split = split_k(int64_t(gx) * gy * batch, p.k, int64_t(batch) * p.m * p.n, batch);
+        q.slices = split.slices, q.kslice = split.kslice;
+        Tensor partials;
+        if (split.slices > 1) {
+            partials = Tensor::empty_on(backend_, {int64_t(split.slices) * batch * p.m * p.n}, DType::F32);
+            q.ws = addr(partials);
+        }
+        backend_.dispatch(name.c_str(), q, gx, gy, batch * split.slices);
+        if (split.slices > 1) {
+            q.flags |= 32;
+            backend_.dispatch(name.c_str(), q, gx, gy, batch);
+        }
     });
 }
 
@@ -238,17 +272,30 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
     if (y.numel() == 0) return y;
     ops::OpScope scope(ops::OpKind::Conv2d, 2.0 * double(n) * double(cout) * double(oh * ow) * double(cin * kk * kk));
     u32(x.numel(), "conv2d", x), u32(y.numel(), "conv2d", y);
-    ConvParams p{addr(x), addr(w), addr(b), addr(y), addr(stats), addr(gamma), addr(beta), uint32_t(cin), uint32_t(h),
-                 uint32_t(wd), uint32_t(cout), uint32_t(oh), uint32_t(ow), uint32_t(kk), uint32_t(stride),
-                 uint32_t(padding), uint32_t(groups), uint32_t((b ? 1 : 0) | (stats ? 2 : 0))};
+    ConvParams p{addr(x), addr(w), addr(b), addr(y), addr(stats), addr(gamma), addr(beta), 0, uint32_t(cin),
+                 uint32_t(h), uint32_t(wd), uint32_t(cout), uint32_t(oh), uint32_t(ow), uint32_t(kk), uint32_t(stride),
+                 uint32_t(padding), uint32_t(groups), uint32_t((b ? 1 : 0) | (stats ? 2 : 0)), 1, 0};
     if (p.w % 16 == 0 && (cin * kk * kk) % 8 == 0) p.flags |= 4;
     if (p.x % 16 == 0 && kk == 1 && stride == 1 && padding == 0 && !stats && (h * wd) % 8 == 0) p.flags |= 8;
     require(n <= 65535 && (cout + 31) / 32 <= 65535 && (oh * ow + 31) / 32 <= 65535, ErrorKind::Unsupported,
             "vulkan: conv2d of " + device_operand("x", x) + " exceeds the workgroup grid");
     const std::string suffix = x.dtype() == DType::F16 ? "_f16" : "_f32";
     run_product({"conv2d" + suffix, cout, oh * ow, cin * kk * kk, n}, x.dtype() == DType::F16, [&](const char* variant, uint32_t tile) {
-        backend_.dispatch(("conv2d" + std::string(variant) + suffix).c_str(), p, uint32_t((oh * ow + tile - 1) / tile),
-                          uint32_t((cout + tile - 1) / tile), uint32_t(n));
+        const std::string name = "conv2d" + std::string(variant) + suffix;
+        const uint32_t gx = uint32_t((oh * ow + tile - 1) / tile), gy = uint32_t((cout + tile - 1) / tile);
+        ConvParams q = p;
+        const SplitK split = split_k(int64_t(gx) * gy * n, cin * kk * kk, y.numel(), n);
+        q.slices = split.slices, q.kslice = split.kslice;
+        Tensor partials;
+        if (split.slices > 1) {
+            partials = Tensor::empty_on(backend_, {int64_t(split.slices) * y.numel()}, DType::F32);
+            q.ws = addr(partials);
+        }
+        backend_.dispatch(name.c_str(), q, gx, gy, uint32_t(n) * split.slices);
+        if (split.slices > 1) {
+            q.flags |= 16;
+            backend_.dispatch(name.c_str(), q, gx, gy, uint32_t(n));
+        }
     });
     return y;
 }

@@ -51,6 +51,14 @@ private:
     using ProductKey = std::tuple<std::string, int64_t, int64_t, int64_t, int64_t>;
     using ProductRun = std::function<void(const char* variant, uint32_t tile)>;
     void run_product(const ProductKey& key, bool matrix, const ProductRun& run) const;
+    // Split-K: a product of `tiles` workgroups too few to fill the GPU runs its k in `slices` slices of `kslice`
+    // side by side, each summing into a float32 workspace, then a second pass of the same kernel adds them
+    // (sum_slices in gemm_build.glsl). {1, 0}: no split (also when the workspace would need 2^32 values,
+    // `outputs` per slice, or the grid more than 65535 slices x `batch`). KILN_VULKAN_SPLIT_K=N forces N.
+    struct SplitK {
+        uint32_t slices = 1, kslice = 0;
+    };
+    SplitK split_k(int64_t tiles, int64_t k, int64_t outputs, int64_t batch) const;
     // matmul.comp (`base`: matmul, matmul_scores or matmul_pv; `suffix`: _f32 or _f16) over `batch` z's.
     void matmul(const MatmulParams& p, const char* base, const char* suffix, uint32_t batch) const;
 

@@ -19,10 +19,13 @@ layout(push_constant) uniform Params {
     F32s stats;  // [N, groups, 2], read when flags & 2
     Ts gamma;
     Ts beta;
-    uint cin, h, wd, cout, oh, ow, ks, stride, pad, groups, flags;
+    F32s ws;  // split-K partial sums [N, slices, cout, oh * ow], when slices > 1
+    uint cin, h, wd, cout, oh, ow, ks, stride, pad, groups;
+    uint flags;  // 1: bias, 2: GroupNorm + SiLU, 4 / 8: see load_a8, 16: the split-K pass that adds the slices
+    uint slices, kslice;  // split-K: slices of kslice k each (1: none)
 } p;
 
-uint batch;
+uint batch, slice;  // the batch entry and slice of k of this workgroup
 float load_a(uint m, uint k) { return ld(p.w, m * (p.cin * p.ks * p.ks) + k); }
 float load_b(uint k, uint n) {
     const uint taps = p.ks * p.ks, ci = k / taps, tap = k - ci * taps, ky = tap / p.ks, kx = tap - ky * p.ks;
@@ -38,9 +41,14 @@ float load_b(uint k, uint n) {
     return v;
 }
 void store_c(uint m, uint n, float sum) {
+    if (p.slices > 1u && (p.flags & 16u) == 0u) {
+        p.ws.v[((batch * p.slices + slice) * p.cout + m) * (p.oh * p.ow) + n] = sum;
+        return;
+    }
     if ((p.flags & 1u) != 0u) sum += ld(p.bias, m);
     st(p.y, (batch * p.cout + m) * (p.oh * p.ow) + n, sum);
 }
+float partial(uint m, uint n, uint s) { return p.ws.v[((batch * p.slices + s) * p.cout + m) * (p.oh * p.ow) + n]; }
 #if defined(COOP)
 // 16-byte loads of 8 float16 values for the matrix-unit build, where the host found them aligned: weights
 // along k (flags & 4), and the input along pixels for a plain 1x1 convolution (flags & 8).
@@ -61,6 +69,15 @@ bool load_b8(uint k, uint n, bool k_fast, inout uvec4 v) {
 #include "gemm_build.glsl"
 
 void main() {
-    batch = gl_WorkGroupID.z;
-    gemm(gl_WorkGroupID.y * TILE, gl_WorkGroupID.x * TILE, p.cout, p.oh * p.ow, p.cin * p.ks * p.ks, true, false);
+    const uint m0 = gl_WorkGroupID.y * TILE, n0 = gl_WorkGroupID.x * TILE, slices = max(p.slices, 1u);
+    const uint M = p.cout, N = p.oh * p.ow, K = p.cin * p.ks * p.ks;
+    if ((p.flags & 16u) != 0u) {
+        batch = gl_WorkGroupID.z;
+        sum_slices(m0, n0, M, N, slices);
+        return;
+    }
+    batch = gl_WorkGroupID.z / slices;
+    slice = gl_WorkGroupID.z % slices;
+    const uint k_begin = slice * p.kslice, k_end = slices > 1u ? min(K, k_begin + p.kslice) : K;
+    gemm(m0, n0, M, N, k_begin, k_end, true, false);
 }

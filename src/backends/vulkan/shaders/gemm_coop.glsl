@@ -83,14 +83,14 @@ void stash(bool b_k_fast) {
     }
 }
 
-void gemm(uint m0, uint n0, uint M, uint N, uint K, bool a_k_fast, bool b_k_fast) {
+void gemm(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_fast, bool b_k_fast) {
     const uint sg = gl_SubgroupID;
     const uint wm = (sg >> 2) * 64u, wn = (sg & 3u) * 32u;  // this subgroup's block of the tile
     F32x16 acc[4][2];
     [[unroll]] for (uint i = 0u; i < 4u; ++i)
         [[unroll]] for (uint j = 0u; j < 2u; ++j) acc[i][j] = F32x16(0.0);
-    fetch(m0, n0, 0u, M, N, K, b_k_fast);
-    for (uint k0 = 0u; k0 < K; k0 += TILE_K) {
+    fetch(m0, n0, k_begin, M, N, K, b_k_fast);
+    for (uint k0 = k_begin; k0 < K; k0 += TILE_K) {
         barrier();  // the previous step's matrix loads are done with shared memory
         stash(b_k_fast);
         barrier();

@@ -10,13 +10,13 @@
 uint micro_row(uint i) { return gl_LocalInvocationID.y + THREADS * i; }
 uint micro_col(uint j) { return gl_LocalInvocationID.x + THREADS * j; }
 
-void gemm_tile(uint m0, uint n0, uint M, uint N, uint K, bool a_k_fast, bool b_k_fast, inout float acc[MICRO][MICRO]) {
+void gemm_tile(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_fast, bool b_k_fast, inout float acc[MICRO][MICRO]) {
     uint rows[4], cols[4];
     [[unroll]] for (uint i = 0u; i < 4u; ++i) {
         rows[i] = min(m0 + micro_row(i), M - 1u);  // clamped: out-of-range rows and columns are never stored
         cols[i] = min(n0 + micro_col(i), N - 1u);
     }
-    for (uint k = 0u; k < K; ++k) {
+    for (uint k = k_begin; k < K; ++k) {
         float a[4], b[4];
         [[unroll]] for (uint i = 0u; i < 4u; ++i) a[i] = load_a(rows[i], k);
         [[unroll]] for (uint j = 0u; j < 4u; ++j) b[j] = load_b(k, cols[j]);

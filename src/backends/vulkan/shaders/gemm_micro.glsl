@@ -1,11 +1,11 @@
 // gemm() for the builds whose threads each keep a MICRO x MICRO block of the tile in registers
 // (gemm_tile.glsl, gemm_tile_small.glsl, gemm_direct.glsl; include one of them first): accumulate, then hand
 // every element inside the product to the including shader's store_c(m, n, sum).
-void gemm(uint m0, uint n0, uint M, uint N, uint K, bool a_k_fast, bool b_k_fast) {
+void gemm(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_fast, bool b_k_fast) {
     float acc[MICRO][MICRO];
     [[unroll]] for (uint i = 0u; i < MICRO; ++i)
         [[unroll]] for (uint j = 0u; j < MICRO; ++j) acc[i][j] = 0.0;
-    gemm_tile(m0, n0, M, N, K, a_k_fast, b_k_fast, acc);
+    gemm_tile(m0, n0, M, N, k_begin, K, a_k_fast, b_k_fast, acc);
     [[unroll]] for (uint i = 0u; i < MICRO; ++i) {
         const uint m = m0 + micro_row(i);
         [[unroll]] for (uint j = 0u; j < MICRO; ++j) {

@@ -16,10 +16,10 @@ shared vec4 tile_b[TILE_K][TILE / 4u];
 uint micro_row(uint i) { return (i & 3u) + 4u * gl_LocalInvocationID.y + 64u * (i >> 2); }
 uint micro_col(uint j) { return (j & 3u) + 4u * gl_LocalInvocationID.x + 64u * (j >> 2); }
 
-void gemm_tile(uint m0, uint n0, uint M, uint N, uint K, bool a_k_fast, bool b_k_fast,
+void gemm_tile(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_fast, bool b_k_fast,
                inout float acc[MICRO][MICRO]) {
     const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, tid = ty * THREADS + tx;
-    for (uint k0 = 0u; k0 < K; k0 += TILE_K) {
+    for (uint k0 = k_begin; k0 < K; k0 += TILE_K) {
         [[unroll]] for (uint r = 0u; r < 4u; ++r) {
             const uint e = tid + 256u * r;
             uint kk = a_k_fast ? e % TILE_K : e / TILE;

@@ -14,9 +14,9 @@ uint micro_col(uint j) { return gl_LocalInvocationID.x + 16u * j; }
 shared float tile_a[TILE_K][TILE + 1u];
 shared float tile_b[TILE_K][TILE + 1u];
 
-void gemm_tile(uint m0, uint n0, uint M, uint N, uint K, bool a_k_fast, bool b_k_fast, inout float acc[MICRO][MICRO]) {
+void gemm_tile(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_fast, bool b_k_fast, inout float acc[MICRO][MICRO]) {
     const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, tid = ty * 16u + tx;
-    for (uint k0 = 0u; k0 < K; k0 += TILE_K) {
+    for (uint k0 = k_begin; k0 < K; k0 += TILE_K) {
         [[unroll]] for (uint r = 0u; r < 4u; ++r) {
             const uint e = tid + 256u * r;
             uint kk = a_k_fast ? e % TILE_K : e / TILE;

@@ -31,21 +31,29 @@ layout(push_constant) uniform Params {
     Bt b;
     Ct c;
     Ct bias;  // [N], read when flags & 4
+    F32s ws;  // split-K partial sums [batch, slices, M, N], when slices > 1
     uint M, N, K;
     uint sam, sak, sbk, sbn, scm, scn;
     uint saz, sbz, scz;
     float alpha;
-    uint flags;  // 1: A's k is contiguous, 2: B's k is contiguous, 4: add bias[n], 8 / 16: see load_a8
+    uint flags;  // 1: A's k is contiguous, 2: B's k is contiguous, 4: add bias[n], 8 / 16: see load_a8,
+                 // 32: the split-K pass that adds the slices
+    uint slices, kslice;  // split-K: slices of kslice k each (1: none)
 } p;
 
-uint z;
+uint z, slice;  // the batch entry and slice of k of this workgroup
 float load_a(uint m, uint k) { return ld(p.a, z * p.saz + m * p.sam + k * p.sak); }
 float load_b(uint k, uint n) { return ld(p.b, z * p.sbz + k * p.sbk + n * p.sbn); }
 void store_c(uint m, uint n, float sum) {
+    if (p.slices > 1u && (p.flags & 32u) == 0u) {
+        p.ws.v[((z * p.slices + slice) * p.M + m) * p.N + n] = sum;
+        return;
+    }
     float v = p.alpha * sum;
     if ((p.flags & 4u) != 0u) v += ld(p.bias, n);
     st_c(p.c, z * p.scz + m * p.scm + n * p.scn, v);
 }
+float partial(uint m, uint n, uint s) { return p.ws.v[((z * p.slices + s) * p.M + m) * p.N + n]; }
 #if defined(COOP)
 // 16-byte loads of 8 float16 values for the matrix-unit build, where the host found them aligned: A's k
 // contiguous (flags & 8), B's k or n contiguous (flags & 16), all strides multiples of 8 elements.
@@ -69,6 +77,14 @@ bool load_b8(uint k, uint n, bool k_fast, inout uvec4 v) {
 #include "gemm_build.glsl"
 
 void main() {
-    z = gl_WorkGroupID.z;
-    gemm(gl_WorkGroupID.y * TILE, gl_WorkGroupID.x * TILE, p.M, p.N, p.K, (p.flags & 1u) != 0u, (p.flags & 2u) != 0u);
+    const uint m0 = gl_WorkGroupID.y * TILE, n0 = gl_WorkGroupID.x * TILE, slices = max(p.slices, 1u);
+    if ((p.flags & 32u) != 0u) {
+        z = gl_WorkGroupID.z;
+        sum_slices(m0, n0, p.M, p.N, slices);
+        return;
+    }
+    z = gl_WorkGroupID.z / slices;
+    slice = gl_WorkGroupID.z % slices;
+    const uint k_begin = slice * p.kslice, k_end = slices > 1u ? min(p.K, k_begin + p.kslice) : p.K;
+    gemm(m0, n0, p.M, p.N, k_begin, k_end, (p.flags & 1u) != 0u, (p.flags & 2u) != 0u);
 }
