@@ -27,14 +27,25 @@ layout(push_constant) uniform Params {
 
 uint batch, slice;  // the batch entry and slice of k of this workgroup
 float load_a(uint m, uint k) { return ld(p.w, m * (p.cin * p.ks * p.ks) + k); }
+// a / d for the index arithmetic of every operand read, where an integer division by a value known only at
+// run time costs tens of instructions: a float32 estimate (off by less than 1 for a < 2^22 d) and one
+// correction step, exact for every a and d a convolution here has.
+uint quotient(uint a, uint d) {
+    uint q = uint(float(a) * (1.0 / float(d)));
+    const int r = int(a) - int(q * d);
+    if (r < 0) --q;
+    else if (r >= int(d)) ++q;
+    return q;
+}
 float load_b(uint k, uint n) {
-    const uint taps = p.ks * p.ks, ci = k / taps, tap = k - ci * taps, ky = tap / p.ks, kx = tap - ky * p.ks;
-    const uint oy = n / p.ow, ox = n - oy * p.ow;
+    const uint taps = p.ks * p.ks, ci = quotient(k, taps), tap = k - ci * taps, ky = quotient(tap, p.ks),
+               kx = tap - ky * p.ks;
+    const uint oy = quotient(n, p.ow), ox = n - oy * p.ow;
     const int iy = int(oy * p.stride + ky) - int(p.pad), ix = int(ox * p.stride + kx) - int(p.pad);
     if (iy < 0 || ix < 0 || iy >= int(p.h) || ix >= int(p.wd)) return 0.0;
     float v = ld(p.x, ((batch * p.cin + ci) * p.h + uint(iy)) * p.wd + uint(ix));
     if ((p.flags & 2u) != 0u) {
-        const uint s = (batch * p.groups + ci / (p.cin / p.groups)) * 2u;
+        const uint s = (batch * p.groups + quotient(ci, p.cin / p.groups)) * 2u;
         v = (v - p.stats.v[s]) * p.stats.v[s + 1u] * ld(p.gamma, ci) + ld(p.beta, ci);
         v = v / (1.0 + exp(-v));
     }
