@@ -190,6 +190,12 @@ TEST_P(DeviceOps, ElementwiseLayoutAndNorms) {
             // Statistics over 3 channels x 35 values in float32 on both sides.
             check(ops::group_norm(xd, 2, g.to_device(*gpu, t), b.to_device(*gpu, t), 1e-5f).to_host(),
                   ops::group_norm(x, 2, g, b, 1e-5f), 3 * 35 * 4, "group_norm");
+            // Groups of 2 x 5200 values: both GPU backends reduce groups of 8192 values or more in chunks of
+            // 4096 by many blocks (the last one shorter here), the same float32 sums in another order.
+            Tensor big = random({1, 4, 80, 65}, 23, t), bg = random({4}, 24, t, 0.5f, 1.5f), bb = random({4}, 25, t);
+            check(ops::group_norm(big.to_device(*gpu, t), 2, bg.to_device(*gpu, t), bb.to_device(*gpu, t), 1e-5f)
+                      .to_host(),
+                  ops::group_norm(big, 2, bg, bb, 1e-5f), 2 * 5200 * 4, "group_norm (chunked)");
             Tensor lg = random({7}, 16, t, 0.5f, 1.5f), lb = random({7}, 17, t);
             check(ops::layer_norm(xd, lg.to_device(*gpu, t), lb.to_device(*gpu, t), 1e-5f).to_host(),
                   ops::layer_norm(x, lg, lb, 1e-5f), 7 * 4, "layer_norm");

@@ -240,6 +240,19 @@ Tensor CudaDeviceOps::conv2d(const Tensor& x, const Tensor& w, const Tensor* b, 
     return conv(x, w, b, stride, padding, nullptr, nullptr, nullptr, 0);
 }
 
+void CudaDeviceOps::stats_of_groups(const Tensor& x, int64_t n, int64_t c, int64_t hw, int groups, float eps,
+                                    Tensor& stats) const {
+    // Large groups are reduced in chunks by many blocks, through a workspace from the backend's pool.
+    Tensor workspace;
+    float* ws = nullptr;
+    if (const int64_t floats = group_norm_stats_workspace(n, c, hw, groups); floats > 0) {
+        workspace = Tensor::empty_on(backend_, {floats}, DType::F32);
+        ws = static_cast<float*>(workspace.device_data());
+    }
+    group_norm_stats(x.device_data(), x.dtype(), n, c, hw, groups, eps, static_cast<float*>(stats.device_data()),
+                     backend_.stream(), ws);
+}
+
 Tensor CudaDeviceOps::conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                                              float eps, const Tensor& w, const Tensor* b, int stride,
                                              int padding) const {
@@ -250,8 +263,7 @@ Tensor CudaDeviceOps::conv2d_group_norm_silu(const Tensor& x, int groups, const 
     same_place("conv2d_group_norm_silu", x, beta, "beta");
     Timed timed(backend_, ops::OpKind::GroupNorm);
     Tensor stats = Tensor::empty_on(backend_, {x.dim(0), groups, 2}, DType::F32);
-    group_norm_stats(x.device_data(), x.dtype(), x.dim(0), x.dim(1), x.dim(2) * x.dim(3), groups, eps,
-                     static_cast<float*>(stats.device_data()), backend_.stream());
+    stats_of_groups(x, x.dim(0), x.dim(1), x.dim(2) * x.dim(3), groups, eps, stats);
     return conv(x, w, b, stride, padding, &stats, &gamma, &beta, groups);
 }
 
@@ -267,7 +279,7 @@ Tensor CudaDeviceOps::group_norm(const Tensor& x, int groups, const Tensor& gamm
     Timed timed(backend_, ops::OpKind::GroupNorm);
     Tensor stats = Tensor::empty_on(backend_, {n, groups, 2}, DType::F32);
     float* st = static_cast<float*>(stats.device_data());
-    group_norm_stats(x.device_data(), x.dtype(), n, c, inner, groups, eps, st, backend_.stream());
+    stats_of_groups(x, n, c, inner, groups, eps, stats);
     group_norm_apply(x.device_data(), st, gamma.device_data(), beta.device_data(), y.device_data(), x.dtype(), n, c,
                      inner, groups, false, backend_.stream());
     return y;

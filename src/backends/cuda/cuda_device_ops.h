@@ -39,6 +39,8 @@ public:
 
 private:
     class Timed;
+    // group_norm_stats into stats [n, groups, 2], in chunks through a pooled workspace where groups are large.
+    void stats_of_groups(const Tensor& x, int64_t n, int64_t c, int64_t hw, int groups, float eps, Tensor& stats) const;
     struct ConvCall {
         const Tensor& x;
         const Tensor& w;

@@ -2,7 +2,7 @@
 // in NCHW; the mean, then the biased variance as the mean of (x - mean)^2 in a second pass (no
 // E[x^2] - E[x]^2 cancellation), both float block sums. One block per group keeps the result independent
 // of the launch (no atomics, no order that varies) at the price of parallelism when images x groups is
-// below the multiprocessor count. group_norm_apply: elementwise, (x - mean) * rstd * gamma + beta and
+// below the multiprocessor count; given a workspace, large groups are split into chunks instead (below). group_norm_apply: elementwise, (x - mean) * rstd * gamma + beta and
 // optionally SiLU, in float, rounded once on the store.
 #include "backends/cuda/activation_math.cuh"
 #include "backends/cuda/block_reduce.cuh"
@@ -55,6 +55,73 @@ __global__ void group_norm_stats_kernel(const T* x, int64_t groups_total, int64_
     }
 }
 
+// Chunked statistics, for groups large enough that one block per group leaves most of the GPU idle (SD's
+// GroupNorms have 32 groups per image: 64 blocks for 132 multiprocessors). The same two float passes as
+// group_norm_stats_kernel, each split over chunks of kChunk values: chunk_sums_kernel sums x - x0 (x0 the
+// group's first value) per chunk; centred_squares_kernel has every block add its group's chunk sums in
+// order (the mean, identical in every block) and sums its chunk's (x - mean)^2; finish_kernel adds those
+// in order. Each value then passes through at most 16 + 2 roundings in its thread's run sum, 10 in the
+// block's tree and one per chunk: within run_sum_depth, the bound of the one-block kernel, for every group
+// this path takes (tests/cuda/kernel_test_support.h). Fixed orders: the result repeats run to run.
+constexpr int64_t kChunk = 4096;
+constexpr int kChunkThreads = 256;
+
+template <class T>
+__global__ void chunk_sums_kernel(const T* x, int64_t groups_total, int64_t group_size, int64_t chunks, float* sums) {
+    for (int64_t b = blockIdx.x; b < groups_total * chunks; b += gridDim.x) {  // uniform over the block
+        const int64_t g = b / chunks, begin = b % chunks * kChunk, end = min(group_size, begin + kChunk);
+        const T* src = x + g * group_size;
+        const float pivot = detail::to_float(src[0]);
+        RunSum sum;
+        for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) sum.add(detail::to_float(src[i]) - pivot);
+        const float total = block_sum(sum.value());
+        if (threadIdx.x == 0) sums[b] = total;
+    }
+}
+
+// The group's mean from its chunk sums, added in order (every caller gets the same float).
+__device__ float chunked_mean(const float* sums, const float* x0, int64_t chunks, int64_t group_size) {
+    float total = 0.0f;
+    for (int64_t c = 0; c < chunks; ++c) total += sums[c];
+    return *x0 + total / static_cast<float>(group_size);
+}
+
+template <class T>
+__global__ void centred_squares_kernel(const T* x, int64_t groups_total, int64_t group_size, int64_t chunks,
+                                       const float* sums, float* squares) {
+    __shared__ float mean;
+    for (int64_t b = blockIdx.x; b < groups_total * chunks; b += gridDim.x) {
+        const int64_t g = b / chunks, begin = b % chunks * kChunk, end = min(group_size, begin + kChunk);
+        const T* src = x + g * group_size;
+        __syncthreads();  // the previous round's readers are done with mean
+        if (threadIdx.x == 0) {
+            const float x0 = detail::to_float(src[0]);
+            mean = chunked_mean(sums + g * chunks, &x0, chunks, group_size);
+        }
+        __syncthreads();
+        RunSum sq;
+        for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+            const float d = detail::to_float(src[i]) - mean;
+            sq.add(d * d);
+        }
+        const float total = block_sum(sq.value());
+        if (threadIdx.x == 0) squares[b] = total;
+    }
+}
+
+template <class T>
+__global__ void finish_kernel(const T* x, int64_t groups_total, int64_t group_size, int64_t chunks, const float* sums,
+                              const float* squares, float eps, float* stats) {
+    for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups_total; g += int64_t(gridDim.x) * blockDim.x) {
+        const float x0 = detail::to_float(x[g * group_size]);
+        const float mean = chunked_mean(sums + g * chunks, &x0, chunks, group_size);
+        float total = 0.0f;
+        for (int64_t c = 0; c < chunks; ++c) total += squares[g * chunks + c];
+        stats[2 * g] = mean;
+        stats[2 * g + 1] = 1.0f / sqrtf(total / static_cast<float>(group_size) + eps);
+    }
+}
+
 // Planes are (image, channel); each reads its group's statistics and its gamma and beta once.
 template <class T, bool kSilu>
 __global__ void group_norm_apply_kernel(const T* x, const float* stats, const T* gamma, const T* beta, T* out,
@@ -81,8 +148,14 @@ void check_groups(const char* op, int64_t c, int groups) {
 
 }  // namespace
 
+int64_t group_norm_stats_workspace(int64_t n, int64_t c, int64_t hw, int groups) {
+    if (groups < 1 || c % groups != 0) return 0;
+    const int64_t group_size = c / groups * hw;
+    return group_size >= 2 * kChunk ? 2 * n * groups * ((group_size + kChunk - 1) / kChunk) : 0;
+}
+
 void group_norm_stats(const void* x, DType type, int64_t n, int64_t c, int64_t hw, int groups, float eps,
-                      float* stats, cudaStream_t stream) {
+                      float* stats, cudaStream_t stream, float* workspace) {
     const int64_t count = detail::checked_count("group_norm_stats", {n, c, hw});
     detail::dispatch("group_norm_stats", type, [](auto) {});
     check_groups("group_norm_stats", c, groups);
@@ -92,6 +165,23 @@ void group_norm_stats(const void* x, DType type, int64_t n, int64_t c, int64_t h
     detail::check_pointer("group_norm_stats", "x", x);
     detail::check_pointer("group_norm_stats", "stats", stats);
     const int64_t groups_total = n * groups, group_size = c / groups * hw;
+    if (workspace && group_norm_stats_workspace(n, c, hw, groups) > 0) {
+        const int64_t chunks = (group_size + kChunk - 1) / kChunk, blocks = groups_total * chunks;
+        float* sums = workspace;
+        float* squares = workspace + blocks;
+        detail::dispatch("group_norm_stats", type, [&](auto t) {
+            using T = typename decltype(t)::type;
+            const T* xt = static_cast<const T*>(x);
+            chunk_sums_kernel<T><<<detail::blocks_for(blocks, 1), kChunkThreads, 0, stream>>>(xt, groups_total,
+                                                                                          group_size, chunks, sums);
+            centred_squares_kernel<T><<<detail::blocks_for(blocks, 1), kChunkThreads, 0, stream>>>(
+                xt, groups_total, group_size, chunks, sums, squares);
+            finish_kernel<T><<<detail::blocks_for(groups_total), detail::kThreads, 0, stream>>>(
+                xt, groups_total, group_size, chunks, sums, squares, eps, stats);
+        });
+        KILN_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     detail::dispatch("group_norm_stats", type, [&](auto t) {
         using T = typename decltype(t)::type;
         group_norm_stats_kernel<T><<<detail::blocks_for(groups_total, 1), detail::threads_for(group_size, 512), 0,

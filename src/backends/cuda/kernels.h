@@ -47,8 +47,12 @@ void layer_norm(const void* x, const void* gamma, const void* beta, void* out, D
 
 // GroupNorm as statistics then an affine per (image, channel):
 // stats [n * groups * 2] = (mean, 1/sqrt(var + eps)) of each group, biased variance, in float.
+// With a workspace of group_norm_stats_workspace(...) floats (0: none is needed), groups of 8192 values or
+// more are reduced in chunks by many blocks (the same sums, split: the same error bound); without one, one
+// block per group.
 void group_norm_stats(const void* x, DType type, int64_t n, int64_t c, int64_t hw, int groups, float eps,
-                      float* stats, cudaStream_t stream);
+                      float* stats, cudaStream_t stream, float* workspace = nullptr);
+int64_t group_norm_stats_workspace(int64_t n, int64_t c, int64_t hw, int groups);
 // out = (x - mean) * rstd * gamma + beta, then SiLU if silu; out may equal x. gamma/beta [c] in x's type.
 void group_norm_apply(const void* x, const float* stats, const void* gamma, const void* beta, void* out, DType type,
                       int64_t n, int64_t c, int64_t hw, int groups, bool silu, cudaStream_t stream);

@@ -48,7 +48,10 @@ void layer_norm(const void* x, const void* gamma, const void* beta, void* out, D
     detail::check_pointer("layer_norm", "out", out);
     detail::dispatch("layer_norm", type, [&](auto t) {
         using T = typename decltype(t)::type;
-        layer_norm_kernel<T><<<detail::blocks_for(rows, 1), detail::threads_for(cols, 256), 0, stream>>>(
+        // Rows of up to 2048 take 64-thread blocks: a block per row mostly waits on its two reductions, and
+        // small blocks keep more rows in flight (SD's rows are 320 to 1280 wide, thousands of them).
+        const int threads = detail::threads_for(cols, cols <= 2048 ? 64 : 256);
+        layer_norm_kernel<T><<<detail::blocks_for(rows, 1), threads, 0, stream>>>(
             static_cast<const T*>(x), static_cast<const T*>(gamma), static_cast<const T*>(beta), static_cast<T*>(out),
             rows, cols, eps);
     });

@@ -68,9 +68,10 @@ struct ConvParams {
     uint32_t slices, kslice;  // split-K
 };
 struct NormStatsParams {
-    uint64_t x, stats;
+    uint64_t x, stats, ws;
     uint32_t count;
     float eps;
+    uint32_t chunks, chunk, phase, groups;
 };
 struct NormApplyParams {
     uint64_t x, y, stats, gamma, beta;
@@ -231,9 +232,26 @@ Tensor VulkanDeviceOps::group_norm_stats(const Tensor& x, int groups, float eps)
         bad_device_operands("group_norm", x, std::to_string(groups) + " groups for " + device_operand("x", x));
     Tensor stats = Tensor::empty_on(backend_, {n, int64_t(groups), 2}, DType::F32);
     if (x.numel() == 0) return stats;
-    NormStatsParams p{addr(x), addr(stats), u32(x.numel() / (n * groups), "group_norm", x), eps};
-    require(n * groups <= 65535, ErrorKind::Unsupported, "vulkan: group_norm over more than 65535 groups");
-    backend_.dispatch(kernel("group_norm_stats", x).c_str(), p, uint32_t(n * groups));
+    const int64_t count = x.numel() / (n * groups), groups_total = n * groups;
+    NormStatsParams p{addr(x), addr(stats), 0, u32(count, "group_norm", x), eps, 1, 0, 0, uint32_t(groups_total)};
+    const std::string name = kernel("group_norm_stats", x);
+    // Groups of 8192 values or more are reduced in chunks of 4096 by many workgroups (group_norm_stats.comp).
+    constexpr int64_t kChunk = 4096;
+    if (count < 2 * kChunk) {
+        const RowGrid grid = row_grid(groups_total);
+        backend_.dispatch(name.c_str(), p, grid.x, grid.y);
+        return stats;
+    }
+    const int64_t chunks = (count + kChunk - 1) / kChunk;
+    const Tensor ws = Tensor::empty_on(backend_, {2 * groups_total * chunks}, DType::F32);
+    p.ws = addr(ws), p.chunks = uint32_t(chunks), p.chunk = uint32_t(kChunk);
+    const RowGrid grid = row_grid(groups_total * chunks);
+    for (uint32_t phase : {1u, 2u}) {
+        p.phase = phase;
+        backend_.dispatch(name.c_str(), p, grid.x, grid.y);
+    }
+    p.phase = 3;
+    backend_.dispatch(name.c_str(), p, uint32_t((groups_total + 255) / 256));
     return stats;
 }
 
