@@ -40,6 +40,21 @@ Backend* vulkan_or_null(std::string* why) {
     if (!var) GTEST_SKIP() << var##_why
 #endif
 
+#if KILN_HAS_VULKAN
+// Values in [-1, 1) from a linear congruential generator: the same inputs on every run and platform.
+Tensor uniform_values(Shape shape, uint32_t seed) {
+    Tensor t(std::move(shape));
+    uint32_t x = seed;
+    for (float& v : t.values()) v = float((x = x * 1664525u + 1013904223u) >> 8) / float(1 << 24) * 2.0f - 1.0f;
+    return t;
+}
+
+Tensor abs_of(Tensor t) {
+    for (float& v : t.values()) v = std::fabs(v);
+    return t;
+}
+#endif
+
 }  // namespace
 
 TEST(VulkanDevices, ParseAndName) {
@@ -164,16 +179,7 @@ TEST(VulkanProducts, TiledAndDirectKernelsAgree) {
     auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
     using P = vulkan::VulkanBackend::Products;
     const P was = vk.products();
-    auto fill = [](Shape s, uint32_t seed) {
-        Tensor t(std::move(s));
-        uint32_t x = seed;
-        for (float& v : t.values()) v = float((x = x * 1664525u + 1013904223u) >> 8) / float(1 << 24) * 2.0f - 1.0f;
-        return t;
-    };
-    auto abs_of = [](Tensor t) {
-        for (float& v : t.values()) v = std::fabs(v);
-        return t;
-    };
+    auto fill = [](Shape s, uint32_t seed) { return uniform_values(std::move(s), seed); };
     auto both = [&](const std::function<Tensor(P)>& run, const Tensor& scale, double k, const char* what) {
         const Tensor direct = run(P::Direct);
         for (P tiled_build : {P::Large, P::Small}) {
@@ -216,16 +222,7 @@ TEST(VulkanProducts, MatrixUnitsAgreeWithDirect) {
     if (!vk.physical().matrix_products) GTEST_SKIP() << vk.describe().name << " has no matrix units kiln can use";
     using P = vulkan::VulkanBackend::Products;
     const P was = vk.products();
-    auto fill = [](Shape s, uint32_t seed) {
-        Tensor t(std::move(s));
-        uint32_t x = seed;
-        for (float& v : t.values()) v = float((x = x * 1664525u + 1013904223u) >> 8) / float(1 << 24) * 2.0f - 1.0f;
-        return t.converted(DType::F16).to_f32();
-    };
-    auto abs_of = [](Tensor t) {
-        for (float& v : t.values()) v = std::fabs(v);
-        return t;
-    };
+    auto fill = [](Shape s, uint32_t seed) { return uniform_values(std::move(s), seed).converted(DType::F16).to_f32(); };
     const int was_split = vk.split_k();
     auto both = [&](const std::function<Tensor(P)>& run, const Tensor& scale, double k, const char* what) {
         vk.set_split_k(1);
@@ -273,16 +270,7 @@ TEST(VulkanProducts, SplitKAgreesWithOneSlice) {
     using P = vulkan::VulkanBackend::Products;
     const P was = vk.products();
     const int was_split = vk.split_k();
-    auto fill = [](Shape s, uint32_t seed) {
-        Tensor t(std::move(s));
-        uint32_t x = seed;
-        for (float& v : t.values()) v = float((x = x * 1664525u + 1013904223u) >> 8) / float(1 << 24) * 2.0f - 1.0f;
-        return t;
-    };
-    auto abs_of = [](Tensor t) {
-        for (float& v : t.values()) v = std::fabs(v);
-        return t;
-    };
+    auto fill = [](Shape s, uint32_t seed) { return uniform_values(std::move(s), seed); };
     auto check = [&](const std::function<Tensor()>& run, const Tensor& scale, double k, const std::string& what) {
         for (P build : {P::Direct, P::Large, P::Small}) {
             vk.set_products(build);
