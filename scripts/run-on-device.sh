@@ -9,8 +9,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=${KILN_STAGE_ROOT:-/tmp/kiln-stage}
-if [ ! -d "$root/pack" ]; then
-  mkdir -p "$root" && tar -C "$root" -xJf .stage-cuda/stage.tar.xz
+# Unpacked again whenever the staged archive changed: a machine that stays warm between calls keeps $root,
+# and would otherwise run the previous call's programs.
+stamp=$(sha256sum .stage-cuda/stage.tar.xz | cut -d' ' -f1)
+if [ ! -d "$root/pack" ] || [ "$(cat "$root/stamp" 2>/dev/null)" != "$stamp" ]; then
+  rm -rf "$root/pack" && mkdir -p "$root" && tar -C "$root" -xJf .stage-cuda/stage.tar.xz && echo "$stamp" > "$root/stamp"
 fi
 # cuDNN: the CUDA image has it inside PyTorch's Python packages (nvidia-cudnn).
 cudnn=$(dirname "$(find / -name 'libcudnn.so.9' -not -path '/proc/*' 2>/dev/null | head -1)" 2>/dev/null || true)
