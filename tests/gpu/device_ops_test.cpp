@@ -196,6 +196,15 @@ TEST_P(DeviceOps, ElementwiseLayoutAndNorms) {
             check(ops::group_norm(big.to_device(*gpu, t), 2, bg.to_device(*gpu, t), bb.to_device(*gpu, t), 1e-5f)
                       .to_host(),
                   ops::group_norm(big, 2, bg, bb, 1e-5f), 2 * 5200 * 4, "group_norm (chunked)");
+            // More groups than a grid row holds (65535): 70000 groups of 2 values one apart (so each group's
+            // variance is 1/4, not the ill-conditioned spread of two random values).
+            Tensor many = random({1, 70000, 2}, 26, t), mg = random({70000}, 27, t, 0.5f, 1.5f),
+                   mb = random({70000}, 28, t);
+            for (int64_t g = 0; g < 70000; ++g) many[2 * g + 1] = many[2 * g] + 1.0f;
+            many = many.converted(t).to_f32();  // representable in t, as random() makes every input
+            check(ops::group_norm(many.to_device(*gpu, t), 70000, mg.to_device(*gpu, t), mb.to_device(*gpu, t), 1e-5f)
+                      .to_host(),
+                  ops::group_norm(many, 70000, mg, mb, 1e-5f), 2 * 4, "group_norm (70000 groups)");
             Tensor lg = random({7}, 16, t, 0.5f, 1.5f), lb = random({7}, 17, t);
             check(ops::layer_norm(xd, lg.to_device(*gpu, t), lb.to_device(*gpu, t), 1e-5f).to_host(),
                   ops::layer_norm(x, lg, lb, 1e-5f), 7 * 4, "layer_norm");

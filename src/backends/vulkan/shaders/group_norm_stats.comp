@@ -3,7 +3,7 @@
 // between E[x^2] and E[x]^2. Small groups take one workgroup each (phase 0). Large ones (SD has 32 groups
 // per image: 32 to 64 workgroups for a whole GPU) are cut into chunks of `chunk` values: phase 1 sums each
 // chunk into ws; phase 2 has every workgroup add its group's chunk sums in order (the mean, the same float
-// in each) and sums its chunk's centred squares into ws2; phase 3, one thread per group, adds those in order.
+// in each, by its first thread) and sums its chunk's centred squares into ws2; phase 3, one thread per group, adds those in order.
 #version 450
 #include "common.glsl"
 #include "reduce.glsl"
@@ -17,6 +17,8 @@ layout(push_constant) uniform Params {
     uint chunks, chunk, phase, groups;
 } p;
 
+shared float chunk_mean;
+
 float group_mean(uint g) {
     float s = 0.0;
     for (uint c = 0u; c < p.chunks; ++c) s += p.ws.v[g * p.chunks + c];
@@ -26,6 +28,7 @@ float group_mean(uint g) {
 void main() {
     if (p.phase == 0u) {
         const uint g = workgroup_row(), base = g * p.count;
+        if (g >= p.groups) return;  // the 2D grid's last row may run past the groups (uniform per workgroup)
         float s = 0.0;
         for (uint i = gl_LocalInvocationIndex; i < p.count; i += 256u) s += ld(p.x, base + i);
         const float mean = workgroup_sum(s) / float(p.count);
@@ -48,8 +51,12 @@ void main() {
         p.stats.v[2u * g + 1u] = 1.0 / sqrt(s2 / float(p.count) + p.eps);
     } else {
         const uint b = workgroup_row(), g = b / p.chunks, begin = (b % p.chunks) * p.chunk;
+        if (g >= p.groups) return;  // as in phase 0
         const uint end = min(p.count, begin + p.chunk);
-        const float mean = p.phase == 2u ? group_mean(g) : 0.0;
+        // The mean once per workgroup (the same float phase 3 computes), not once per thread.
+        if (p.phase == 2u && gl_LocalInvocationIndex == 0u) chunk_mean = group_mean(g);
+        barrier();
+        const float mean = p.phase == 2u ? chunk_mean : 0.0;
         float s = 0.0;
         for (uint i = begin + gl_LocalInvocationIndex; i < end; i += 256u) {
             const float v = ld(p.x, g * p.count + i);
