@@ -59,6 +59,11 @@ private:
         uint32_t slices = 1, kslice = 0;
     };
     SplitK split_k(int64_t tiles, int64_t k, int64_t outputs, int64_t batch) const;
+    // A product kernel (Params: MatmulParams or ConvParams) over gx x gy tiles and `batch` z's, `outputs`
+    // values, split along its k where split_k says so; `sum_flag` marks the second pass in the kernel's flags.
+    template <class Params>
+    void dispatch_product(const std::string& name, Params p, uint32_t gx, uint32_t gy, uint32_t batch, int64_t k,
+                          int64_t outputs, uint32_t sum_flag) const;
     // matmul.comp (`base`: matmul, matmul_scores or matmul_pv; `suffix`: _f32 or _f16) over `batch` z's.
     void matmul(const MatmulParams& p, const char* base, const char* suffix, uint32_t batch) const;
 
