@@ -80,10 +80,10 @@ __global__ void chunk_sums_kernel(const T* x, int64_t groups_total, int64_t grou
 }
 
 // The group's mean from its chunk sums, added in order (every caller gets the same float).
-__device__ float chunked_mean(const float* sums, const float* x0, int64_t chunks, int64_t group_size) {
+__device__ float chunked_mean(const float* sums, float x0, int64_t chunks, int64_t group_size) {
     float total = 0.0f;
     for (int64_t c = 0; c < chunks; ++c) total += sums[c];
-    return *x0 + total / static_cast<float>(group_size);
+    return x0 + total / static_cast<float>(group_size);
 }
 
 template <class T>
@@ -94,10 +94,7 @@ __global__ void centred_squares_kernel(const T* x, int64_t groups_total, int64_t
         const int64_t g = b / chunks, begin = b % chunks * kChunk, end = min(group_size, begin + kChunk);
         const T* src = x + g * group_size;
         __syncthreads();  // the previous round's readers are done with mean
-        if (threadIdx.x == 0) {
-            const float x0 = detail::to_float(src[0]);
-            mean = chunked_mean(sums + g * chunks, &x0, chunks, group_size);
-        }
+        if (threadIdx.x == 0) mean = chunked_mean(sums + g * chunks, detail::to_float(src[0]), chunks, group_size);
         __syncthreads();
         RunSum sq;
         for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
@@ -113,8 +110,7 @@ template <class T>
 __global__ void finish_kernel(const T* x, int64_t groups_total, int64_t group_size, int64_t chunks, const float* sums,
                               const float* squares, float eps, float* stats) {
     for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups_total; g += int64_t(gridDim.x) * blockDim.x) {
-        const float x0 = detail::to_float(x[g * group_size]);
-        const float mean = chunked_mean(sums + g * chunks, &x0, chunks, group_size);
+        const float mean = chunked_mean(sums + g * chunks, detail::to_float(x[g * group_size]), chunks, group_size);
         float total = 0.0f;
         for (int64_t c = 0; c < chunks; ++c) total += squares[g * chunks + c];
         stats[2 * g] = mean;

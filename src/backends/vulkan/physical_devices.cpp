@@ -1,8 +1,6 @@
 #include "backends/vulkan/physical_devices.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 namespace kiln::vulkan {
@@ -64,10 +62,6 @@ bool nv_matrix_products(const Api& a, VkPhysicalDevice h, bool fp16_storage) {
     a.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(h, &n, nullptr);
     std::vector<VkCooperativeMatrixPropertiesNV> shapes(n, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
     a.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(h, &n, shapes.data());
-    if (const char* v = std::getenv("KILN_VULKAN_VERBOSE"); v && std::string(v) == "1")
-        for (const VkCooperativeMatrixPropertiesNV& m : shapes)
-            std::fprintf(stderr, "kiln: vulkan: cooperative matrix %ux%ux%u A%d B%d C%d D%d scope %d\n", m.MSize, m.NSize,
-                         m.KSize, int(m.AType), int(m.BType), int(m.CType), int(m.DType), int(m.scope));
     for (const VkCooperativeMatrixPropertiesNV& m : shapes)
         if (m.MSize == 16 && m.NSize == 16 && m.KSize == 16 && m.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
             m.BType == VK_COMPONENT_TYPE_FLOAT16_NV && m.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
