@@ -308,3 +308,36 @@ TEST(VulkanProducts, SplitKAgreesWithOneSlice) {
     vk.set_split_k(was_split);
 }
 #endif
+
+#if KILN_HAS_VULKAN
+// The developer settings for the product kernels: every documented value, and a clear error for any other.
+TEST(VulkanSettings, ProductBuildsAndSplitKFromTheEnvironment) {
+    using P = vulkan::VulkanBackend::Products;
+    EXPECT_EQ(vulkan::products_from_env(nullptr, false), P::Measured);
+    EXPECT_EQ(vulkan::products_from_env("", true), P::Direct);
+    EXPECT_EQ(vulkan::products_from_env("measured", true), P::Measured);
+    EXPECT_EQ(vulkan::products_from_env("matrix", false), P::Matrix);
+    EXPECT_EQ(vulkan::products_from_env("small", false), P::Small);
+    EXPECT_EQ(vulkan::split_k_from_env(nullptr), 0);
+    EXPECT_EQ(vulkan::split_k_from_env("1"), 1);
+    EXPECT_EQ(vulkan::split_k_from_env("16"), 16);
+    for (const char* bad : {"coop", "LARGE", " large"}) {
+        try {
+            vulkan::products_from_env(bad, false);
+            ADD_FAILURE() << bad << " was taken";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_GEMM"), std::string::npos) << e.what();
+        }
+    }
+    for (const char* bad : {"abc", "-1", "65", "4x", "1.5"}) {
+        try {
+            vulkan::split_k_from_env(bad);
+            ADD_FAILURE() << bad << " was taken";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_SPLIT_K"), std::string::npos) << e.what();
+        }
+    }
+}
+#endif

@@ -27,20 +27,34 @@ uint32_t host_memory_type(const PhysicalDevice& d, uint32_t allowed) {
 
 }  // namespace
 
+VulkanBackend::Products products_from_env(const char* value, bool runs_on_cpu) {
+    using P = VulkanBackend::Products;
+    const std::string v = value ? value : "";
+    if (v.empty()) return runs_on_cpu ? P::Direct : P::Measured;
+    for (auto [name, p] : {std::pair{"measured", P::Measured}, {"large", P::Large}, {"small", P::Small},
+                           {"direct", P::Direct}, {"matrix", P::Matrix}})
+        if (v == name) return p;
+    fail(ErrorKind::InvalidArgument, "KILN_VULKAN_GEMM=" + v + ": expected measured, large, small, direct or matrix");
+}
+
+int split_k_from_env(const char* value) {
+    const std::string v = value ? value : "";
+    if (v.empty()) return 0;
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    require(*end == '\0' && n >= 0 && n <= 64, ErrorKind::InvalidArgument,
+            "KILN_VULKAN_SPLIT_K=" + v + ": expected a number of slices from 0 (automatic) to 64 (1: no split)");
+    return int(n);
+}
+
 VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physical_(physical), index_(index) {
     const char* sync = std::getenv("KILN_VULKAN_SYNC_OPS");
     sync_ops_ = sync && std::string(sync) == "1";
     const char* record = std::getenv("KILN_VULKAN_RECORD");
     recording_enabled_ = !(record && std::string(record) == "0") && !sync_ops_;
-    const std::string gemm = std::getenv("KILN_VULKAN_GEMM") ? std::getenv("KILN_VULKAN_GEMM") : "";
-    products_ = gemm == "large"    ? Products::Large
-                : gemm == "small"  ? Products::Small
-                : gemm == "direct" ? Products::Direct
-                : gemm == "matrix" ? Products::Matrix
-                : gemm == "measured" || physical_.properties.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU
-                    ? Products::Measured
-                    : Products::Direct;
-    if (const char* split = std::getenv("KILN_VULKAN_SPLIT_K")) split_k_ = std::max(0, std::atoi(split));
+    products_ = products_from_env(std::getenv("KILN_VULKAN_GEMM"),
+                                  physical_.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU);
+    split_k_ = split_k_from_env(std::getenv("KILN_VULKAN_SPLIT_K"));
     const Api& a = api();
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};

@@ -120,4 +120,9 @@ private:
 // The registry's factory for Vulkan devices (list and create).
 BackendFactory vulkan_backend_factory();
 
+// The developer settings KILN_VULKAN_GEMM (unset: Measured on a GPU, Direct on a device that runs on the CPU)
+// and KILN_VULKAN_SPLIT_K (unset: 0, automatic); a value they do not take is an InvalidArgument naming it.
+VulkanBackend::Products products_from_env(const char* value, bool runs_on_cpu);
+int split_k_from_env(const char* value);
+
 }  // namespace kiln::vulkan
