@@ -1,5 +1,6 @@
 // The data-movement kernels of kernels.h (upsample_nearest2x, concat_channels, nchw_to_nlc,
-// nlc_to_nchw) against the reference ops, in F32, F16 and BF16. They only move elements, so the bound is
+// nlc_to_nchw, and the channels-last convolution's to_nhwc, from_nhwc, filter_to_krsc) against the reference
+// ops, in F32, F16 and BF16. They only move elements, so the bound is
 // 0: every output must be its source's bits (compared after widening to float, which is exact), every
 // element must be written and nothing past the end. Shapes: single elements, sides of 1, sizes just off
 // the 32 x 32 transpose tile (31, 33, 65, 97), Stable Diffusion's 320 x 4096, and more planes or tiles
@@ -74,6 +75,70 @@ TEST(KernelsCuda, NchwNlcTransposesBothWays) {
             expect_identical(label(type, "nlc_to_nchw " + dims({n, hw, c})), nchw.values(),
                              ops::ref::nlc_to_nchw(x.tensor({n, hw, c}), hw, 1).values());
             EXPECT_TRUE(nchw.guard_intact());
+        }
+}
+
+// The channels-last convolution's layouts. A plain move is bit-exact; from_nhwc's bias addition is one float
+// sum rounded once, as the host computes it; to_nhwc's GroupNorm+SiLU is the same float expression as
+// im2col's fused norm, so it must equal im2col's column matrix of a 1x1 convolution (itself tested against the
+// reference in kernels_im2col_cuda_test.cpp), transposed.
+TEST(KernelsCuda, ChannelsLastLayoutsAroundAConvolution) {
+    KILN_SKIP_WITHOUT_GPU();
+    const int64_t shapes[][3] = {{1, 1, 1}, {2, 31, 33}, {2, 64, 65}, {1, 320, 4096}, {3, 33, 1}, {1, 4, 4096}};
+    for (DType type : kStorageTypes)
+        for (const auto& s : shapes) {
+            const int64_t n = s[0], c = s[1], hw = s[2];
+            const Values x = random_values(type, size_t(n * c * hw), uint64_t(n * 5 + c + hw), -3, 3);
+            const Values bias = random_values(type, size_t(c), uint64_t(c + 17), -1, 1);
+            DeviceBuffer dx(x), db(bias);
+            Output nhwc(type, x.size());
+            to_nhwc(dx.get(), nhwc.get(), type, n, c, hw, nullptr, nullptr);
+            expect_identical(label(type, "to_nhwc " + dims({n, c, hw})), nhwc.values(),
+                             ops::ref::nchw_to_nlc(x.tensor({n, c, hw, 1})).values());
+            EXPECT_TRUE(nhwc.guard_intact());
+
+            Output back(type, x.size());  // x read as [n, hw, c]
+            from_nhwc(dx.get(), db.get(), back.get(), type, n, hw, c, nullptr);
+            std::vector<float> sum = ops::ref::nlc_to_nchw(x.tensor({n, hw, c}), hw, 1).values();
+            for (size_t i = 0; i < sum.size(); ++i) sum[i] += bias.f[i / size_t(hw) % size_t(c)];
+            expect_identical(label(type, "from_nhwc + bias " + dims({n, hw, c})), back.values(), rounded(type, sum).f);
+            EXPECT_TRUE(back.guard_intact());
+
+            for (int groups : {1, int(c)}) {
+                const Values gamma = random_values(type, size_t(c), uint64_t(c + 3), 0.5, 1.5);
+                const Values beta = random_values(type, size_t(c), uint64_t(c + 4), -0.5, 0.5);
+                DeviceBuffer dg(gamma), dbeta(beta), stats(size_t(n * groups) * 2 * sizeof(float));
+                group_norm_stats(dx.get(), type, n, c, hw, groups, 1e-5f, stats.as<float>(), nullptr);
+                const Im2colNorm norm{stats.as<float>(), dg.get(), dbeta.get(), groups};
+                Output normed(type, x.size());
+                to_nhwc(dx.get(), normed.get(), type, n, c, hw, &norm, nullptr);
+                std::vector<float> want;
+                for (int64_t img = 0; img < n; ++img) {
+                    const Im2colNorm one{stats.as<float>() + img * groups * 2, dg.get(), dbeta.get(), groups};
+                    Output col(type, size_t(c * hw));
+                    im2col(static_cast<const char*>(dx.get()) + img * c * hw * int64_t(dtype_size(type)), col.get(),
+                           type, c, hw, 1, 1, 1, 0, hw, 1, 0, hw, &one, nullptr);
+                    const std::vector<float> t = ops::ref::nchw_to_nlc(Tensor({1, c, hw, 1}, col.values())).values();
+                    want.insert(want.end(), t.begin(), t.end());
+                }
+                expect_identical(label(type, "to_nhwc + group_norm/silu " + dims({n, c, hw}) + " groups " +
+                                                 std::to_string(groups)),
+                                 normed.values(), want);
+                EXPECT_TRUE(normed.guard_intact());
+            }
+        }
+    const int64_t filters[][3] = {{1, 1, 1}, {3, 5, 9}, {320, 320, 9}, {7, 33, 1}, {1280, 2560, 9}};  // cout, cin, taps
+    for (DType type : kStorageTypes)
+        for (const auto& f : filters) {
+            const int64_t cout = f[0], cin = f[1], taps = f[2];
+            const Values w = random_values(type, size_t(cout * cin * taps), uint64_t(cout + cin), -1, 1);
+            DeviceBuffer dw(w);
+            Output out(type, w.size());
+            filter_to_krsc(dw.get(), out.get(), type, cout, cin, taps, nullptr);
+            // [cout][cin][taps] -> [cout][taps][cin] is a transpose of each output channel's [cin, taps] block.
+            expect_identical(label(type, "filter_to_krsc " + dims({cout, cin, taps})), out.values(),
+                             ops::ref::nchw_to_nlc(w.tensor({cout, cin, taps, 1})).values());
+            EXPECT_TRUE(out.guard_intact());
         }
 }
 

@@ -258,7 +258,7 @@ std::vector<double> one_rounding_bounds(DType type, const Tensor& ref) {
 TEST(KernelsCuda, AddAndScaleMatchTheReference) {
     KILN_SKIP_WITHOUT_GPU();
     for (DType type : kStorageTypes)
-        for (size_t n : {size_t(1), size_t(33), size_t(65537)}) {
+        for (size_t n : {size_t(1), size_t(33), size_t(65537), size_t(65536), size_t(4)}) {  // the last two in quads
             const Values a = random_values(type, n, n, -4, 4);
             std::vector<float> bv = random_values(DType::F32, n, n + 1, -4, 4).f;
             for (size_t i = 0; i < n; i += 3) bv[i] = -a.f[i];  // exact cancellation to +0

@@ -19,42 +19,20 @@
 #include <random>
 #include <tuple>
 
+#include "common/op_bounds.h"
 #include "gpu_test_util.h"
 #include "kiln/error.h"
 #include "ops/ops.h"
 
 using namespace kiln;
 
+using kiln::test::abs_of;
+using kiln::test::expect_close;
+
 namespace {
 
-double unit(DType t) { return t == DType::F32 ? std::ldexp(1.0, -24) : t == DType::F16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8); }
-
 Tensor random(Shape shape, uint32_t seed, DType t, float lo = -1.0f, float hi = 1.0f) {
-    std::mt19937 g(seed);
-    std::uniform_real_distribution<float> d(lo, hi);
-    std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
-    for (float& x : v) x = d(g);
-    return Tensor(std::move(shape), std::move(v)).converted(t).to_f32();  // representable in t
-}
-
-Tensor abs_of(const Tensor& x) {
-    Tensor a = x;
-    for (float& v : a.values()) v = std::fabs(v);
-    return a;
-}
-
-// |dev - ref| <= (k + 2) * 2u * S + factor * us * S + us * |ref| per element.
-void expect_close(const Tensor& dev, const Tensor& ref, const Tensor& abs_sum, double k, DType t, double factor,
-                  const std::string& what) {
-    ASSERT_EQ(dev.shape(), ref.shape()) << what;
-    const double u = std::ldexp(1.0, -24), us = unit(t);
-    double worst = 0;
-    for (int64_t i = 0; i < ref.numel(); ++i) {
-        const double bound = (k + 2) * 2 * u * abs_sum[i] + factor * us * abs_sum[i] + us * std::fabs(ref[i]) + 1e-30;
-        worst = std::max(worst, std::fabs(double(dev[i]) - ref[i]) / bound);
-    }
-    EXPECT_LE(worst, 1.0) << what << " " << dtype_name(t);
-    std::printf("[ device ops ] %-40s %-5s err/bound %.3f\n", what.c_str(), dtype_name(t), worst);
+    return kiln::test::random_in(std::move(shape), seed, t, lo, hi);
 }
 
 }  // namespace

@@ -50,6 +50,7 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
         if (d.index == index) {
             found = true;
             multiprocessors_ = d.multiprocessors;
+            cc_major_ = d.cc_major;
         }
     require(found, ErrorKind::Unsupported,
             "cuda:" + std::to_string(index) + " is not available" + (why.empty() ? std::string() : " (" + why + ")"));
@@ -57,9 +58,16 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
     KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     timeline_ = std::make_unique<GpuTimeline>(stream_, device_name(device()));
     gemm_ = std::make_unique<Gemm>();
+    const std::string conv = std::getenv("KILN_CUDA_CONV") ? std::getenv("KILN_CUDA_CONV") : "";
+    require(conv.empty() || conv == "measured" || conv == "im2col" || conv == "cudnn" || conv == "nhwc",
+            ErrorKind::InvalidArgument,
+            "KILN_CUDA_CONV=" + conv + ": the convolution route is one of measured, im2col, cudnn, nhwc");
+    conv_measured_ = conv.empty() || conv == "measured";
+    const char* conv_log = std::getenv("KILN_CUDA_CONV_LOG");
+    conv_log_ = conv_log && std::strcmp(conv_log, "1") == 0;
 #if KILN_HAS_CUDNN
-    const char* conv = std::getenv("KILN_CUDA_CONV");
-    if (!(conv && std::strcmp(conv, "im2col") == 0)) cudnn_ = std::make_unique<CudnnConv>();
+    if (conv_measured_ || conv == "cudnn") cudnn_ = std::make_unique<CudnnConv>();
+    if (conv_measured_ || conv == "nhwc") cudnn_nhwc_ = std::make_unique<CudnnGraphConv>();
 #endif
     ops_ = std::make_unique<CudaDeviceOps>(*this);
     const char* env = std::getenv("KILN_CUDA_GRAPHS");
@@ -76,6 +84,7 @@ CudaBackend::~CudaBackend() {
     timeline_.reset();
     ops_.reset();
     cudnn_.reset();
+    cudnn_nhwc_.reset();
     gemm_.reset();
     if (stream_) cudaStreamDestroy(stream_);
 }

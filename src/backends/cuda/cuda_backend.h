@@ -10,6 +10,7 @@
 
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/cudnn_conv.h"
+#include "backends/cuda/cudnn_graph_conv.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/gpu_runtime.h"
 #include "backends/cuda/gpu_timeline.h"
@@ -35,13 +36,29 @@ public:
     void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) override;
     void synchronize() override;
     const ops::DeviceOps& ops() const override { return *ops_; }
+    // bfloat16 products need the tensor cores of compute capability 8.0 (Ampere) or later; HIP builds keep to
+    // F32 and F16 until an AMD GPU has run them.
+    bool supports(DType t) const override {
+#if defined(KILN_HIP)
+        return t != DType::BF16;
+#else
+        return t != DType::BF16 || cc_major_ >= 8;
+#endif
+    }
     Tensor run_recorded(const std::string& key, const std::vector<const Tensor*>& inputs,
                         const RecordedFn& fn) override;
 
     cudaStream_t stream() const { return stream_; }
     Gemm& gemm() const { return *gemm_; }
-    // cuDNN's convolutions, or null where kiln was built without cuDNN or KILN_CUDA_CONV=im2col.
+    // The convolution routes besides im2col + cuBLASLt, each null where kiln was built without cuDNN or
+    // KILN_CUDA_CONV leaves it out: cuDNN's legacy API on NCHW, and its graph API on channels-last copies.
     CudnnConv* cudnn() const { return cudnn_.get(); }
+    CudnnGraphConv* cudnn_nhwc() const { return cudnn_nhwc_.get(); }
+    // KILN_CUDA_CONV unset: each convolution shape times the routes there are on its first call and keeps the
+    // fastest; set to one route (im2col, cudnn, nhwc), that route wherever it has a kernel, im2col elsewhere.
+    bool conv_measured() const { return conv_measured_; }
+    // KILN_CUDA_CONV_LOG=1 prints each convolution shape's route timings and choice to stderr.
+    bool conv_log() const { return conv_log_; }
     int multiprocessors() const { return multiprocessors_; }
     // KILN_CUDA_GRAPHS=0 turns recording off (every call eager), for comparisons.
     bool graphs_enabled() const { return graphs_enabled_; }
@@ -69,13 +86,17 @@ private:
 
     int index_;
     int multiprocessors_ = 0;
+    int cc_major_ = 0;
     bool graphs_enabled_ = true;
     bool sync_ops_ = false;
     bool fast_f32_ = false;
+    bool conv_measured_ = true;
+    bool conv_log_ = false;
     cudaStream_t stream_ = nullptr;
     mutable CudaAllocator allocator_;
     std::unique_ptr<Gemm> gemm_;
     std::unique_ptr<CudnnConv> cudnn_;
+    std::unique_ptr<CudnnGraphConv> cudnn_nhwc_;
     std::unique_ptr<ops::DeviceOps> ops_;
     std::unique_ptr<GpuTimeline> timeline_;
     std::map<std::string, Recording> recordings_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -106,8 +107,8 @@ Tensor CudaDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b) 
     g.c = y.device_data(), g.ldc = n;
     g.ab_type = g.c_type = x.dtype();
     g.tf32 = backend_.fast_float32();
+    g.bias = b ? b->device_data() : nullptr;  // added in the product's epilogue: no pass of its own
     backend_.gemm().run(g, backend_.stream());
-    if (b) add_row_bias(y.device_data(), b->device_data(), y.dtype(), m, n, backend_.stream());
     return y;
 }
 
@@ -130,44 +131,73 @@ Tensor CudaDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, in
     Timed timed(backend_, ops::OpKind::Conv2d, 2.0 * double(n) * double(cout) * double(pixels) * double(kc));
     const ConvCall call{x, w, b, stats, gamma, beta, groups, {n, cin, h, wd, cout, kk, stride, padding, oh, ow,
                                                               x.dtype(), backend_.fast_float32()}};
-    switch (conv_route(call, y)) {
-        case ConvRoute::Cudnn: conv_cudnn(call, y); break;
-        case ConvRoute::Im2col: conv_im2col(call, y); break;
-        case ConvRoute::Measured: break;  // y was made while timing the routes
-    }
+    conv_routed(call, y);
     return y;
 }
 
-// The fastest route for this shape, measured on its first call (outside any recording: a recorded call's
-// first run is eager) and kept: cuDNN wins on the VAE's large images, im2col + cuBLASLt on the UNet's
-// small ones (docs/CUDA.md). KILN_CUDA_CONV=im2col leaves cuDNN out altogether.
-CudaDeviceOps::ConvRoute CudaDeviceOps::conv_route(const ConvCall& c, Tensor& y) const {
-    if (!backend_.cudnn()) return ConvRoute::Im2col;
+static const char* route_name(CudaDeviceOps::ConvRoute r) {
+    return r == CudaDeviceOps::ConvRoute::Im2col ? "im2col" : r == CudaDeviceOps::ConvRoute::Cudnn ? "cudnn" : "nhwc";
+}
+
+void CudaDeviceOps::run_conv_route(ConvRoute route, const ConvCall& c, Tensor& y) const {
+    switch (route) {
+        case ConvRoute::Im2col: conv_im2col(c, y); break;
+        case ConvRoute::Cudnn: conv_cudnn(c, y); break;
+        case ConvRoute::CudnnNhwc: conv_cudnn_nhwc(c, y); break;
+    }
+    ++route_calls_[static_cast<size_t>(route)];  // counted once it ran (a route may throw: no kernel)
+}
+
+// Runs the convolution on this shape's route, choosing it on the shape's first call (outside any recording:
+// a recorded call's first run is eager). With KILN_CUDA_CONV unset every route there is runs once (cuDNN
+// choosing its own algorithm on a first call) and once more between events, and the fastest is kept; with
+// one route named, that route, or im2col where it has no kernel for the shape.
+void CudaDeviceOps::conv_routed(const ConvCall& c, Tensor& y) const {
     const ConvShape& sh = c.shape;
     const auto key = std::make_tuple(sh.n, sh.cin, sh.h, sh.w, sh.cout, sh.k, sh.stride, sh.padding, int(sh.type),
                                      sh.tf32, c.stats != nullptr);
-    auto it = routes_.find(key);
-    if (it != routes_.end()) return it->second;
+    if (auto it = routes_.find(key); it != routes_.end()) return run_conv_route(it->second, c, y);
+    std::vector<ConvRoute> candidates;
+    if (backend_.cudnn_nhwc()) candidates.push_back(ConvRoute::CudnnNhwc);
+    if (backend_.cudnn()) candidates.push_back(ConvRoute::Cudnn);
+    candidates.push_back(ConvRoute::Im2col);
     cudaStream_t s = backend_.stream();
-    try {
-        conv_cudnn(c, y);  // cuDNN benchmarks its own algorithms on the first call of a shape
-    } catch (const Error&) {  // no cuDNN algorithm for this shape (or its workspace does not fit)
-        return routes_[key] = ConvRoute::Im2col;
+    cudaEvent_t begin, end;
+    KILN_CUDA_CHECK(cudaEventCreate(&begin));
+    KILN_CUDA_CHECK(cudaEventCreate(&end));
+    float best_ms = -1.0f;
+    ConvRoute best = ConvRoute::Im2col, last = ConvRoute::Im2col;
+    std::string log;  // KILN_CUDA_CONV_LOG=1: each shape's timings on stderr
+    for (ConvRoute route : candidates) {
+        try {
+            run_conv_route(route, c, y);
+        } catch (const Error& e) {
+            if (e.kind() == ErrorKind::OutOfMemory || route == ConvRoute::Im2col) throw;
+            continue;  // no cuDNN kernel for this shape (or its workspace does not fit)
+        }
+        last = route;
+        if (!backend_.conv_measured()) {  // the named route (or im2col after it) works here
+            best = route;
+            break;
+        }
+        KILN_CUDA_CHECK(cudaEventRecord(begin, s));
+        run_conv_route(route, c, y);
+        KILN_CUDA_CHECK(cudaEventRecord(end, s));
+        KILN_CUDA_CHECK(cudaEventSynchronize(end));
+        float ms = 0.0f;
+        KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, begin, end));
+        if (best_ms < 0.0f || ms < best_ms) best_ms = ms, best = route;
+        log += std::string(" ") + route_name(route) + " " + std::to_string(ms * 1000.0f).substr(0, 7) + " us";
     }
-    cudaEvent_t e[3];
-    for (cudaEvent_t& ev : e) KILN_CUDA_CHECK(cudaEventCreate(&ev));
-    KILN_CUDA_CHECK(cudaEventRecord(e[0], s));
-    conv_cudnn(c, y);
-    KILN_CUDA_CHECK(cudaEventRecord(e[1], s));
-    conv_im2col(c, y);
-    KILN_CUDA_CHECK(cudaEventRecord(e[2], s));
-    KILN_CUDA_CHECK(cudaEventSynchronize(e[2]));
-    float dnn_ms = 0, im2col_ms = 0;
-    KILN_CUDA_CHECK(cudaEventElapsedTime(&dnn_ms, e[0], e[1]));
-    KILN_CUDA_CHECK(cudaEventElapsedTime(&im2col_ms, e[1], e[2]));
-    for (cudaEvent_t ev : e) (void)cudaEventDestroy(ev);
-    routes_[key] = dnn_ms < im2col_ms ? ConvRoute::Cudnn : ConvRoute::Im2col;
-    return ConvRoute::Measured;
+    (void)cudaEventDestroy(begin);
+    (void)cudaEventDestroy(end);
+    routes_[key] = best;
+    if (backend_.conv_log())
+        std::fprintf(stderr, "kiln: conv2d %lldx%lldx%lldx%lld -> %lld, k%lld s%lld%s %s:%s -> %s\n",
+                     (long long)sh.n, (long long)sh.cin, (long long)sh.h, (long long)sh.w, (long long)sh.cout,
+                     (long long)sh.k, (long long)sh.stride, c.stats ? " +groupnorm/silu" : "", dtype_name(sh.type),
+                     log.c_str(), route_name(best));
+    if (best != last) run_conv_route(best, c, y);  // y holds the last route's result; keep the chosen one's
 }
 
 void CudaDeviceOps::conv_cudnn(const ConvCall& c, Tensor& y) const {
@@ -192,6 +222,39 @@ void CudaDeviceOps::conv_cudnn(const ConvCall& c, Tensor& y) const {
         for (int64_t img = 0; img < sh.n; ++img)
             add_channel_bias(at(y, img * sh.cout * sh.oh * sh.ow), c.b->device_data(), y.dtype(), 1, sh.cout,
                              sh.oh * sh.ow, s);
+}
+
+// cuDNN's channels-last engines on NHWC copies: the input transposed (GroupNorm+SiLU applied on the way),
+// the filter transposed to [cout, k, k, cin] on every call (kept nowhere: no second copy of the weights; at
+// most a few percent of the convolution's time, as the filter stays in L2), the result transposed back with
+// the bias added. The transposes move 2 x (input + output) bytes, which the faster engines repay many
+// times over at SD's shapes (docs/CUDA.md).
+void CudaDeviceOps::conv_cudnn_nhwc(const ConvCall& c, Tensor& y) const {
+    const ConvShape& sh = c.shape;
+    const Tensor& x = c.x;
+    cudaStream_t s = backend_.stream();
+    Tensor xt = Tensor::empty_on(backend_, {sh.n, sh.h, sh.w, sh.cin}, x.dtype());
+    Im2colNorm norm;
+    if (c.stats) {
+        norm.stats = static_cast<const float*>(c.stats->device_data());
+        norm.gamma = c.gamma->device_data();
+        norm.beta = c.beta->device_data();
+        norm.groups = c.groups;
+    }
+    to_nhwc(x.device_data(), xt.device_data(), x.dtype(), sh.n, sh.cin, sh.h * sh.w, c.stats ? &norm : nullptr, s);
+    Tensor wt;  // a 1x1 filter is the same in both layouts
+    if (sh.k > 1) {
+        wt = Tensor::empty_on(backend_, {sh.cout, sh.k, sh.k, sh.cin}, x.dtype());
+        filter_to_krsc(c.w.device_data(), wt.device_data(), x.dtype(), sh.cout, sh.cin, sh.k * sh.k, s);
+    }
+    Tensor yt = Tensor::empty_on(backend_, {sh.n, sh.oh, sh.ow, sh.cout}, x.dtype());
+    std::vector<Tensor> scratch;  // alive until the convolution is queued; the stream orders its reuse
+    backend_.cudnn_nhwc()->run(sh, xt.device_data(), sh.k > 1 ? wt.device_data() : c.w.device_data(), yt.device_data(), s, [&](size_t bytes) {
+        scratch.push_back(Tensor::empty_on(backend_, {int64_t((bytes + 1) / 2)}, DType::F16));
+        return scratch.back().device_data();
+    });
+    from_nhwc(yt.device_data(), c.b ? c.b->device_data() : nullptr, y.device_data(), y.dtype(), sh.n, sh.oh * sh.ow,
+              sh.cout, s);
 }
 
 void CudaDeviceOps::conv_im2col(const ConvCall& c, Tensor& y) const {

@@ -1,9 +1,11 @@
 // The ops of ops.h on the CUDA backend: checks the operands, allocates outputs from the backend and runs
 // the kernels (kernels.h, attention.h) and cuBLASLt products (gemm.h). Compositions live here:
-// linear = product + bias, conv2d = cuDNN or im2col + product + bias (whichever its first call measures
-// faster; GroupNorm+SiLU fused into the im2col),
+// linear = product + bias, conv2d = cuDNN on channels-last copies, cuDNN on NCHW, or im2col + product + bias
+// (whichever its first call measures fastest; GroupNorm+SiLU fused into the transpose or the im2col),
 // attention = flash kernel (F16, head dim <= 256) or products + softmax in blocks of queries.
 #pragma once
+#include <array>
+#include <cstdint>
 #include <map>
 #include <tuple>
 
@@ -37,6 +39,11 @@ public:
     Tensor timestep_embedding(const Tensor& timesteps, int dim, bool flip_sin_to_cos, float downscale_freq_shift,
                               float max_period, DType out_type) const override;
 
+    // The convolution routes (conv_routed in the .cpp), and how many convolutions each has run: for tests and
+    // diagnostics, since a route with no kernel for a shape falls back to im2col.
+    enum class ConvRoute { Im2col, Cudnn, CudnnNhwc };
+    int64_t convolutions_on(ConvRoute route) const { return route_calls_[static_cast<size_t>(route)]; }
+
 private:
     class Timed;
     // group_norm_stats into stats [n, groups, 2], in chunks through a pooled workspace where groups are large.
@@ -49,9 +56,10 @@ private:
         int groups;
         ConvShape shape;
     };
-    enum class ConvRoute { Cudnn, Im2col, Measured };
-    ConvRoute conv_route(const ConvCall& c, Tensor& y) const;
+    void conv_routed(const ConvCall& c, Tensor& y) const;
+    void run_conv_route(ConvRoute route, const ConvCall& c, Tensor& y) const;
     void conv_cudnn(const ConvCall& c, Tensor& y) const;
+    void conv_cudnn_nhwc(const ConvCall& c, Tensor& y) const;
     void conv_im2col(const ConvCall& c, Tensor& y) const;
     Tensor conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding, const Tensor* norm_stats,
                 const Tensor* gamma, const Tensor* beta, int groups) const;
@@ -60,6 +68,7 @@ private:
     CudaBackend& backend_;
     using RouteKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, bool>;
     mutable std::map<RouteKey, ConvRoute> routes_;
+    mutable std::array<int64_t, 3> route_calls_{};
 };
 
 }  // namespace kiln::cuda

@@ -13,6 +13,17 @@ __global__ void add_kernel(T* a, const T* b, int64_t n) {
         a[i] = detail::from_float<T>(detail::to_float(a[i]) + detail::to_float(b[i]));
 }
 
+// The same sums, 4 values per thread and load (a and b aligned to Quads; n counts Quads).
+template <class T>
+__global__ void add_quads_kernel(detail::Quad<T>* a, const detail::Quad<T>* b, int64_t n) {
+    for (int64_t i = detail::grid_first(); i < n; i += detail::grid_step()) {
+        detail::Quad<T> x = a[i];
+        const detail::Quad<T> y = b[i];
+        for (int k = 0; k < 4; ++k) x.v[k] = detail::from_float<T>(detail::to_float(x.v[k]) + detail::to_float(y.v[k]));
+        a[i] = x;
+    }
+}
+
 template <class T>
 __global__ void scale_kernel(T* x, int64_t n, float s) {
     for (int64_t i = detail::grid_first(); i < n; i += detail::grid_step())
@@ -55,8 +66,12 @@ void add(void* a, const void* b, DType type, int64_t n, cudaStream_t stream) {
     detail::check_pointer("add", "b", b);
     detail::dispatch("add", type, [&](auto t) {
         using T = typename decltype(t)::type;
-        add_kernel<T><<<detail::blocks_for(count), detail::kThreads, 0, stream>>>(static_cast<T*>(a),
-                                                                                    static_cast<const T*>(b), count);
+        if (count % 4 == 0 && detail::quad_aligned<T>(a) && detail::quad_aligned<T>(b))
+            add_quads_kernel<T><<<detail::blocks_for(count / 4), detail::kThreads, 0, stream>>>(
+                static_cast<detail::Quad<T>*>(a), static_cast<const detail::Quad<T>*>(b), count / 4);
+        else
+            add_kernel<T><<<detail::blocks_for(count), detail::kThreads, 0, stream>>>(static_cast<T*>(a),
+                                                                                        static_cast<const T*>(b), count);
     });
     KILN_CUDA_CHECK(cudaGetLastError());
 }

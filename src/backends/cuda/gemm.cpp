@@ -45,7 +45,7 @@ struct Gemm::Impl {
     cublasLtHandle_t handle = nullptr;
     void* workspace = nullptr;
     using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int64_t,
-                           int64_t, int64_t, uint32_t, uint32_t, uint32_t, bool, bool>;
+                           int64_t, int64_t, uint32_t, uint32_t, uint32_t, bool, bool, bool>;
     struct Plan {
         cublasLtMatmulDesc_t op = nullptr;
         cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -79,7 +79,8 @@ struct Gemm::Impl {
     Plan& plan_for(const GemmArgs& g) {
         const uint32_t al_a = alignment(g.a), al_b = alignment(g.b), al_c = alignment(g.c);
         const Key key{g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb, g.ldc, int(g.ab_type), int(g.c_type),
-                      g.batch, g.stride_a, g.stride_b, g.stride_c, al_a, al_b, al_c, g.beta != 0.0f, g.tf32};
+                      g.batch, g.stride_a, g.stride_b, g.stride_c, al_a, al_b, al_c, g.beta != 0.0f, g.tf32,
+                      g.bias != nullptr};
         auto it = plans.find(key);
         if (it != plans.end()) return it->second;
         Plan p;
@@ -88,6 +89,11 @@ struct Gemm::Impl {
         const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
         KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
         KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+        if (g.bias) {  // the algorithm must be chosen with the epilogue; the pointer is set at each call
+            const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+            KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+            KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
+        }
         // Stored shapes: op(A) is m x k, so A is k x m when transposed.
         p.a = layout(g.ab_type, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.batch, g.stride_a);
         p.b = layout(g.ab_type, g.trans_b ? g.n : g.k, g.trans_b ? g.k : g.n, g.ldb, g.batch, g.stride_b);
@@ -129,7 +135,10 @@ Gemm::~Gemm() = default;
 void Gemm::run(const GemmArgs& g, cudaStream_t stream) {
     if (g.m == 0 || g.n == 0 || g.batch == 0) return;
     require(g.k > 0, ErrorKind::InvalidArgument, "gemm: k must be > 0");
+    require(!g.bias || g.batch == 1, ErrorKind::InvalidArgument, "gemm: a bias with batched products");
     Impl::Plan& p = impl_->plan_for(g);
+    if (g.bias)
+        KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
     KILN_LT_CHECK(cublasLtMatmul(impl_->handle, p.op, &g.alpha, g.a, p.a, g.b, p.b, &g.beta, g.c, p.c, g.c, p.c,
                                  &p.algo, impl_->workspace, kWorkspaceBytes, stream));
 }

@@ -24,6 +24,9 @@ struct GemmArgs {
     DType ab_type = DType::F16, c_type = DType::F16;
     float alpha = 1.0f, beta = 0.0f;
     bool tf32 = false;  // F32 inputs: TF32 tensor cores (float32 range, 10-bit mantissa) instead of full float32
+    // Added to every column of C in the product's epilogue (cuBLASLt's BIAS epilogue: one rounding of product +
+    // bias, no second pass over C): m values in C's type. Null: none. Not with batches.
+    const void* bias = nullptr;
     int batch = 1;  // strided batches; strides in elements, none of them 0
     int64_t stride_a = 0, stride_b = 0, stride_c = 0;
 };

@@ -40,6 +40,19 @@ __device__ __forceinline__ Bf16 from_float<Bf16>(float v) {
     return Bf16{uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};                  // to nearest, ties to even
 }
 
+// Four consecutive values in one load or store (8 bytes for 16-bit types, 16 for float): kernels that stream
+// through memory move 4 values per instruction rather than one 2-byte value. The pointer must be aligned to
+// the Quad (the caller checks).
+template <class T>
+struct alignas(4 * sizeof(T)) Quad {
+    T v[4];
+};
+
+template <class T>
+inline bool quad_aligned(const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % sizeof(Quad<T>) == 0;
+}
+
 // Grid-stride loops in 64-bit indices: a launch covers any count with a capped grid (blocks_for).
 __device__ __forceinline__ int64_t grid_first() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ int64_t grid_step() { return int64_t(gridDim.x) * blockDim.x; }

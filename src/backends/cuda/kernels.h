@@ -71,6 +71,16 @@ struct Im2colNorm {
 void im2col(const void* x, void* col, DType type, int64_t c, int64_t h, int64_t w, int k, int stride, int padding,
             int64_t oh, int64_t ow, int64_t first, int64_t count, const Im2colNorm* norm, cudaStream_t stream);
 
+// Around a channels-last convolution (the cuDNN NHWC route): x [n, c, hw] -> out [n, hw, c], with GroupNorm+SiLU
+// applied to each value read when norm is given (norm->stats then covers all n images: [n * groups * 2]);
+// x [n, hw, c] -> out [n, c, hw] plus bias [c] (null: none); a filter [cout, cin, taps] -> [cout, taps, cin].
+void to_nhwc(const void* x, void* out, DType type, int64_t n, int64_t c, int64_t hw, const Im2colNorm* norm,
+             cudaStream_t stream);
+void from_nhwc(const void* x, const void* bias, void* out, DType type, int64_t n, int64_t hw, int64_t c,
+               cudaStream_t stream);
+void filter_to_krsc(const void* w, void* out, DType type, int64_t cout, int64_t cin, int64_t taps,
+                    cudaStream_t stream);
+
 // out [n, dim]: diffusers' get_timestep_embedding of the float32 timesteps [n] (a device array), as the CPU op
 // ops::timestep_embedding computes it (same argument order of sin/cos, same float arithmetic).
 void timestep_embedding(const float* timesteps, void* out, DType type, int64_t n, int dim, bool flip_sin_to_cos,

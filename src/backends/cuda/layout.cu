@@ -33,30 +33,29 @@ __global__ void concat_channels_kernel(const W* a, const W* b, W* out, int64_t n
 
 // dst[b][j][i] = src[b][i][j] for src [batch, rows, cols], through a 32 x 32 tile in shared memory so
 // that both the reads and the writes of a warp are contiguous; the extra column staggers the banks.
-// Blocks are kTile x 8 threads and loop over tiles, so the grid stays small for any size.
+// Blocks are kTile x 8 threads on a grid of (column tiles, row tiles, images): no thread divides to find
+// its tile (a 64-bit division costs more than the copy); row tiles and images beyond 65535 loop.
 constexpr int kTile = 32, kTileRows = 8;
 
 template <class W>
 __global__ void transpose_kernel(const W* src, W* dst, int64_t batch, int64_t rows, int64_t cols) {
     __shared__ W tile[kTile][kTile + 1];
-    const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
-    const int64_t tiles = batch * row_tiles * col_tiles;
-    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const int64_t b = t / (row_tiles * col_tiles), rt = t / col_tiles % row_tiles, ct = t % col_tiles;
-        const W* s = src + b * rows * cols;
-        W* d = dst + b * rows * cols;
-        const int64_t i0 = rt * kTile, j0 = ct * kTile;
-        for (int r = threadIdx.y; r < kTile; r += kTileRows) {
-            const int64_t i = i0 + r, j = j0 + threadIdx.x;
-            if (i < rows && j < cols) tile[r][threadIdx.x] = s[i * cols + j];
+    const int64_t j0 = int64_t(blockIdx.x) * kTile;
+    for (int64_t b = blockIdx.z; b < batch; b += gridDim.z)
+        for (int64_t i0 = int64_t(blockIdx.y) * kTile; i0 < rows; i0 += int64_t(gridDim.y) * kTile) {
+            const W* s = src + b * rows * cols;
+            W* d = dst + b * rows * cols;
+            for (int r = threadIdx.y; r < kTile; r += kTileRows) {
+                const int64_t i = i0 + r, j = j0 + threadIdx.x;
+                if (i < rows && j < cols) tile[r][threadIdx.x] = s[i * cols + j];
+            }
+            __syncthreads();
+            for (int r = threadIdx.y; r < kTile; r += kTileRows) {
+                const int64_t j = j0 + r, i = i0 + threadIdx.x;  // dst row j, column i
+                if (j < cols && i < rows) d[j * rows + i] = tile[threadIdx.x][r];
+            }
+            __syncthreads();  // the tile is refilled in the next round
         }
-        __syncthreads();
-        for (int r = threadIdx.y; r < kTile; r += kTileRows) {
-            const int64_t j = j0 + r, i = i0 + threadIdx.x;  // dst row j, column i
-            if (j < cols && i < rows) d[j * rows + i] = tile[threadIdx.x][r];
-        }
-        __syncthreads();  // the tile is refilled in the next round
-    }
 }
 
 void transpose(const char* op, const void* x, void* out, DType type, int64_t batch, int64_t rows, int64_t cols,
@@ -66,10 +65,11 @@ void transpose(const char* op, const void* x, void* out, DType type, int64_t bat
     if (count == 0) return;
     detail::check_pointer(op, "x", x);
     detail::check_pointer(op, "out", out);
-    const int64_t tiles = batch * ((rows + kTile - 1) / kTile) * ((cols + kTile - 1) / kTile);
+    const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned(std::min<int64_t>((rows + kTile - 1) / kTile, 65535)),
+                    unsigned(std::min<int64_t>(batch, 65535)));
     detail::dispatch_bits(op, type, [&](auto t) {
         using W = typename decltype(t)::type;
-        transpose_kernel<W><<<detail::blocks_for(tiles, 1), dim3(kTile, kTileRows), 0, stream>>>(
+        transpose_kernel<W><<<grid, dim3(kTile, kTileRows), 0, stream>>>(
             static_cast<const W*>(x), static_cast<W*>(out), batch, rows, cols);
     });
     KILN_CUDA_CHECK(cudaGetLastError());

@@ -1,0 +1,162 @@
+// The layout changes around a channels-last (NHWC) convolution, for the cuDNN route that runs on NHWC
+// tensors while kiln's activations stay NCHW (cuda_device_ops.cpp): the input into NHWC, with GroupNorm+SiLU
+// applied on the way where the convolution fuses them; the output back into NCHW with the bias added; the
+// filter from [cout, cin, k, k] into [cout, k, k, cin]. Each value is read into float, changed, and rounded
+// once; a plain move is bit-exact (every storage type converts to float and back exactly).
+#include "backends/cuda/activation_math.cuh"
+#include "backends/cuda/kernel_common.cuh"
+#include "backends/cuda/kernels.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+// Tiles of 32 x 32 through shared memory, so that a warp's reads and writes are both contiguous; the extra
+// column staggers the banks. Blocks of 32 x 8 threads; the grid is (tiles along the fast source axis, tiles
+// along the other, images), so no thread divides to find its tile (64-bit divisions cost more than the
+// copy); tile rows and images beyond the grid's 65535 loop.
+constexpr int kTile = 32, kTileRows = 8;
+
+dim3 tile_grid(int64_t n, int64_t rows, int64_t cols) {  // source [n][rows][cols]
+    return dim3(unsigned((cols + kTile - 1) / kTile), unsigned(std::min<int64_t>((rows + kTile - 1) / kTile, 65535)),
+                unsigned(std::min<int64_t>(n, 65535)));
+}
+
+// out [n][hw][c] = f(x [n][c][hw]), f the GroupNorm+SiLU of the value's (image, channel) when stats is set.
+template <class T>
+__global__ void to_nhwc_kernel(const T* x, T* out, int64_t n, int64_t c, int64_t hw, const float* stats,
+                               const T* gamma, const T* beta, int64_t channels_per_group) {
+    __shared__ float tile[kTile][kTile + 1];
+    const int64_t p0 = int64_t(blockIdx.x) * kTile, groups = stats ? c / channels_per_group : 0;
+    for (int64_t b = blockIdx.z; b < n; b += gridDim.z)
+    for (int64_t c0 = int64_t(blockIdx.y) * kTile; c0 < c; c0 += int64_t(gridDim.y) * kTile) {
+        const T* src = x + b * c * hw;
+        for (int r = threadIdx.y; r < kTile; r += kTileRows) {
+            const int64_t ch = c0 + r, p = p0 + threadIdx.x;
+            if (ch < c && p < hw) {
+                float v = detail::to_float(src[ch * hw + p]);
+                if (stats) {
+                    const int64_t g = b * groups + ch / channels_per_group;
+                    v = (v - stats[2 * g]) * stats[2 * g + 1] * detail::to_float(gamma[ch]) + detail::to_float(beta[ch]);
+                    v = detail::silu(v);
+                }
+                tile[r][threadIdx.x] = v;
+            }
+        }
+        __syncthreads();
+        T* dst = out + b * hw * c;
+        for (int r = threadIdx.y; r < kTile; r += kTileRows) {
+            const int64_t p = p0 + r, ch = c0 + threadIdx.x;
+            if (p < hw && ch < c) dst[p * c + ch] = detail::from_float<T>(tile[threadIdx.x][r]);
+        }
+        __syncthreads();  // the tile is refilled for the next image
+    }
+}
+
+// out [n][c][hw] = x [n][hw][c] + bias[c] (bias may be null).
+template <class T>
+__global__ void from_nhwc_kernel(const T* x, const T* bias, T* out, int64_t n, int64_t hw, int64_t c) {
+    __shared__ float tile[kTile][kTile + 1];
+    const int64_t c0 = int64_t(blockIdx.x) * kTile;
+    for (int64_t b = blockIdx.z; b < n; b += gridDim.z)
+    for (int64_t p0 = int64_t(blockIdx.y) * kTile; p0 < hw; p0 += int64_t(gridDim.y) * kTile) {
+        const T* src = x + b * hw * c;
+        for (int r = threadIdx.y; r < kTile; r += kTileRows) {
+            const int64_t p = p0 + r, ch = c0 + threadIdx.x;
+            if (p < hw && ch < c) tile[r][threadIdx.x] = detail::to_float(src[p * c + ch]);
+        }
+        __syncthreads();
+        T* dst = out + b * c * hw;
+        for (int r = threadIdx.y; r < kTile; r += kTileRows) {
+            const int64_t ch = c0 + r, p = p0 + threadIdx.x;
+            if (ch < c && p < hw) {
+                float v = tile[threadIdx.x][r];
+                if (bias) v += detail::to_float(bias[ch]);
+                dst[ch * hw + p] = detail::from_float<T>(v);
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// out [cout][taps][cin] = w [cout][cin][taps]. A block takes a slab of one output channel's filter, up to
+// kSlab elements of whole input channels, which is contiguous in w: read at once into shared memory, written
+// out as `taps` contiguous runs.
+constexpr int kSlab = 4096;
+
+template <class W>
+__global__ void filter_to_krsc_kernel(const W* w, W* out, int64_t cout, int64_t cin, int64_t taps, int64_t chunk) {
+    __shared__ W slab[kSlab];
+    const int64_t c0 = int64_t(blockIdx.x) * chunk, count = min(chunk, cin - c0);
+    for (int64_t co = blockIdx.y; co < cout; co += gridDim.y) {
+        const W* src = w + (co * cin + c0) * taps;
+        for (int64_t i = threadIdx.x; i < count * taps; i += blockDim.x) slab[i] = src[i];
+        __syncthreads();
+        W* dst = out + co * taps * cin + c0;
+        for (int64_t tap = 0; tap < taps; ++tap)
+            for (int64_t ci = threadIdx.x; ci < count; ci += blockDim.x) dst[tap * cin + ci] = slab[ci * taps + tap];
+        __syncthreads();
+    }
+}
+
+}  // namespace
+
+void to_nhwc(const void* x, void* out, DType type, int64_t n, int64_t c, int64_t hw, const Im2colNorm* norm,
+             cudaStream_t stream) {
+    const int64_t count = detail::checked_count("to_nhwc", {n, c, hw});
+    detail::dispatch("to_nhwc", type, [](auto) {});
+    if (count == 0) return;
+    detail::check_pointer("to_nhwc", "x", x);
+    detail::check_pointer("to_nhwc", "out", out);
+    if (norm) {
+        require(norm->groups >= 1 && c % norm->groups == 0, ErrorKind::InvalidArgument,
+                "kiln::cuda::to_nhwc: " + std::to_string(norm->groups) + " groups must divide the " +
+                    std::to_string(c) + " channels");
+        detail::check_pointer("to_nhwc", "stats", norm->stats);
+        detail::check_pointer("to_nhwc", "gamma", norm->gamma);
+        detail::check_pointer("to_nhwc", "beta", norm->beta);
+    }
+    detail::dispatch("to_nhwc", type, [&](auto t) {
+        using T = typename decltype(t)::type;
+        to_nhwc_kernel<T><<<tile_grid(n, c, hw), dim3(kTile, kTileRows), 0, stream>>>(
+            static_cast<const T*>(x), static_cast<T*>(out), n, c, hw, norm ? norm->stats : nullptr,
+            norm ? static_cast<const T*>(norm->gamma) : nullptr, norm ? static_cast<const T*>(norm->beta) : nullptr,
+            norm ? c / norm->groups : 1);
+    });
+    KILN_CUDA_CHECK(cudaGetLastError());
+}
+
+void from_nhwc(const void* x, const void* bias, void* out, DType type, int64_t n, int64_t hw, int64_t c,
+               cudaStream_t stream) {
+    const int64_t count = detail::checked_count("from_nhwc", {n, hw, c});
+    detail::dispatch("from_nhwc", type, [](auto) {});
+    if (count == 0) return;
+    detail::check_pointer("from_nhwc", "x", x);
+    detail::check_pointer("from_nhwc", "out", out);
+    detail::dispatch("from_nhwc", type, [&](auto t) {
+        using T = typename decltype(t)::type;
+        from_nhwc_kernel<T><<<tile_grid(n, hw, c), dim3(kTile, kTileRows), 0, stream>>>(
+            static_cast<const T*>(x), static_cast<const T*>(bias), static_cast<T*>(out), n, hw, c);
+    });
+    KILN_CUDA_CHECK(cudaGetLastError());
+}
+
+void filter_to_krsc(const void* w, void* out, DType type, int64_t cout, int64_t cin, int64_t taps,
+                    cudaStream_t stream) {
+    const int64_t count = detail::checked_count("filter_to_krsc", {cout, cin, taps});
+    detail::dispatch_bits("filter_to_krsc", type, [](auto) {});
+    if (count == 0) return;
+    detail::check_pointer("filter_to_krsc", "w", w);
+    detail::check_pointer("filter_to_krsc", "out", out);
+    require(taps <= kSlab, ErrorKind::InvalidArgument, "kiln::cuda::filter_to_krsc: a kernel of more than 4096 taps");
+    const int64_t chunk = kSlab / taps, chunks = (cin + chunk - 1) / chunk;
+    const dim3 grid(unsigned(chunks), unsigned(std::min<int64_t>(cout, 65535)));
+    detail::dispatch_bits("filter_to_krsc", type, [&](auto t) {
+        using W = typename decltype(t)::type;
+        filter_to_krsc_kernel<W><<<grid, detail::kThreads, 0, stream>>>(static_cast<const W*>(w), static_cast<W*>(out),
+                                                                        cout, cin, taps, chunk);
+    });
+    KILN_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,109 @@
+// Each convolution route of the CUDA backend (im2col + cuBLASLt, cuDNN on NCHW, cuDNN's graph API on
+// channels-last copies), forced one at a time through KILN_CUDA_CONV on a backend of its own, against the
+// host's float32 convolution: plain and with GroupNorm+SiLU fused, bias included, on shapes that break tiles
+// (odd sides, 1x1, strided, 3 and 4 channels, more than one image) and one at SD's widths. The bound is
+// tests/gpu/device_ops_test.cpp's (the same compositions: a product rounded to the storage type, then the
+// bias; the normalised input rounded once more). A route that has no kernel for a shape falls back to
+// im2col, so the test also checks that the forced cuDNN routes ran where they have kernels (F16 at least).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_device_ops.h"
+#include "common/op_bounds.h"
+#include "cuda/kernel_test_support.h"
+#include "ops/ops.h"
+
+namespace kiln::cuda::test {
+namespace {
+
+using kiln::test::abs_of;
+using kiln::test::expect_close;
+using kiln::test::random_in;
+
+struct ConvCase {
+    int n, cin, h, w, cout, k, stride, pad, groups;
+    std::string name() const {
+        return std::to_string(n) + "x" + std::to_string(cin) + "x" + std::to_string(h) + "x" + std::to_string(w) +
+               "->" + std::to_string(cout) + " k" + std::to_string(k) + " s" + std::to_string(stride);
+    }
+};
+
+// A backend of its own with KILN_CUDA_CONV set to `route` while it is made (the setting is read then).
+std::unique_ptr<CudaBackend> backend_with_route(const char* route) {
+    setenv("KILN_CUDA_CONV", route, 1);
+    auto b = std::make_unique<CudaBackend>(0);
+    unsetenv("KILN_CUDA_CONV");
+    return b;
+}
+
+TEST(ConvRoutesCuda, EveryRouteAgreesWithTheHost) {
+    KILN_SKIP_WITHOUT_GPU();
+    const ConvCase cases[] = {{1, 4, 7, 5, 3, 3, 1, 1, 2},    {2, 8, 9, 9, 8, 3, 2, 1, 4},
+                              {1, 6, 5, 6, 10, 1, 1, 0, 3},   {2, 32, 16, 16, 16, 3, 1, 1, 32},
+                              {2, 64, 17, 13, 40, 3, 1, 1, 32}, {1, 320, 16, 16, 320, 3, 1, 1, 32}};
+    for (const char* route : {"im2col", "cudnn", "nhwc"}) {
+        std::unique_ptr<CudaBackend> gpu = backend_with_route(route);
+        const auto& ops = static_cast<const CudaDeviceOps&>(gpu->ops());
+        for (DType t : kStorageTypes)
+            for (const ConvCase& c : cases) {
+                Tensor x = random_in({c.n, c.cin, c.h, c.w}, 4, t), w = random_in({c.cout, c.cin, c.k, c.k}, 5, t);
+                Tensor b = random_in({c.cout}, 6, t), gamma = random_in({c.cin}, 7, t, 0.5f, 1.5f);
+                Tensor beta = random_in({c.cin}, 8, t);
+                const std::string name = std::string(route) + " conv " + c.name();
+                const double k = double(c.cin) * c.k * c.k;
+                Tensor babs = abs_of(b);
+                Tensor xd = x.to_device(*gpu, t), wd = w.to_device(*gpu, t), bd = b.to_device(*gpu, t);
+                {
+                    Tensor ref = kiln::ops::conv2d(x, w, &b, c.stride, c.pad);
+                    Tensor scale = kiln::ops::conv2d(abs_of(x), abs_of(w), &babs, c.stride, c.pad);
+                    expect_close(ops.conv2d(xd, wd, &bd, c.stride, c.pad).to_host(), ref, scale, k, t, 1, name);
+                }
+                {
+                    Tensor ref = kiln::ops::conv2d_group_norm_silu(x, c.groups, gamma, beta, 1e-5f, w, &b, c.stride,
+                                                                  c.pad);
+                    Tensor normed = kiln::ops::group_norm(x, c.groups, gamma, beta, 1e-5f);
+                    kiln::ops::silu_(normed);
+                    Tensor scale = kiln::ops::conv2d(abs_of(normed), abs_of(w), &babs, c.stride, c.pad);
+                    const double kk = k + double(c.h) * c.w * c.cin / c.groups;
+                    expect_close(ops.conv2d_group_norm_silu(xd, c.groups, gamma.to_device(*gpu, t),
+                                                            beta.to_device(*gpu, t), 1e-5f, wd, &bd, c.stride, c.pad)
+                                     .to_host(),
+                                 ref, scale, kk, t, 3, name + " +groupnorm+silu");
+                }
+            }
+        const CudaDeviceOps::ConvRoute forced = std::string(route) == "im2col" ? CudaDeviceOps::ConvRoute::Im2col
+                                                : std::string(route) == "cudnn" ? CudaDeviceOps::ConvRoute::Cudnn
+                                                                                : CudaDeviceOps::ConvRoute::CudnnNhwc;
+        std::printf("[ routes   ] KILN_CUDA_CONV=%s: %lld of %lld convolutions on it\n", route,
+                    static_cast<long long>(ops.convolutions_on(forced)),
+                    static_cast<long long>(ops.convolutions_on(CudaDeviceOps::ConvRoute::Im2col) +
+                                           ops.convolutions_on(CudaDeviceOps::ConvRoute::Cudnn) +
+                                           ops.convolutions_on(CudaDeviceOps::ConvRoute::CudnnNhwc)));
+        EXPECT_GT(ops.convolutions_on(forced), 0) << route;
+        if (forced != CudaDeviceOps::ConvRoute::Cudnn) {
+            EXPECT_EQ(ops.convolutions_on(CudaDeviceOps::ConvRoute::Cudnn), 0) << route;
+        }
+        if (forced != CudaDeviceOps::ConvRoute::CudnnNhwc) {
+            EXPECT_EQ(ops.convolutions_on(CudaDeviceOps::ConvRoute::CudnnNhwc), 0) << route;
+        }
+    }
+}
+
+TEST(ConvRoutesCuda, AnUnknownRouteIsAnErrorNamingTheSetting) {
+    KILN_SKIP_WITHOUT_GPU();
+    setenv("KILN_CUDA_CONV", "winograd", 1);
+    try {
+        CudaBackend gpu(0);
+        ADD_FAILURE() << "KILN_CUDA_CONV=winograd was accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+        EXPECT_NE(std::string(e.what()).find("KILN_CUDA_CONV"), std::string::npos) << e.what();
+    }
+    unsetenv("KILN_CUDA_CONV");
+}
+
+}  // namespace
+}  // namespace kiln::cuda::test
