@@ -218,7 +218,11 @@ BenchSuiteResult run_bench_suite(const StableDiffusionModel& m, BenchSuite suite
     reset_process_peak_rss();  // if the system refuses, max RSS is the process's lifetime peak
     r.memory_start_bytes = memory_stats().device("cpu").total.current;
 
+    // A profile (--profile, --trace) covers the timed runs: the warm-ups choose algorithms and record graphs.
+    Profiler* profiler = detail::active_profiler();
+    if (profiler) profiler->pause(true);
     for (int i = 0; i < s.warmup; ++i) work.run();
+    if (profiler) profiler->pause(false);
     const double cpu0 = process_cpu_seconds();
     for (int i = 0; i < s.repeats; ++i) {
         FlopCounter flops;

@@ -63,14 +63,27 @@ void Profiler::start(int64_t max_spans) {
     gpu_devices_.clear();
     gpu_totals_.assign(ops::kOpCount, Folded{});
     dropped_gpu_ = 0;
+    paused_ = false;
+    paused_us_ = 0;
     running_ = true;
     start_mark_ = timer_->mark();
     steady_origin_ns_ = steady_ns();
     ops::set_op_observer(this);
 }
 
+void Profiler::pause(bool on) {
+    if (!running_ || on == paused_) return;
+    const uint64_t now = timer_->mark();
+    if (on)
+        pause_mark_ = now;
+    else
+        paused_us_ += timer_->microseconds(now) - timer_->microseconds(pause_mark_);
+    paused_ = on;
+}
+
 void Profiler::stop() {
     if (!running_) return;
+    pause(false);
     while (!open_ops_.empty()) end(open_ops_.back().kind);
     while (!open_stages_.empty()) end_stage();
     stop_mark_ = timer_->mark();
@@ -80,7 +93,7 @@ void Profiler::stop() {
 }
 
 void Profiler::begin_stage(Stage stage) {
-    if (!running_) return;
+    if (!running_ || paused_) return;
     const uint64_t now = timer_->mark();
     if (!open_stages_.empty())
         open_stages_.back().peak_so_far = std::max(open_stages_.back().peak_so_far, memory_window_peak(memory_device_));
@@ -102,7 +115,7 @@ void Profiler::begin_stage(Stage stage) {
 }
 
 void Profiler::end_stage() {
-    if (!running_ || open_stages_.empty()) return;
+    if (!running_ || paused_ || open_stages_.empty()) return;
     const uint64_t now = timer_->mark();
     const OpenStage os = open_stages_.back();
     open_stages_.pop_back();
@@ -123,7 +136,7 @@ void Profiler::end_stage() {
 }
 
 void Profiler::begin(ops::OpKind kind, double flops) {
-    if (!running_) return;
+    if (!running_ || paused_) return;
     const uint64_t now = timer_->mark();
     if (static_cast<int64_t>(spans_.size()) >= max_spans_) {
         open_ops_.push_back({-1, now, flops, kind});
@@ -145,7 +158,7 @@ void Profiler::begin(ops::OpKind kind, double flops) {
 }
 
 void Profiler::end(ops::OpKind) {
-    if (!running_ || open_ops_.empty()) return;
+    if (!running_ || paused_ || open_ops_.empty()) return;
     const uint64_t now = timer_->mark();
     const OpenOp o = open_ops_.back();
     open_ops_.pop_back();
@@ -165,7 +178,7 @@ void Profiler::end(ops::OpKind) {
 }
 
 void Profiler::device_spans(const std::string& device, const std::vector<ops::DeviceOpSpan>& spans) {
-    if (!running_ || spans.empty()) return;
+    if (!running_ || paused_ || spans.empty()) return;
     size_t track = std::find(gpu_devices_.begin(), gpu_devices_.end(), device) - gpu_devices_.begin();
     if (track == gpu_devices_.size()) gpu_devices_.push_back(device);
     for (const ops::DeviceOpSpan& d : spans) {
@@ -190,7 +203,8 @@ ProfileSummary Profiler::summary(bool with_spans) const {
     out.device = timer_->device();
     const double t0 = timer_->microseconds(start_mark_);
     const double t_end = timer_->microseconds(running_ ? timer_->mark() : stop_mark_);
-    out.wall_us = std::max(0.0, t_end - t0);
+    const double paused_now = running_ && paused_ ? timer_->microseconds(timer_->mark()) - timer_->microseconds(pause_mark_) : 0.0;
+    out.wall_us = std::max(0.0, t_end - t0 - paused_us_ - paused_now);
 
     const size_t n = spans_.size();
     std::vector<double> start(n), duration(n), self(n);

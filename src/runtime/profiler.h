@@ -110,6 +110,9 @@ public:
     void start(int64_t max_spans = int64_t(1) << 22);
     void stop();  // closes zones left open; the profiler keeps its data
     bool running() const { return running_; }
+    // While paused, stages, ops and GPU spans are not recorded and the time does not count as wall time:
+    // kiln bench pauses for its warm-up runs. Call between runs, with no stage or op open.
+    void pause(bool on);
 
     void begin_stage(Stage stage);
     void end_stage();
@@ -159,6 +162,9 @@ private:
     std::unique_ptr<ProfileTimer> timer_;
     MemoryDevice memory_device_;
     bool running_ = false;
+    bool paused_ = false;
+    uint64_t pause_mark_ = 0;
+    double paused_us_ = 0;  // paused time before the current pause
     int64_t max_spans_ = 0;
     uint64_t start_mark_ = 0, stop_mark_ = 0;
     std::vector<RawSpan> spans_;

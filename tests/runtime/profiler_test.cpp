@@ -2,6 +2,7 @@
 // memory peaks, the Chrome trace's structure, and that it is off (and free) unless started.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
 #include <sstream>
 
@@ -102,6 +103,33 @@ TEST(Profiler, CountsOpsAndFlopsPerKindAndStage) {
     // The zone that held a 1 MiB tensor peaked about 1 MiB above the text zone, whose own tensors are
     // a few KiB (64 KiB is a generous bound for them).
     EXPECT_GE(by_stage[Stage::VaeDecode].peak_bytes - by_stage[Stage::TextEncode].peak_bytes, (1 << 20) - (64 << 10));
+}
+
+TEST(Profiler, PausedRunsAreLeftOutOfCountsAndWallTime) {
+    Profiler p;
+    p.start();
+    workload();
+    p.pause(true);
+    const auto t0 = std::chrono::steady_clock::now();
+    workload();  // as a bench's warm-up: not counted
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(200)) {
+    }
+    p.pause(false);
+    workload();
+    p.stop();
+    const ProfileSummary s = p.summary();
+    std::map<ops::OpKind, OpKindStats> by_kind;
+    for (const OpKindStats& k : s.ops) by_kind[k.kind] = k;
+    EXPECT_EQ(by_kind[ops::OpKind::Linear].calls, 6);  // two unpaused workloads of 3
+    EXPECT_EQ(by_kind[ops::OpKind::Conv2d].calls, 4);
+    int decode_zones = 0;
+    for (const StageStats& st : s.stages)
+        if (st.stage == Stage::VaeDecode) decode_zones = st.calls;
+    EXPECT_EQ(decode_zones, 2);
+    // The 200 ms spent paused is not wall time: the two workloads alone take far less on any machine that runs
+    // this suite; what is left must stay below the paused time.
+    const double worked_us = s.op_us;
+    EXPECT_LT(s.wall_us, worked_us + 200000.0) << "wall " << s.wall_us << " us, ops " << worked_us << " us";
 }
 
 TEST(Profiler, SpansNestOpsInsideTheirStages) {
