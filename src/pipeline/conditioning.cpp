@@ -31,26 +31,30 @@ Tensor concat_features(const Tensor& a, const Tensor& b) {
     return out;
 }
 
-std::vector<int> tokenize(const TextEncoder& te, const std::string& text) {
+std::vector<std::vector<int>> tokenize(const TextEncoder& te, const std::vector<std::string>& texts) {
     StageScope zone(Stage::Tokenize);
-    return te.tokenizer.encode_padded(text, te.tokenizer.pad_id());
+    std::vector<std::vector<int>> ids;
+    for (const std::string& text : texts) ids.push_back(te.tokenizer.encode_padded(text, te.tokenizer.pad_id()));
+    return ids;
 }
 
 struct Encoded {
-    Tensor context, pooled;
+    Tensor context, pooled;  // [B, 77, D] and [B, pooled] for B prompts, in their order
 };
 
-// One prompt through the model's text encoder(s), as diffusers' encode_prompt: SD 1.x/2.x take the
+// Prompts through the model's text encoder(s), as diffusers' encode_prompt: SD 1.x/2.x take the
 // final-normed last layer (clip skip: an earlier layer, normed); SDXL takes each encoder's
 // penultimate layer un-normed, side by side, and the second encoder's projected pooled output.
-Encoded encode_one(const StableDiffusionModel& model, const std::string& text, int clip_skip) {
+// All prompts go through each encoder as one batch: one pass of its layers (on a GPU, one set of kernel
+// launches for the negative and the positive prompt rather than two).
+Encoded encode(const StableDiffusionModel& model, const std::vector<std::string>& texts, int clip_skip) {
     Encoded e;
     if (model.arch != Architecture::SDXL) {
         const TextEncoder& te = model.text_encoders.at(0);
         require(clip_skip <= te.model.config().layers, ErrorKind::InvalidArgument,
                 "clip skip " + std::to_string(clip_skip) + " is deeper than the text encoder's " +
                     std::to_string(te.model.config().layers) + " layers");
-        const std::vector<int> ids = tokenize(te, text);
+        const std::vector<std::vector<int>> ids = tokenize(te, texts);
         StageScope zone(Stage::TextEncode);
         e.context = te.model.encode(ids, clip_skip).last_hidden_state;
         return e;
@@ -58,7 +62,7 @@ Encoded encode_one(const StableDiffusionModel& model, const std::string& text, i
     for (const TextEncoder& te : model.text_encoders) {
         require(clip_skip < te.model.config().layers, ErrorKind::InvalidArgument,
                 "clip skip " + std::to_string(clip_skip) + " is too deep for the text encoders");
-        const std::vector<int> ids = tokenize(te, text);
+        const std::vector<std::vector<int>> ids = tokenize(te, texts);
         StageScope zone(Stage::TextEncode);
         ClipTextOutput out = te.model.encode(ids, clip_skip);
         e.context = e.context.empty() ? std::move(out.penultimate) : concat_features(e.context, out.penultimate);
@@ -72,20 +76,18 @@ Encoded encode_one(const StableDiffusionModel& model, const std::string& text, i
 Conditioning encode_conditioning(const StableDiffusionModel& model, const std::string& prompt,
                                  const std::optional<std::string>& negative, bool with_negative, int clip_skip,
                                  int width, int height) {
-    Encoded pos = encode_one(model, prompt, clip_skip);
     Conditioning c;
-    if (with_negative) {
-        Encoded neg;
-        if (model.force_zeros_for_empty_prompt && !negative) {
-            // SDXL pipelines condition on zeros when no negative prompt is given at all.
-            neg.context = Tensor(pos.context.shape());
-            neg.pooled = Tensor(pos.pooled.shape());
-        } else {
-            neg = encode_one(model, negative.value_or(""), clip_skip);
-        }
-        c.context = concat_batch(neg.context, pos.context);
-        if (!pos.pooled.empty()) c.text_embeds = concat_batch(neg.pooled, pos.pooled);
+    if (with_negative && !(model.force_zeros_for_empty_prompt && !negative)) {
+        Encoded both = encode(model, {negative.value_or(""), prompt}, clip_skip);  // [negative, positive]
+        c.context = std::move(both.context);
+        c.text_embeds = std::move(both.pooled);
+    } else if (with_negative) {
+        // SDXL pipelines condition on zeros when no negative prompt is given at all.
+        Encoded pos = encode(model, {prompt}, clip_skip);
+        c.context = concat_batch(Tensor(pos.context.shape()), pos.context);
+        if (!pos.pooled.empty()) c.text_embeds = concat_batch(Tensor(pos.pooled.shape()), pos.pooled);
     } else {
+        Encoded pos = encode(model, {prompt}, clip_skip);
         c.context = std::move(pos.context);
         c.text_embeds = std::move(pos.pooled);
     }
