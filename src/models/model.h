@@ -33,8 +33,8 @@ struct LoadOptions {
     // half the memory of float32); F32, F16 or BF16 converts at load (--weights).
     std::optional<DType> weights;
     // Where the model runs. On a GPU every weight is moved there in `precision`, the dtype activations are
-    // computed in (--precision); SDXL's VAE, whose activations overflow fp16, runs in float32 as diffusers'
-    // force_upcast does.
+    // computed in (--precision); SDXL's VAE, whose activations overflow fp16, runs in bfloat16 where the
+    // device has it, else in float32 as diffusers' force_upcast does.
     Device device;
     DType precision = DType::F16;
     // False leaves the VAE encoder unread (Vae::load's with_encoder): txt2img never encodes, and SD's

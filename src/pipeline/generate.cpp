@@ -191,7 +191,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = latents[i] / model.vae_scale;
         Tensor decoded = model.vae->decode(latents).to_host();
         // A reduced-precision VAE that overflowed gives NaN or infinity, which would be a black picture.
-        // (SDXL's VAE, the one known to overflow fp16, already runs in float32.)
+        // (SDXL's VAE, the one known to overflow fp16, runs in bfloat16 or float32: their range is float32's.)
         if (gpu)
             for (float v : decoded.values())
                 require(std::isfinite(v), ErrorKind::Unsupported,
