@@ -155,11 +155,10 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
                 ErrorKind::InvalidArgument,
                 "init image of shape " + shape_str(img.shape()) + " does not match " + std::to_string(r.width) + "x" +
                     std::to_string(r.height));
+        require(std::all_of(img.values().begin(), img.values().end(), [](float v) { return std::isfinite(v); }),
+                ErrorKind::InvalidArgument, "the init image contains NaN or infinite values");
         Tensor scaled(img.shape());
-        for (int64_t i = 0; i < img.numel(); ++i) {
-            require(std::isfinite(img[i]), ErrorKind::InvalidArgument, "the init image contains NaN or infinite values");
-            scaled[i] = img[i] * 2.0f - 1.0f;
-        }
+        for (int64_t i = 0; i < img.numel(); ++i) scaled[i] = img[i] * 2.0f - 1.0f;
         // diffusers draws the posterior sample first, then the noise added at the first timestep.
         Vae::Posterior posterior = [&] {
             StageScope zone(Stage::VaeEncode);
@@ -176,10 +175,11 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     }
 
     // Weights with NaNs, or arithmetic that overflows, must not pass silently as a black picture.
-    for (float v : result.final_latent.values())
-        require(std::isfinite(v), ErrorKind::InvalidModel,
-                "the sampled latents contain NaN or infinite values (corrupt weights, or settings such as the CFG "
-                "scale that make the model's arithmetic overflow)");
+    const std::vector<float>& final_values = result.final_latent.values();
+    if (!std::all_of(final_values.begin(), final_values.end(), [](float v) { return std::isfinite(v); }))
+        fail(ErrorKind::InvalidModel,
+             "the sampled latents contain NaN or infinite values (corrupt weights, or settings such as the CFG "
+             "scale that make the model's arithmetic overflow)");
     {
         StageScope zone(Stage::VaeDecode);
         // The UNet's activations are freed but, kept in the heap for the next step's, still resident; the
@@ -192,11 +192,10 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         Tensor decoded = model.vae->decode(latents).to_host();
         // A reduced-precision VAE that overflowed gives NaN or infinity, which would be a black picture.
         // (SDXL's VAE, the one known to overflow fp16, runs in bfloat16 or float32: their range is float32's.)
-        if (gpu)
-            for (float v : decoded.values())
-                require(std::isfinite(v), ErrorKind::Unsupported,
-                        "the VAE decode overflowed on " + device_name(model.device) +
-                            " (NaN or infinite pixels); run with --precision fp32");
+        // (The message is built once, after the scan: built per pixel it cost 75 ms of a 512x512 image.)
+        if (gpu && !std::all_of(decoded.values().begin(), decoded.values().end(), [](float v) { return std::isfinite(v); }))
+            fail(ErrorKind::Unsupported, "the VAE decode overflowed on " + device_name(model.device) +
+                                             " (NaN or infinite pixels); run with --precision fp32");
         for (int64_t i = 0; i < decoded.numel(); ++i) decoded[i] = std::clamp(decoded[i] / 2.0f + 0.5f, 0.0f, 1.0f);
         result.image = std::move(decoded);
     }
