@@ -4,6 +4,8 @@
 // resolved scheduler configs are the same, and width and height land where diffusers puts them.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <algorithm>
 
 #include "common/fixtures.h"
@@ -174,5 +176,22 @@ TEST(DecoderOnlyVae, Txt2imgIsUnchangedAndImg2imgIsRefused) {
     } catch (const Error& e) {
         EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
         EXPECT_NE(std::string(e.what()).find("VAE encoder"), std::string::npos) << e.what();
+    }
+}
+
+// Non-finite values never pass as a picture: a NaN in the init image is refused before any work, naming it.
+TEST(NonFinite, AnInitImageWithANaNIsAClearError) {
+    const StableDiffusionModel m = load("sd15-mini", false);
+    GenerationRequest r = odd_call("euler");
+    r.steps = 2;
+    Tensor init = Tensor::filled({1, 3, 96, 64}, 0.5f);
+    init[1234] = std::nanf("");
+    r.init_image = &init;
+    try {
+        generate(m, r);
+        ADD_FAILURE() << "an init image with a NaN was accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+        EXPECT_NE(std::string(e.what()).find("init image contains NaN"), std::string::npos) << e.what();
     }
 }
