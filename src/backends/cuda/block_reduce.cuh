@@ -73,12 +73,6 @@ __device__ __forceinline__ float block_reduce_max(float v) {
     return block_reduce_detail::block_reduce(v, block_reduce_detail::Max{});
 }
 
-// The sum over one warp (every lane calls it, every lane gets the same float: the butterfly adds the same
-// pairs in every lane), for kernels that give a row to a warp: no barrier, no shared memory.
-__device__ __forceinline__ float warp_sum(float v) {
-    return block_reduce_detail::warp_reduce(v, block_reduce_detail::Sum{});
-}
-
 // Shorter names the norm kernels use.
 __device__ __forceinline__ float block_sum(float v) { return block_reduce_sum(v); }
 __device__ __forceinline__ float block_max(float v) { return block_reduce_max(v); }
