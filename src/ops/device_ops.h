@@ -16,6 +16,10 @@ class DeviceOps {
 public:
     virtual ~DeviceOps() = default;
     virtual Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) const = 0;
+    // acc += linear(x, w, b); a backend without a fused form composes the two.
+    virtual void linear_add_(Tensor& acc, const Tensor& x, const Tensor& w, const Tensor* b) const {
+        add_(acc, linear(x, w, b));
+    }
     virtual Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const = 0;
     virtual Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                                           float eps, const Tensor& w, const Tensor* b, int stride,

@@ -17,6 +17,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) {
     return detail::linear_tiled(x, w, b, detail::kWeightTileBudgetBytes);
 }
 
+void linear_add_(Tensor& acc, const Tensor& x, const Tensor& w, const Tensor* b) {
+    if (x.on_device()) return device_ops(x).linear_add_(acc, x, w, b);
+    add_(acc, linear(x, w, b));
+}
+
 Tensor detail::linear_tiled(const Tensor& x, const Tensor& w, const Tensor* b, int64_t weight_budget_bytes) {
     using detail::check;
     using detail::desc;

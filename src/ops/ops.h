@@ -20,6 +20,9 @@ namespace kiln::ops {
 
 // x [..., in], w [out, in], b [out] or nullptr -> [..., out].
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b);
+// acc += linear(x, w, b): a residual connection after a projection. On the CPU exactly linear then add_; a GPU
+// may add acc in the product's epilogue (CUDA: one rounding of product + bias + acc, no pass of its own).
+void linear_add_(Tensor& acc, const Tensor& x, const Tensor& w, const Tensor* b);
 
 // x [N,C,H,W], w [O,C,kh,kw], b [O] or nullptr; zero padding on all four sides -> [N,O,Ho,Wo] with
 // Ho = (H + 2*padding - kh) / stride + 1.

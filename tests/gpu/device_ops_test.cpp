@@ -55,6 +55,29 @@ TEST_P(DeviceOps, Linear) {
         }
 }
 
+// acc += linear(x, w, b): CUDA adds acc in the product's epilogue (one rounding), other backends compose
+// linear and add_ (the product rounded, then the sum): the bound is linear's, its sums including |acc|.
+TEST_P(DeviceOps, LinearAddAccumulatesIntoTheResidual) {
+    Backend* gpu = &this->gpu();
+    for (DType t : kiln::test::gpu_dtypes(*gpu))
+        for (auto [rows, in, out] : {std::tuple{1, 1, 1}, {3, 33, 31}, {77, 320, 640}, {2, 5, 1}}) {
+            Tensor x = random({1, rows, in}, 21, t), w = random({out, in}, 22, t), b = random({out}, 23, t);
+            Tensor acc = random({1, rows, out}, 24, t, -4.0f, 4.0f);
+            Tensor ref = acc;
+            ops::add_(ref, ops::linear(x, w, &b));
+            Tensor bias_abs = abs_of(b);
+            Tensor scale = abs_of(acc);
+            ops::add_(scale, ops::linear(abs_of(x), abs_of(w), &bias_abs));
+            Tensor accd = acc.to_device(*gpu, t), xd = x.to_device(*gpu, t), wd = w.to_device(*gpu, t),
+                   bd = b.to_device(*gpu, t);
+            ops::linear_add_(accd, xd, wd, &bd);
+            expect_close(accd.to_host(), ref, scale, in, t, 1,
+                         "linear_add_ " + std::to_string(rows) + "x" + std::to_string(in) + "->" + std::to_string(out));
+            Tensor wrong = random({1, rows, out + 1}, 25, t).to_device(*gpu, t);
+            EXPECT_THROW(ops::linear_add_(wrong, xd, wd, &bd), Error) << "an accumulator of another shape";
+        }
+}
+
 TEST_P(DeviceOps, Conv2dAndFusedNorm) {
     Backend* gpu = &this->gpu();
     struct C {

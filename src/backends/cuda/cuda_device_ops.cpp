@@ -85,18 +85,10 @@ private:
     bool gpu_;
 };
 
-Tensor CudaDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b) const {
-    if (x.rank() < 1 || w.rank() != 2 || x.dim(-1) != w.dim(1)) bad("linear", desc("x", x) + " and " + desc("w", w));
-    same_place("linear", x, w, "w");
+// y = x w^T + b (+ y when accumulate): cuBLASLt with the bias in its epilogue, and the old y as C with beta 1
+// when accumulating (in place: C and D are the same matrix).
+void CudaDeviceOps::project(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, bool accumulate) const {
     const int64_t k = w.dim(1), n = w.dim(0), m = k ? x.numel() / k : 0;
-    if (b) {
-        same_place("linear", x, *b, "b");
-        if (b->numel() != n) bad("linear", desc("b", *b) + " for " + desc("w", w));
-    }
-    Shape shape = x.shape();
-    shape.back() = n;
-    Tensor y = Tensor::empty_on(backend_, shape, x.dtype());
-    if (y.numel() == 0) return y;
     // Counted for bench's FLOP totals and the GPU span's rate.
     Timed timed(backend_, ops::OpKind::Linear, 2.0 * double(m) * double(n) * double(k));
     GemmArgs g;
@@ -108,8 +100,37 @@ Tensor CudaDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b) 
     g.ab_type = g.c_type = x.dtype();
     g.tf32 = backend_.fast_float32();
     g.bias = b ? b->device_data() : nullptr;  // added in the product's epilogue: no pass of its own
+    g.beta = accumulate ? 1.0f : 0.0f;
     backend_.gemm().run(g, backend_.stream());
+}
+
+void CudaDeviceOps::check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor* b) const {
+    if (x.rank() < 1 || w.rank() != 2 || x.dim(-1) != w.dim(1)) bad(op, desc("x", x) + " and " + desc("w", w));
+    same_place(op, x, w, "w");
+    if (b) {
+        same_place(op, x, *b, "b");
+        if (b->numel() != w.dim(0)) bad(op, desc("b", *b) + " for " + desc("w", w));
+    }
+}
+
+Tensor CudaDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b) const {
+    check_linear("linear", x, w, b);
+    Shape shape = x.shape();
+    shape.back() = w.dim(0);
+    Tensor y = Tensor::empty_on(backend_, shape, x.dtype());
+    if (y.numel() == 0) return y;
+    project(x, w, b, y, false);
     return y;
+}
+
+void CudaDeviceOps::linear_add_(Tensor& acc, const Tensor& x, const Tensor& w, const Tensor* b) const {
+    check_linear("linear_add_", x, w, b);
+    same_place("linear_add_", x, acc, "acc");
+    Shape shape = x.shape();
+    shape.back() = w.dim(0);
+    if (acc.shape() != shape) bad("linear_add_", desc("acc", acc) + " for the product's " + shape_str(shape));
+    if (acc.numel() == 0) return;
+    project(x, w, b, acc, true);
 }
 
 Tensor CudaDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,

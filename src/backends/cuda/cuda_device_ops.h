@@ -20,6 +20,7 @@ class CudaDeviceOps final : public ops::DeviceOps {
 public:
     explicit CudaDeviceOps(CudaBackend& backend) : backend_(backend) {}
     Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) const override;
+    void linear_add_(Tensor& acc, const Tensor& x, const Tensor& w, const Tensor* b) const override;
     Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const override;
     Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
                                   const Tensor& w, const Tensor* b, int stride, int padding) const override;
@@ -46,6 +47,8 @@ public:
 
 private:
     class Timed;
+    void check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor* b) const;
+    void project(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, bool accumulate) const;
     // group_norm_stats into stats [n, groups, 2], in chunks through a pooled workspace where groups are large.
     void stats_of_groups(const Tensor& x, int64_t n, int64_t c, int64_t hw, int groups, float eps, Tensor& stats) const;
     struct ConvCall {

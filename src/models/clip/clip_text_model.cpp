@@ -53,21 +53,20 @@ ClipTextModel ClipTextModel::load(const WeightSource& source, const ClipTextConf
 }
 
 Tensor ClipTextModel::run_layer(const Layer& l, const Tensor& x) const {
-    Tensor h = ops::layer_norm(x, l.ln1_w, l.ln1_b, config_.eps);
+    Tensor out = x;
     {
+        Tensor h = ops::layer_norm(x, l.ln1_w, l.ln1_b, config_.eps);
         Tensor q = ops::linear(h, l.q_w, &l.q_b);
         Tensor k = ops::linear(h, l.k_w, &l.k_b);
         Tensor v = ops::linear(h, l.v_w, &l.v_b);
-        h = ops::linear(ops::attention(q, k, v, config_.heads, /*causal=*/true), l.out_w, &l.out_b);
+        ops::linear_add_(out, ops::attention(q, k, v, config_.heads, /*causal=*/true), l.out_w, &l.out_b);
     }
-    Tensor out = x;
-    ops::add_(out, h);
-    h = ops::linear(ops::layer_norm(out, l.ln2_w, l.ln2_b, config_.eps), l.fc1_w, &l.fc1_b);
+    Tensor h = ops::linear(ops::layer_norm(out, l.ln2_w, l.ln2_b, config_.eps), l.fc1_w, &l.fc1_b);
     if (config_.act == "gelu")
         ops::gelu_(h);
     else
         ops::quick_gelu_(h);
-    ops::add_(out, ops::linear(h, l.fc2_w, &l.fc2_b));
+    ops::linear_add_(out, h, l.fc2_w, &l.fc2_b);
     return out;
 }
 

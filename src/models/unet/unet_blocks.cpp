@@ -76,6 +76,12 @@ Tensor Attention::operator()(const Tensor& x, const Tensor* context) const {
     return to_out(ops::attention(to_q(x), to_k(kv), to_v(kv), heads));
 }
 
+void Attention::add_to(Tensor& residual, const Tensor& x, const Tensor* context) const {
+    const Tensor& kv = context ? *context : x;
+    ops::linear_add_(residual, ops::attention(to_q(x), to_k(kv), to_v(kv), heads), to_out.weight,
+                     to_out.bias.empty() ? nullptr : &to_out.bias);
+}
+
 void TransformerBlock::load(WeightReader& r, const std::string& name, int64_t dim, int64_t context_dim, int heads) {
     norm1.load(r, name + ".norm1", dim);
     attn1.load(r, name + ".attn1", dim, dim, heads);
@@ -87,9 +93,9 @@ void TransformerBlock::load(WeightReader& r, const std::string& name, int64_t di
 }
 
 void TransformerBlock::apply(Tensor& x, const Tensor& context) const {
-    ops::add_(x, attn1(norm1(x), nullptr));
-    ops::add_(x, attn2(norm2(x), &context));
-    ops::add_(x, ff_out(ops::geglu(ff_in(norm3(x)))));
+    attn1.add_to(x, norm1(x), nullptr);
+    attn2.add_to(x, norm2(x), &context);
+    ops::linear_add_(x, ops::geglu(ff_in(norm3(x))), ff_out.weight, &ff_out.bias);
 }
 
 namespace {

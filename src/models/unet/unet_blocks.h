@@ -51,6 +51,8 @@ struct Attention {
     int heads = 1;
     void load(WeightReader& r, const std::string& name, int64_t dim, int64_t context_dim, int heads);
     Tensor operator()(const Tensor& x, const Tensor* context) const;  // [B, L, dim]; context null = self
+    // residual += attention of x (the output projection adds it: ops::linear_add_).
+    void add_to(Tensor& residual, const Tensor& x, const Tensor* context) const;
 };
 
 struct TransformerBlock {
