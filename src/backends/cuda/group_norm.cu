@@ -56,69 +56,68 @@ __global__ void group_norm_stats_kernel(const T* x, int64_t groups_total, int64_
 }
 
 // Chunked statistics, for groups large enough that one block per group leaves most of the GPU idle (SD's
-// GroupNorms have 32 groups per image: 64 blocks for 132 multiprocessors). The same two float passes as
-// group_norm_stats_kernel, each split over chunks of kChunk values: chunk_sums_kernel sums x - x0 (x0 the
-// group's first value) per chunk; centred_squares_kernel has every block add its group's chunk sums in
-// order (the mean, identical in every block) and sums its chunk's (x - mean)^2; finish_kernel adds those
-// in order. Each value then passes through at most 16 + 2 roundings in its thread's run sum, 10 in the
-// block's tree and one per chunk: within run_sum_depth, the bound of the one-block kernel, for every group
-// this path takes (tests/cuda/kernel_test_support.h). Fixed orders: the result repeats run to run.
+// GroupNorms have 32 groups per image: 64 blocks for 132 multiprocessors), in one read of x: each block takes
+// a chunk of kChunk values into registers (16 per thread), as y = x - x0 (x0 the group's first value), and
+// writes the chunk's sum S_c of y and its centred squares M_c = sum (y - m_c)^2 around its own mean
+// m_c = S_c / n_c; finish_kernel then adds the chunks in order: mean = x0 + sum S_c / n, and
+// n var = sum (M_c + n_c (m_c - m)^2) with m = sum S_c / n (the parallel-variance identity of Chan, Golub and
+// LeVeque; its cross term 2 (m_c - m) sum (y - m_c) is the chunk mean's rounding times n_c, second order).
+// Working in y keeps every rounding relative to the group's spread, not its offset from 0. A value passes
+// through 16 + 2 roundings in its thread, at most 10 in the block's tree and one per chunk: within run_sum_depth, the
+// bound of the one-block kernel, for every group this path takes (tests/cuda/kernel_test_support.h). Fixed
+// orders: the result repeats run to run.
 constexpr int64_t kChunk = 4096;
 constexpr int kChunkThreads = 256;
-
-// f(value) for each value of src[begin, end), a thread taking 4 consecutive ones at a time when `quads` (the
-// caller has checked that begin, end and src are multiples of 4 values apart from an aligned base), else one.
-// A thread sees the same count of values either way (kChunk / blockDim): the same depth of its run sum.
-template <class T, class F>
-__device__ void for_each_value(const T* src, int64_t begin, int64_t end, bool quads, F&& f) {
-    if (quads) {
-        for (int64_t i = begin + 4 * int64_t(threadIdx.x); i < end; i += 4 * int64_t(blockDim.x)) {
-            const detail::Quad<T> q = *reinterpret_cast<const detail::Quad<T>*>(src + i);
-            for (int k = 0; k < 4; ++k) f(detail::to_float(q.v[k]));
-        }
-    } else {
-        for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) f(detail::to_float(src[i]));
-    }
-}
+constexpr int kPerThread = int(kChunk / kChunkThreads);
 
 template <class T>
-__global__ void chunk_sums_kernel(const T* x, int64_t groups_total, int64_t group_size, int64_t chunks, bool quads,
-                                  float* sums) {
+__global__ void chunk_moments_kernel(const T* x, int64_t groups_total, int64_t group_size, int64_t chunks, bool quads,
+                                     float* sums, float* squares) {
     for (int64_t b = blockIdx.x; b < groups_total * chunks; b += gridDim.x) {  // uniform over the block
         const int64_t g = b / chunks, begin = b % chunks * kChunk, end = min(group_size, begin + kChunk);
         const T* src = x + g * group_size;
         const float pivot = detail::to_float(src[0]);
-        RunSum sum;
-        for_each_value(src, begin, end, quads, [&](float v) { sum.add(v - pivot); });
-        const float total = block_sum(sum.value());
-        if (threadIdx.x == 0) sums[b] = total;
-    }
-}
-
-// The group's mean from its chunk sums, added in order (every caller gets the same float).
-__device__ float chunked_mean(const float* sums, float x0, int64_t chunks, int64_t group_size) {
-    float total = 0.0f;
-    for (int64_t c = 0; c < chunks; ++c) total += sums[c];
-    return x0 + total / static_cast<float>(group_size);
-}
-
-template <class T>
-__global__ void centred_squares_kernel(const T* x, int64_t groups_total, int64_t group_size, int64_t chunks,
-                                       bool quads, const float* sums, float* squares) {
-    __shared__ float mean;
-    for (int64_t b = blockIdx.x; b < groups_total * chunks; b += gridDim.x) {
-        const int64_t g = b / chunks, begin = b % chunks * kChunk, end = min(group_size, begin + kChunk);
-        const T* src = x + g * group_size;
-        __syncthreads();  // the previous round's readers are done with mean
-        if (threadIdx.x == 0) mean = chunked_mean(sums + g * chunks, detail::to_float(src[0]), chunks, group_size);
-        __syncthreads();
-        RunSum sq;
-        for_each_value(src, begin, end, quads, [&](float v) {
-            const float d = v - mean;
-            sq.add(d * d);
-        });
-        const float total = block_sum(sq.value());
-        if (threadIdx.x == 0) squares[b] = total;
+        // y = x - x0 in registers; a thread takes 4 consecutive values at a time when `quads` (group_size a
+        // multiple of 4 and x aligned: chunks hold whole quads), else one; 16 values either way.
+        float y[kPerThread];
+        bool in[kPerThread];
+        if (quads) {
+#pragma unroll
+            for (int it = 0; it < kPerThread / 4; ++it) {
+                const int64_t i = begin + 4 * (int64_t(threadIdx.x) + int64_t(it) * kChunkThreads);
+                const bool ok = i < end;
+                detail::Quad<T> q;
+                if (ok) q = *reinterpret_cast<const detail::Quad<T>*>(src + i);
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    in[4 * it + k] = ok;
+                    y[4 * it + k] = ok ? detail::to_float(q.v[k]) - pivot : 0.0f;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int it = 0; it < kPerThread; ++it) {
+                const int64_t i = begin + threadIdx.x + int64_t(it) * kChunkThreads;
+                in[it] = i < end;
+                y[it] = in[it] ? detail::to_float(src[i]) - pivot : 0.0f;
+            }
+        }
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kPerThread; ++k) s += y[k];  // values outside the chunk are 0
+        const float sum = block_sum(s);
+        const float mean_c = sum / static_cast<float>(end - begin);
+        float q = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kPerThread; ++k) {
+            const float d = y[k] - mean_c;
+            if (in[k]) q += d * d;
+        }
+        const float squared = block_sum(q);
+        if (threadIdx.x == 0) {
+            sums[b] = sum;
+            squares[b] = squared;
+        }
     }
 }
 
@@ -126,11 +125,19 @@ template <class T>
 __global__ void finish_kernel(const T* x, int64_t groups_total, int64_t group_size, int64_t chunks, const float* sums,
                               const float* squares, float eps, float* stats) {
     for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups_total; g += int64_t(gridDim.x) * blockDim.x) {
-        const float mean = chunked_mean(sums + g * chunks, detail::to_float(x[g * group_size]), chunks, group_size);
+        const float* s = sums + g * chunks;
+        const float* m2 = squares + g * chunks;
         float total = 0.0f;
-        for (int64_t c = 0; c < chunks; ++c) total += squares[g * chunks + c];
-        stats[2 * g] = mean;
-        stats[2 * g + 1] = 1.0f / sqrtf(total / static_cast<float>(group_size) + eps);
+        for (int64_t c = 0; c < chunks; ++c) total += s[c];
+        const float mean_y = total / static_cast<float>(group_size);
+        float centred = 0.0f;
+        for (int64_t c = 0; c < chunks; ++c) {
+            const float n_c = static_cast<float>(min(kChunk, group_size - c * kChunk));
+            const float d = s[c] / n_c - mean_y;  // the chunk kernel's m_c, computed the same way
+            centred += m2[c] + n_c * d * d;
+        }
+        stats[2 * g] = detail::to_float(x[g * group_size]) + mean_y;
+        stats[2 * g + 1] = 1.0f / sqrtf(centred / static_cast<float>(group_size) + eps);
     }
 }
 
@@ -185,10 +192,8 @@ void group_norm_stats(const void* x, DType type, int64_t n, int64_t c, int64_t h
             using T = typename decltype(t)::type;
             const T* xt = static_cast<const T*>(x);
             // Whole quads: every group starts a multiple of 4 values from x, which is aligned to a quad.
-            const bool quads = group_size % 4 == 0 && reinterpret_cast<uintptr_t>(x) % sizeof(detail::Quad<T>) == 0;
-            chunk_sums_kernel<T><<<detail::blocks_for(blocks, 1), kChunkThreads, 0, stream>>>(
-                xt, groups_total, group_size, chunks, quads, sums);
-            centred_squares_kernel<T><<<detail::blocks_for(blocks, 1), kChunkThreads, 0, stream>>>(
+            const bool quads = group_size % 4 == 0 && detail::quad_aligned<T>(x);
+            chunk_moments_kernel<T><<<detail::blocks_for(blocks, 1), kChunkThreads, 0, stream>>>(
                 xt, groups_total, group_size, chunks, quads, sums, squares);
             finish_kernel<T><<<detail::blocks_for(groups_total), detail::kThreads, 0, stream>>>(
                 xt, groups_total, group_size, chunks, sums, squares, eps, stats);
