@@ -98,10 +98,7 @@ private:
 
 void conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                                  float eps, const Tensor& w, const Tensor* b, int stride, int padding) {
-    if (y.on_device()) {  // the composition: a device's memory is not what this fusion saves
-        const DeviceOps& d = device_ops(y);
-        return d.add_(y, d.conv2d_group_norm_silu(x, groups, gamma, beta, eps, w, b, stride, padding));
-    }
+    if (y.on_device()) return device_ops(y).conv2d_group_norm_silu_add_(y, x, groups, gamma, beta, eps, w, b, stride, padding);
     detail::conv2d_group_norm_silu_add_tiled(y, x, groups, gamma, beta, eps, w, b, stride, padding,
                                              detail::kIm2colBudgetBytes);
 }

@@ -12,8 +12,7 @@
 namespace kiln::ops {
 
 Tensor conv2d_upsample2x(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) {
-    // On a device, the composition (device memory is not what this fusion saves).
-    if (x.on_device()) return device_ops(x).conv2d(device_ops(x).upsample_nearest2x(x), w, b, stride, padding);
+    if (x.on_device()) return device_ops(x).conv2d_upsample2x(x, w, b, stride, padding);
     return detail::conv2d_upsample2x_tiled(x, w, b, stride, padding, detail::kIm2colBudgetBytes);
 }
 

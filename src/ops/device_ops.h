@@ -24,6 +24,17 @@ public:
     virtual Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                                           float eps, const Tensor& w, const Tensor* b, int stride,
                                           int padding) const = 0;
+    // y += conv2d_group_norm_silu(x, ...); and the convolution of x's nearest-2x upsampling. A backend without a
+    // fused form composes them.
+    virtual void conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const Tensor& gamma,
+                                             const Tensor& beta, float eps, const Tensor& w, const Tensor* b,
+                                             int stride, int padding) const {
+        add_(y, conv2d_group_norm_silu(x, groups, gamma, beta, eps, w, b, stride, padding));
+    }
+    virtual Tensor conv2d_upsample2x(const Tensor& x, const Tensor& w, const Tensor* b, int stride,
+                                     int padding) const {
+        return conv2d(upsample_nearest2x(x), w, b, stride, padding);
+    }
     virtual Tensor group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                               float eps) const = 0;
     virtual Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) const = 0;

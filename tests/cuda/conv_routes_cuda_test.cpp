@@ -74,6 +74,38 @@ TEST(ConvRoutesCuda, EveryRouteAgreesWithTheHost) {
                                  ref, scale, kk, t, 3, name + " +groupnorm+silu");
                 }
             }
+        // The fusions the VAE uses: y += conv(GroupNorm+SiLU(x)), and the convolution of x upsampled 2x. Each
+        // shape's first call composes the ops (and chooses the route); the second runs fused on the NHWC route.
+        for (DType t : kStorageTypes)
+            for (const ConvCase& c : {ConvCase{1, 32, 9, 7, 32, 3, 1, 1, 8}, ConvCase{2, 64, 8, 8, 40, 3, 1, 1, 32}}) {
+                Tensor x = random_in({c.n, c.cin, c.h, c.w}, 31, t), w = random_in({c.cout, c.cin, 3, 3}, 32, t);
+                Tensor b = random_in({c.cout}, 33, t), gamma = random_in({c.cin}, 34, t, 0.5f, 1.5f);
+                Tensor beta = random_in({c.cin}, 35, t);
+                Tensor acc = random_in({c.n, c.cout, c.h, c.w}, 36, t, -2.0f, 2.0f);
+                const double k = double(c.cin) * 9;
+                Tensor babs = abs_of(b);
+                Tensor xd = x.to_device(*gpu, t), wd = w.to_device(*gpu, t), bd = b.to_device(*gpu, t);
+                Tensor gd = gamma.to_device(*gpu, t), betad = beta.to_device(*gpu, t);
+                Tensor ref = acc;
+                kiln::ops::add_(ref, kiln::ops::conv2d_group_norm_silu(x, c.groups, gamma, beta, 1e-5f, w, &b, 1, 1));
+                Tensor normed = kiln::ops::group_norm(x, c.groups, gamma, beta, 1e-5f);
+                kiln::ops::silu_(normed);
+                Tensor scale = abs_of(acc);
+                kiln::ops::add_(scale, kiln::ops::conv2d(abs_of(normed), abs_of(w), &babs, 1, 1));
+                Tensor up = kiln::ops::upsample_nearest2x(x);
+                Tensor up_ref = kiln::ops::conv2d(up, w, &b, 1, 1);
+                Tensor up_scale = kiln::ops::conv2d(abs_of(up), abs_of(w), &babs, 1, 1);
+                for (int call = 1; call <= 2; ++call) {
+                    const std::string name = std::string(route) + " call " + std::to_string(call) + " " + c.name();
+                    Tensor accd = acc.to_device(*gpu, t);
+                    ops.conv2d_group_norm_silu_add_(accd, xd, c.groups, gd, betad, 1e-5f, wd, &bd, 1, 1);
+                    // The GroupNorm conv's bound (above) plus the sum's own rounding (as add_).
+                    expect_close(accd.to_host(), ref, scale, k + double(c.h) * c.w * c.cin / c.groups, t, 4,
+                                 name + " conv2d_group_norm_silu_add_");
+                    expect_close(ops.conv2d_upsample2x(xd, wd, &bd, 1, 1).to_host(), up_ref, up_scale, k, t, 1,
+                                 name + " conv2d_upsample2x");
+                }
+            }
         const CudaDeviceOps::ConvRoute forced = std::string(route) == "im2col" ? CudaDeviceOps::ConvRoute::Im2col
                                                 : std::string(route) == "cudnn" ? CudaDeviceOps::ConvRoute::Cudnn
                                                                                 : CudaDeviceOps::ConvRoute::CudnnNhwc;

@@ -127,6 +127,35 @@ TEST(KernelsCuda, ChannelsLastLayoutsAroundAConvolution) {
                 EXPECT_TRUE(normed.guard_intact());
             }
         }
+    // The NHWC route's fusions: an input read as its nearest-2x upsampling equals the transpose of the
+    // upsampled copy, and accumulating equals adding the rounded result (add_'s sum), bit for bit.
+    const int64_t small[][4] = {{1, 3, 5, 7}, {2, 64, 16, 16}, {1, 5, 1, 1}};  // n, c, h, w of the small image
+    for (DType type : kStorageTypes)
+        for (const auto& sm : small) {
+            const int64_t n = sm[0], c = sm[1], h = sm[2], w = sm[3], hw2 = 4 * h * w;
+            const Values x = random_values(type, size_t(n * c * h * w), uint64_t(n + c + h + w), -3, 3);
+            const Values big = rounded(type, ops::ref::upsample_nearest2x(x.tensor({n, c, h, w})).values());
+            DeviceBuffer dx(x), dbig(big);
+            Output direct(type, big.size()), fused(type, big.size());
+            to_nhwc(dbig.get(), direct.get(), type, n, c, hw2, nullptr, nullptr);
+            to_nhwc(dx.get(), fused.get(), type, n, c, hw2, nullptr, nullptr, 2 * w);
+            expect_identical(label(type, "to_nhwc of an upsampled " + dims({n, c, h, w})), fused.values(), direct.values());
+            EXPECT_TRUE(fused.guard_intact());
+
+            const Values acc = random_values(type, big.size(), uint64_t(n * 3 + c), -2, 2);
+            const Values bias = random_values(type, size_t(c), uint64_t(c + 5), -1, 1);
+            DeviceBuffer dacc(acc), dbias(bias);
+            from_nhwc(dbig.get(), dbias.get(), dacc.get(), type, n, hw2, c, nullptr, true);  // big read as [n, hw, c]
+            Output plain(type, big.size());
+            from_nhwc(dbig.get(), dbias.get(), plain.get(), type, n, hw2, c, nullptr);
+            const std::vector<float> p = plain.values();
+            std::vector<float> want(acc.size());
+            for (size_t i = 0; i < want.size(); ++i) want[i] = acc.f[i] + p[i];
+            const std::vector<uint8_t> got_bytes = dacc.download(acc.bytes.size());
+            std::vector<float> got(acc.size());
+            decode_to_float(type, got_bytes.data(), got.data(), got.size());
+            expect_identical(label(type, "from_nhwc accumulating " + dims({n, hw2, c})), got, rounded(type, want).f);
+        }
     const int64_t filters[][3] = {{1, 1, 1}, {3, 5, 9}, {320, 320, 9}, {7, 33, 1}, {1280, 2560, 9}};  // cout, cin, taps
     for (DType type : kStorageTypes)
         for (const auto& f : filters) {

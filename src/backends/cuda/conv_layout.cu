@@ -32,20 +32,29 @@ dim3 tile_grid(int64_t n, int64_t rows, int64_t cols) {  // source [n][rows][col
 }
 
 // out [n][hw][c] = f(x [n][c][hw]), f the GroupNorm+SiLU of the value's (image, channel) when stats is set.
-// kVec 2 needs c and hw even.
-template <class T, int kVec>
+// kVec 2 needs c and hw even. kUp: x is the nearest-2x downsampled image, [n][c][hw / 4] of width w2 / 2, read
+// as its upsampled copy of width w2 (conv2d_upsample2x without that copy); hw < 2^31.
+template <class T, int kVec, bool kUp>
 __global__ void to_nhwc_kernel(const T* x, T* out, int64_t n, int64_t c, int64_t hw, const float* stats,
-                               const T* gamma, const T* beta, int64_t channels_per_group) {
+                               const T* gamma, const T* beta, int64_t channels_per_group, uint32_t w2) {
     constexpr int kT = kTile * kVec;
     __shared__ float tile[kT][kT + 1];
     const int64_t p0 = int64_t(blockIdx.x) * kT, groups = stats ? c / channels_per_group : 0;
     for (int64_t b = blockIdx.z; b < n; b += gridDim.z)
     for (int64_t c0 = int64_t(blockIdx.y) * kT; c0 < c; c0 += int64_t(gridDim.y) * kT) {
-        const T* src = x + b * c * hw;
+        const int64_t plane = kUp ? hw / 4 : hw;
+        const T* src = x + b * c * plane;
         for (int r = threadIdx.y; r < kT; r += kTileRows) {
             const int64_t ch = c0 + r, p = p0 + kVec * threadIdx.x;
             if (ch < c && p < hw) {
-                const Vec<T, kVec> in = *reinterpret_cast<const Vec<T, kVec>*>(src + ch * hw + p);
+                Vec<T, kVec> in;
+                if (kUp) {  // a pair starts on an even column: both values come from one source pixel
+                    const uint32_t yu = uint32_t(p) / w2, xu = uint32_t(p) - yu * w2;
+                    const T v = src[ch * plane + int64_t(yu / 2) * (w2 / 2) + xu / 2];
+                    for (int e = 0; e < kVec; ++e) in.v[e] = v;
+                } else {
+                    in = *reinterpret_cast<const Vec<T, kVec>*>(src + ch * hw + p);
+                }
                 if (stats) {  // im2col's expression exactly (kernels_layout_cuda_test compares the two)
                     const int64_t g = b * groups + ch / channels_per_group;
                     const float mean = stats[2 * g], rstd = stats[2 * g + 1];
@@ -72,9 +81,11 @@ __global__ void to_nhwc_kernel(const T* x, T* out, int64_t n, int64_t c, int64_t
     }
 }
 
-// out [n][c][hw] = x [n][hw][c] + bias[c] (bias may be null). kVec 2 needs c and hw even.
+// out [n][c][hw] = x [n][hw][c] + bias[c] (bias may be null), rounded; with `accumulate`, out += that instead
+// (the sum of the rounded value, as add_ would make it). kVec 2 needs c and hw even.
 template <class T, int kVec>
-__global__ void from_nhwc_kernel(const T* x, const T* bias, T* out, int64_t n, int64_t hw, int64_t c) {
+__global__ void from_nhwc_kernel(const T* x, const T* bias, T* out, int64_t n, int64_t hw, int64_t c,
+                                 bool accumulate) {
     constexpr int kT = kTile * kVec;
     __shared__ float tile[kT][kT + 1];
     const int64_t c0 = int64_t(blockIdx.x) * kT;
@@ -95,10 +106,13 @@ __global__ void from_nhwc_kernel(const T* x, const T* bias, T* out, int64_t n, i
             if (ch < c && p < hw) {
                 const float add = bias ? detail::to_float(bias[ch]) : 0.0f;
                 Vec<T, kVec> o;
+                Vec<T, kVec> old;
+                if (accumulate) old = *reinterpret_cast<const Vec<T, kVec>*>(dst + ch * hw + p);
                 for (int e = 0; e < kVec; ++e) {
                     float v = tile[kVec * threadIdx.x + e][r];
                     if (bias) v += add;
                     o.v[e] = detail::from_float<T>(v);
+                    if (accumulate) o.v[e] = detail::from_float<T>(detail::to_float(old.v[e]) + detail::to_float(o.v[e]));
                 }
                 *reinterpret_cast<Vec<T, kVec>*>(dst + ch * hw + p) = o;
             }
@@ -137,8 +151,13 @@ __global__ void filter_to_krsc_kernel(const W* w, W* out, int64_t cout, int64_t 
 }  // namespace
 
 void to_nhwc(const void* x, void* out, DType type, int64_t n, int64_t c, int64_t hw, const Im2colNorm* norm,
-             cudaStream_t stream) {
+             cudaStream_t stream, int64_t upsampled_width) {
     const int64_t count = detail::checked_count("to_nhwc", {n, c, hw});
+    const bool up = upsampled_width > 0;
+    require(!up || (upsampled_width % 2 == 0 && hw % (2 * upsampled_width) == 0 && hw < (int64_t(1) << 31)),
+            ErrorKind::InvalidArgument,
+            "kiln::cuda::to_nhwc: " + std::to_string(hw) + " pixels are not a 2x upsampling of width " +
+                std::to_string(upsampled_width) + " (or are 2^31 or more)");
     detail::dispatch("to_nhwc", type, [](auto) {});
     if (count == 0) return;
     detail::check_pointer("to_nhwc", "x", x);
@@ -159,18 +178,26 @@ void to_nhwc(const void* x, void* out, DType type, int64_t n, int64_t c, int64_t
         const T* g = norm ? static_cast<const T*>(norm->gamma) : nullptr;
         const T* bt = norm ? static_cast<const T*>(norm->beta) : nullptr;
         const int64_t cpg = norm ? c / norm->groups : 1;
-        if (pairs_fit<T>(c, hw, x, out))
-            to_nhwc_kernel<T, 2><<<tile_grid<2>(n, c, hw), dim3(kTile, kTileRows), 0, stream>>>(xt, o, n, c, hw, st, g,
-                                                                                              bt, cpg);
-        else
-            to_nhwc_kernel<T, 1><<<tile_grid<1>(n, c, hw), dim3(kTile, kTileRows), 0, stream>>>(xt, o, n, c, hw, st, g,
-                                                                                              bt, cpg);
+        const uint32_t w2 = uint32_t(upsampled_width);
+        const dim3 threads(kTile, kTileRows);
+        // An upsampled source is read value by value: only the output needs the pair alignment.
+        if (pairs_fit<T>(c, hw, up ? out : x, out)) {
+            if (up)
+                to_nhwc_kernel<T, 2, true><<<tile_grid<2>(n, c, hw), threads, 0, stream>>>(xt, o, n, c, hw, st, g, bt, cpg, w2);
+            else
+                to_nhwc_kernel<T, 2, false><<<tile_grid<2>(n, c, hw), threads, 0, stream>>>(xt, o, n, c, hw, st, g, bt, cpg, w2);
+        } else {
+            if (up)
+                to_nhwc_kernel<T, 1, true><<<tile_grid<1>(n, c, hw), threads, 0, stream>>>(xt, o, n, c, hw, st, g, bt, cpg, w2);
+            else
+                to_nhwc_kernel<T, 1, false><<<tile_grid<1>(n, c, hw), threads, 0, stream>>>(xt, o, n, c, hw, st, g, bt, cpg, w2);
+        }
     });
     KILN_CUDA_CHECK(cudaGetLastError());
 }
 
 void from_nhwc(const void* x, const void* bias, void* out, DType type, int64_t n, int64_t hw, int64_t c,
-               cudaStream_t stream) {
+               cudaStream_t stream, bool accumulate) {
     const int64_t count = detail::checked_count("from_nhwc", {n, hw, c});
     detail::dispatch("from_nhwc", type, [](auto) {});
     if (count == 0) return;
@@ -182,9 +209,11 @@ void from_nhwc(const void* x, const void* bias, void* out, DType type, int64_t n
         const T* bt = static_cast<const T*>(bias);
         T* o = static_cast<T*>(out);
         if (pairs_fit<T>(c, hw, x, out))
-            from_nhwc_kernel<T, 2><<<tile_grid<2>(n, hw, c), dim3(kTile, kTileRows), 0, stream>>>(xt, bt, o, n, hw, c);
+            from_nhwc_kernel<T, 2><<<tile_grid<2>(n, hw, c), dim3(kTile, kTileRows), 0, stream>>>(xt, bt, o, n, hw, c,
+                                                                                                accumulate);
         else
-            from_nhwc_kernel<T, 1><<<tile_grid<1>(n, hw, c), dim3(kTile, kTileRows), 0, stream>>>(xt, bt, o, n, hw, c);
+            from_nhwc_kernel<T, 1><<<tile_grid<1>(n, hw, c), dim3(kTile, kTileRows), 0, stream>>>(xt, bt, o, n, hw, c,
+                                                                                                accumulate);
     });
     KILN_CUDA_CHECK(cudaGetLastError());
 }

@@ -262,7 +262,8 @@ void CudaDeviceOps::conv_cudnn_nhwc(const ConvCall& c, Tensor& y) const {
         norm.beta = c.beta->device_data();
         norm.groups = c.groups;
     }
-    to_nhwc(x.device_data(), xt.device_data(), x.dtype(), sh.n, sh.cin, sh.h * sh.w, c.stats ? &norm : nullptr, s);
+    to_nhwc(x.device_data(), xt.device_data(), x.dtype(), sh.n, sh.cin, sh.h * sh.w, c.stats ? &norm : nullptr, s,
+            c.upsampled ? sh.w : 0);
     Tensor wt;  // a 1x1 filter is the same in both layouts
     if (sh.k > 1) {
         wt = Tensor::empty_on(backend_, {sh.cout, sh.k, sh.k, sh.cin}, x.dtype());
@@ -275,7 +276,75 @@ void CudaDeviceOps::conv_cudnn_nhwc(const ConvCall& c, Tensor& y) const {
         return scratch.back().device_data();
     });
     from_nhwc(yt.device_data(), c.b ? c.b->device_data() : nullptr, y.device_data(), y.dtype(), sh.n, sh.oh * sh.ow,
-              sh.cout, s);
+              sh.cout, s, c.accumulate);
+}
+
+ConvShape CudaDeviceOps::conv_shape(int64_t n, int64_t cin, int64_t h, int64_t w, const Tensor& weight, int stride,
+                                    int padding, DType type) const {
+    const int64_t k = weight.dim(2);
+    return {n, cin, h, w, weight.dim(0), k, stride, padding, (h + 2 * padding - k) / stride + 1,
+            (w + 2 * padding - k) / stride + 1, type, backend_.fast_float32()};
+}
+
+bool CudaDeviceOps::on_nhwc_route(const ConvShape& sh, bool fused_norm) const {
+    const auto it = routes_.find(std::make_tuple(sh.n, sh.cin, sh.h, sh.w, sh.cout, sh.k, sh.stride, sh.padding,
+                                                 int(sh.type), sh.tf32, fused_norm));
+    return it != routes_.end() && it->second == ConvRoute::CudnnNhwc;
+}
+
+void CudaDeviceOps::conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const Tensor& gamma,
+                                                const Tensor& beta, float eps, const Tensor& w, const Tensor* b,
+                                                int stride, int padding) const {
+    const bool shapes_ok = x.rank() == 4 && w.rank() == 4 && w.dim(1) == x.dim(1) && w.dim(2) == w.dim(3) &&
+                           stride >= 1 && padding >= 0;
+    if (!shapes_ok || !on_nhwc_route(conv_shape(x.dim(0), x.dim(1), x.dim(2), x.dim(3), w, stride, padding, x.dtype()),
+                                     true)) {
+        add_(y, conv2d_group_norm_silu(x, groups, gamma, beta, eps, w, b, stride, padding));  // checks everything
+        return;
+    }
+    if (groups < 1 || x.dim(1) % groups || gamma.numel() != x.dim(1) || beta.numel() != x.dim(1))
+        bad("conv2d_group_norm_silu_add_", desc("x", x) + " with " + std::to_string(groups) + " groups");
+    same_place("conv2d_group_norm_silu_add_", x, w, "w");
+    same_place("conv2d_group_norm_silu_add_", x, gamma, "gamma");
+    same_place("conv2d_group_norm_silu_add_", x, beta, "beta");
+    same_place("conv2d_group_norm_silu_add_", x, y, "y");
+    if (b) same_place("conv2d_group_norm_silu_add_", x, *b, "b");
+    const ConvShape sh = conv_shape(x.dim(0), x.dim(1), x.dim(2), x.dim(3), w, stride, padding, x.dtype());
+    if (y.shape() != Shape{sh.n, sh.cout, sh.oh, sh.ow} || (b && b->numel() != sh.cout))
+        bad("conv2d_group_norm_silu_add_", desc("y", y) + " for the convolution of " + desc("x", x));
+    Tensor stats = Tensor::empty_on(backend_, {x.dim(0), groups, 2}, DType::F32);
+    {
+        Timed timed(backend_, ops::OpKind::GroupNorm);
+        stats_of_groups(x, x.dim(0), x.dim(1), x.dim(2) * x.dim(3), groups, eps, stats);
+    }
+    Timed timed(backend_, ops::OpKind::Conv2d,
+                2.0 * double(sh.n) * double(sh.cout) * double(sh.oh * sh.ow) * double(sh.cin * sh.k * sh.k));
+    ConvCall call{x, w, b, &stats, &gamma, &beta, groups, sh};
+    call.accumulate = true;
+    conv_cudnn_nhwc(call, y);
+    ++route_calls_[static_cast<size_t>(ConvRoute::CudnnNhwc)];
+}
+
+Tensor CudaDeviceOps::conv2d_upsample2x(const Tensor& x, const Tensor& w, const Tensor* b, int stride,
+                                        int padding) const {
+    const bool shapes_ok = x.rank() == 4 && w.rank() == 4 && w.dim(1) == x.dim(1) && w.dim(2) == w.dim(3) &&
+                           stride >= 1 && padding >= 0 && 4 * x.dim(2) * x.dim(3) < (int64_t(1) << 31);
+    if (!shapes_ok ||
+        !on_nhwc_route(conv_shape(x.dim(0), x.dim(1), 2 * x.dim(2), 2 * x.dim(3), w, stride, padding, x.dtype()), false))
+        return conv2d(upsample_nearest2x(x), w, b, stride, padding);  // checks everything
+    same_place("conv2d_upsample2x", x, w, "w");
+    if (b) same_place("conv2d_upsample2x", x, *b, "b");
+    const ConvShape sh = conv_shape(x.dim(0), x.dim(1), 2 * x.dim(2), 2 * x.dim(3), w, stride, padding, x.dtype());
+    if (b && b->numel() != sh.cout) bad("conv2d_upsample2x", desc("b", *b) + " for " + desc("w", w));
+    Tensor y = Tensor::empty_on(backend_, {sh.n, sh.cout, sh.oh, sh.ow}, x.dtype());
+    if (y.numel() == 0) return y;
+    Timed timed(backend_, ops::OpKind::Conv2d,
+                2.0 * double(sh.n) * double(sh.cout) * double(sh.oh * sh.ow) * double(sh.cin * sh.k * sh.k));
+    ConvCall call{x, w, b, nullptr, nullptr, nullptr, 0, sh};
+    call.upsampled = true;
+    conv_cudnn_nhwc(call, y);
+    ++route_calls_[static_cast<size_t>(ConvRoute::CudnnNhwc)];
+    return y;
 }
 
 void CudaDeviceOps::conv_im2col(const ConvCall& c, Tensor& y) const {

@@ -24,6 +24,12 @@ public:
     Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const override;
     Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
                                   const Tensor& w, const Tensor* b, int stride, int padding) const override;
+    // Fused on the channels-last route, once a shape's first call has chosen it (the transposes read the small
+    // image, or add onto y); the composition otherwise.
+    void conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                                     float eps, const Tensor& w, const Tensor* b, int stride,
+                                     int padding) const override;
+    Tensor conv2d_upsample2x(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const override;
     Tensor group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps) const override;
     Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) const override;
     Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal) const override;
@@ -58,11 +64,17 @@ private:
         const Tensor *stats, *gamma, *beta;  // set for a fused GroupNorm+SiLU
         int groups;
         ConvShape shape;
+        bool upsampled = false;   // x is half the shape's size: read as its nearest-2x upsampling (NHWC route)
+        bool accumulate = false;  // y += the convolution (NHWC route)
     };
     void conv_routed(const ConvCall& c, Tensor& y) const;
     void run_conv_route(ConvRoute route, const ConvCall& c, Tensor& y) const;
     void conv_cudnn(const ConvCall& c, Tensor& y) const;
     void conv_cudnn_nhwc(const ConvCall& c, Tensor& y) const;
+    // The shape's route is known to be the NHWC one (its first call has measured it).
+    bool on_nhwc_route(const ConvShape& sh, bool fused_norm) const;
+    ConvShape conv_shape(int64_t n, int64_t cin, int64_t h, int64_t w, const Tensor& weight, int stride, int padding,
+                         DType type) const;
     void conv_im2col(const ConvCall& c, Tensor& y) const;
     Tensor conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding, const Tensor* norm_stats,
                 const Tensor* gamma, const Tensor* beta, int groups) const;
