@@ -183,9 +183,23 @@ void CudaDeviceOps::conv_routed(const ConvCall& c, Tensor& y) const {
     if (backend_.cudnn()) candidates.push_back(ConvRoute::Cudnn);
     candidates.push_back(ConvRoute::Im2col);
     cudaStream_t s = backend_.stream();
-    cudaEvent_t begin, end;
-    KILN_CUDA_CHECK(cudaEventCreate(&begin));
-    KILN_CUDA_CHECK(cudaEventCreate(&end));
+    struct Events {  // destroyed however the loop ends (a route may throw OutOfMemory)
+        cudaEvent_t begin = nullptr, end = nullptr;
+        Events() {
+            KILN_CUDA_CHECK(cudaEventCreate(&begin));
+            try {
+                KILN_CUDA_CHECK(cudaEventCreate(&end));
+            } catch (...) {
+                (void)cudaEventDestroy(begin);
+                throw;
+            }
+        }
+        ~Events() {
+            (void)cudaEventDestroy(begin);
+            (void)cudaEventDestroy(end);
+        }
+    } ev;
+    cudaEvent_t begin = ev.begin, end = ev.end;
     float best_ms = -1.0f;
     ConvRoute best = ConvRoute::Im2col, last = ConvRoute::Im2col;
     std::string log;  // KILN_CUDA_CONV_LOG=1: each shape's timings on stderr
@@ -210,8 +224,6 @@ void CudaDeviceOps::conv_routed(const ConvCall& c, Tensor& y) const {
         if (best_ms < 0.0f || ms < best_ms) best_ms = ms, best = route;
         log += std::string(" ") + route_name(route) + " " + std::to_string(ms * 1000.0f).substr(0, 7) + " us";
     }
-    (void)cudaEventDestroy(begin);
-    (void)cudaEventDestroy(end);
     routes_[key] = best;
     if (backend_.conv_log())
         std::fprintf(stderr, "kiln: conv2d %lldx%lldx%lldx%lld -> %lld, k%lld s%lld%s %s:%s -> %s\n",
