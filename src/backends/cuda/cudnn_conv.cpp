@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 
+#include "backends/cuda/cudnn_check.h"
 #include "kiln/error.h"
 
 // The legacy convolution API is deprecated in cuDNN 9 in favour of the graph API, but it is the short route
@@ -18,17 +19,6 @@
 namespace kiln::cuda {
 
 namespace {
-
-void check(cudnnStatus_t s, const char* call) {
-    if (s != CUDNN_STATUS_SUCCESS)
-        throw Error(s == CUDNN_STATUS_ALLOC_FAILED ? ErrorKind::OutOfMemory : ErrorKind::Unsupported,
-                    std::string(call) + " failed: " + cudnnGetErrorString(s));
-}
-#define KILN_CUDNN_CHECK(call) check((call), #call)
-
-cudnnDataType_t cudnn_type(DType t) {
-    return t == DType::F16 ? CUDNN_DATA_HALF : t == DType::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-}
 
 constexpr size_t kMaxWorkspace = size_t(512) << 20;
 

@@ -12,18 +12,12 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cuda/cudnn_check.h"
 #include "backends/cuda/cuda_check.h"
 
 namespace kiln::cuda {
 
 namespace {
-
-void check(cudnnStatus_t s, const char* call) {
-    if (s != CUDNN_STATUS_SUCCESS)
-        throw Error(s == CUDNN_STATUS_ALLOC_FAILED ? ErrorKind::OutOfMemory : ErrorKind::Unsupported,
-                    std::string(call) + " failed: " + cudnnGetErrorString(s));
-}
-#define KILN_CUDNN_CHECK(call) check((call), #call)
 
 // One backend descriptor, destroyed with its owner.
 struct Desc {
@@ -45,10 +39,6 @@ struct Desc {
     }
     void finalize() { KILN_CUDNN_CHECK(cudnnBackendFinalize(d)); }
 };
-
-cudnnDataType_t cudnn_type(DType t) {
-    return t == DType::F16 ? CUDNN_DATA_HALF : t == DType::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-}
 
 constexpr int64_t kAlignment = 16;  // bytes; every pointer given must be aligned so
 constexpr size_t kMaxWorkspace = size_t(512) << 20;
