@@ -2,7 +2,8 @@
 // tensors while kiln's activations stay NCHW (cuda_device_ops.cpp): the input into NHWC, with GroupNorm+SiLU
 // applied on the way where the convolution fuses them; the output back into NCHW with the bias added; the
 // filter from [cout, cin, k, k] into [cout, k, k, cin]. Each value is read into float, changed, and rounded
-// once; a plain move is bit-exact (every storage type converts to float and back exactly).
+// once; a plain move keeps every number exactly (each storage type converts to float and back exactly; a NaN
+// stays a NaN, its payload bits not guaranteed).
 #include "backends/cuda/activation_math.cuh"
 #include "backends/cuda/kernel_common.cuh"
 #include "backends/cuda/kernels.h"
@@ -18,11 +19,6 @@ namespace {
 // divides to find its tile (64-bit divisions cost more than the copy); tile rows and images beyond the
 // grid's 65535 loop.
 constexpr int kTile = 32, kTileRows = 8;
-
-template <class T, int kVec>
-struct alignas(kVec * sizeof(T)) Vec {
-    T v[kVec];
-};
 
 template <int kVec>
 dim3 tile_grid(int64_t n, int64_t rows, int64_t cols) {  // source [n][rows][cols]
@@ -47,13 +43,13 @@ __global__ void to_nhwc_kernel(const T* x, T* out, int64_t n, int64_t c, int64_t
         for (int r = threadIdx.y; r < kT; r += kTileRows) {
             const int64_t ch = c0 + r, p = p0 + kVec * threadIdx.x;
             if (ch < c && p < hw) {
-                Vec<T, kVec> in;
+                detail::Vec<T, kVec> in;
                 if (kUp) {  // a pair starts on an even column: both values come from one source pixel
                     const uint32_t yu = uint32_t(p) / w2, xu = uint32_t(p) - yu * w2;
                     const T v = src[ch * plane + int64_t(yu / 2) * (w2 / 2) + xu / 2];
                     for (int e = 0; e < kVec; ++e) in.v[e] = v;
                 } else {
-                    in = *reinterpret_cast<const Vec<T, kVec>*>(src + ch * hw + p);
+                    in = *reinterpret_cast<const detail::Vec<T, kVec>*>(src + ch * hw + p);
                 }
                 if (stats) {  // im2col's expression exactly (kernels_layout_cuda_test compares the two)
                     const int64_t g = b * groups + ch / channels_per_group;
@@ -72,9 +68,9 @@ __global__ void to_nhwc_kernel(const T* x, T* out, int64_t n, int64_t c, int64_t
         for (int r = threadIdx.y; r < kT; r += kTileRows) {
             const int64_t p = p0 + r, ch = c0 + kVec * threadIdx.x;
             if (p < hw && ch < c) {
-                Vec<T, kVec> o;
+                detail::Vec<T, kVec> o;
                 for (int e = 0; e < kVec; ++e) o.v[e] = detail::from_float<T>(tile[kVec * threadIdx.x + e][r]);
-                *reinterpret_cast<Vec<T, kVec>*>(dst + p * c + ch) = o;
+                *reinterpret_cast<detail::Vec<T, kVec>*>(dst + p * c + ch) = o;
             }
         }
         __syncthreads();  // the tile is refilled for the next round
@@ -95,7 +91,7 @@ __global__ void from_nhwc_kernel(const T* x, const T* bias, T* out, int64_t n, i
         for (int r = threadIdx.y; r < kT; r += kTileRows) {
             const int64_t p = p0 + r, ch = c0 + kVec * threadIdx.x;
             if (p < hw && ch < c) {
-                const Vec<T, kVec> in = *reinterpret_cast<const Vec<T, kVec>*>(src + p * c + ch);
+                const detail::Vec<T, kVec> in = *reinterpret_cast<const detail::Vec<T, kVec>*>(src + p * c + ch);
                 for (int e = 0; e < kVec; ++e) tile[r][kVec * threadIdx.x + e] = detail::to_float(in.v[e]);
             }
         }
@@ -105,16 +101,16 @@ __global__ void from_nhwc_kernel(const T* x, const T* bias, T* out, int64_t n, i
             const int64_t ch = c0 + r, p = p0 + kVec * threadIdx.x;
             if (ch < c && p < hw) {
                 const float add = bias ? detail::to_float(bias[ch]) : 0.0f;
-                Vec<T, kVec> o;
-                Vec<T, kVec> old;
-                if (accumulate) old = *reinterpret_cast<const Vec<T, kVec>*>(dst + ch * hw + p);
+                detail::Vec<T, kVec> o;
+                detail::Vec<T, kVec> old;
+                if (accumulate) old = *reinterpret_cast<const detail::Vec<T, kVec>*>(dst + ch * hw + p);
                 for (int e = 0; e < kVec; ++e) {
                     float v = tile[kVec * threadIdx.x + e][r];
                     if (bias) v += add;
                     o.v[e] = detail::from_float<T>(v);
                     if (accumulate) o.v[e] = detail::from_float<T>(detail::to_float(old.v[e]) + detail::to_float(o.v[e]));
                 }
-                *reinterpret_cast<Vec<T, kVec>*>(dst + ch * hw + p) = o;
+                *reinterpret_cast<detail::Vec<T, kVec>*>(dst + ch * hw + p) = o;
             }
         }
         __syncthreads();

@@ -40,13 +40,14 @@ __device__ __forceinline__ Bf16 from_float<Bf16>(float v) {
     return Bf16{uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};                  // to nearest, ties to even
 }
 
-// Four consecutive values in one load or store (8 bytes for 16-bit types, 16 for float): kernels that stream
-// through memory move 4 values per instruction rather than one 2-byte value. The pointer must be aligned to
-// the Quad (the caller checks).
-template <class T>
-struct alignas(4 * sizeof(T)) Quad {
-    T v[4];
+// N consecutive values in one load or store: kernels that stream through memory move 2 or 4 values per
+// instruction rather than one 2-byte value. The pointer must be aligned to the Vec (the caller checks).
+template <class T, int N>
+struct alignas(N * sizeof(T)) Vec {
+    T v[N];
 };
+template <class T>
+using Quad = Vec<T, 4>;  // 8 bytes for 16-bit types, 16 for float
 
 template <class T>
 inline bool quad_aligned(const void* p) {

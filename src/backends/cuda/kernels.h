@@ -36,7 +36,7 @@ void upsample_nearest2x(const void* x, void* out, DType type, int64_t planes, in
 // a [n, ca, inner], b [n, cb, inner] -> out [n, ca + cb, inner].
 void concat_channels(const void* a, const void* b, void* out, DType type, int64_t n, int64_t ca, int64_t cb,
                      int64_t inner, cudaStream_t stream);
-// [n, c, hw] <-> [n, hw, c].
+// [n, c, hw] <-> [n, hw, c] (to_nhwc and from_nhwc below, without their options).
 void nchw_to_nlc(const void* x, void* out, DType type, int64_t n, int64_t c, int64_t hw, cudaStream_t stream);
 void nlc_to_nchw(const void* x, void* out, DType type, int64_t n, int64_t hw, int64_t c, cudaStream_t stream);
 

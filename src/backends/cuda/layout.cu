@@ -1,5 +1,6 @@
-// Data movement: nearest 2x upsampling, channel concatenation and the NCHW <-> NLC transposes. Elements
-// are moved as raw 16- or 32-bit words (dispatch_bits), so every result is a bit-exact copy.
+// Data movement: nearest 2x upsampling and channel concatenation, whose elements are moved as raw 16- or
+// 32-bit words (dispatch_bits), so every result is a bit-exact copy; and the NCHW <-> NLC transposes, which
+// are conv_layout.cu's (values through float and back: exact for every number).
 #include "backends/cuda/kernel_common.cuh"
 #include "backends/cuda/kernels.h"
 
@@ -29,50 +30,6 @@ __global__ void concat_channels_kernel(const W* a, const W* b, W* out, int64_t n
         for (int64_t k = detail::grid_first(); k < a_block + b_block; k += detail::grid_step())
             dst[k] = k < a_block ? pa[k] : pb[k - a_block];
     }
-}
-
-// dst[b][j][i] = src[b][i][j] for src [batch, rows, cols], through a 32 x 32 tile in shared memory so
-// that both the reads and the writes of a warp are contiguous; the extra column staggers the banks.
-// Blocks are kTile x 8 threads on a grid of (column tiles, row tiles, images): no thread divides to find
-// its tile (a 64-bit division costs more than the copy); row tiles and images beyond 65535 loop.
-constexpr int kTile = 32, kTileRows = 8;
-
-template <class W>
-__global__ void transpose_kernel(const W* src, W* dst, int64_t batch, int64_t rows, int64_t cols) {
-    __shared__ W tile[kTile][kTile + 1];
-    const int64_t j0 = int64_t(blockIdx.x) * kTile;
-    for (int64_t b = blockIdx.z; b < batch; b += gridDim.z)
-        for (int64_t i0 = int64_t(blockIdx.y) * kTile; i0 < rows; i0 += int64_t(gridDim.y) * kTile) {
-            const W* s = src + b * rows * cols;
-            W* d = dst + b * rows * cols;
-            for (int r = threadIdx.y; r < kTile; r += kTileRows) {
-                const int64_t i = i0 + r, j = j0 + threadIdx.x;
-                if (i < rows && j < cols) tile[r][threadIdx.x] = s[i * cols + j];
-            }
-            __syncthreads();
-            for (int r = threadIdx.y; r < kTile; r += kTileRows) {
-                const int64_t j = j0 + r, i = i0 + threadIdx.x;  // dst row j, column i
-                if (j < cols && i < rows) d[j * rows + i] = tile[threadIdx.x][r];
-            }
-            __syncthreads();  // the tile is refilled in the next round
-        }
-}
-
-void transpose(const char* op, const void* x, void* out, DType type, int64_t batch, int64_t rows, int64_t cols,
-               cudaStream_t stream) {
-    const int64_t count = detail::checked_count(op, {batch, rows, cols});
-    detail::dispatch_bits(op, type, [](auto) {});
-    if (count == 0) return;
-    detail::check_pointer(op, "x", x);
-    detail::check_pointer(op, "out", out);
-    const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned(std::min<int64_t>((rows + kTile - 1) / kTile, 65535)),
-                    unsigned(std::min<int64_t>(batch, 65535)));
-    detail::dispatch_bits(op, type, [&](auto t) {
-        using W = typename decltype(t)::type;
-        transpose_kernel<W><<<grid, dim3(kTile, kTileRows), 0, stream>>>(
-            static_cast<const W*>(x), static_cast<W*>(out), batch, rows, cols);
-    });
-    KILN_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
@@ -115,12 +72,13 @@ void concat_channels(const void* a, const void* b, void* out, DType type, int64_
     KILN_CUDA_CHECK(cudaGetLastError());
 }
 
+// NLC is NHWC with the pixels in one axis: the channels-last convolution's transposes (conv_layout.cu).
 void nchw_to_nlc(const void* x, void* out, DType type, int64_t n, int64_t c, int64_t hw, cudaStream_t stream) {
-    transpose("nchw_to_nlc", x, out, type, n, c, hw, stream);
+    to_nhwc(x, out, type, n, c, hw, nullptr, stream);
 }
 
 void nlc_to_nchw(const void* x, void* out, DType type, int64_t n, int64_t hw, int64_t c, cudaStream_t stream) {
-    transpose("nlc_to_nchw", x, out, type, n, hw, c, stream);
+    from_nhwc(x, nullptr, out, type, n, hw, c, stream);
 }
 
 }  // namespace kiln::cuda
