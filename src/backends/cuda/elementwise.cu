@@ -1,4 +1,4 @@
-// In-place arithmetic: a += b, x *= s and the two broadcast bias additions. Each is one float operation
+// In-place arithmetic: a += b, x *= s and the channel bias addition. Each is one float operation
 // on values widened exactly, so the result is the exact one rounded to float and then to the storage type.
 #include "backends/cuda/kernel_common.cuh"
 #include "backends/cuda/kernels.h"
@@ -30,30 +30,16 @@ __global__ void scale_kernel(T* x, int64_t n, float s) {
         x[i] = detail::from_float<T>(detail::to_float(x[i]) * s);
 }
 
-// x [planes, inner] += bias: bias[plane] for a channel bias ([n, c] over inner), bias[j] for a row bias
-// (a linear layer's [cols] over rows).
-template <class T, bool kPerPlane>
-__global__ void add_bias_kernel(T* x, const T* bias, int64_t planes, int64_t inner) {
+// x [planes, inner] += bias[plane] (a channel bias, [n, c] over inner). A linear layer's bias is added in
+// its product's epilogue (gemm.h).
+template <class T>
+__global__ void add_channel_bias_kernel(T* x, const T* bias, int64_t planes, int64_t inner) {
     for (int64_t p = detail::plane_first(); p < planes; p += detail::plane_step()) {
         T* row = x + p * inner;
-        const float plane_bias = kPerPlane ? detail::to_float(bias[p]) : 0.0f;
+        const float plane_bias = detail::to_float(bias[p]);
         for (int64_t j = detail::grid_first(); j < inner; j += detail::grid_step())
-            row[j] = detail::from_float<T>(detail::to_float(row[j]) + (kPerPlane ? plane_bias : detail::to_float(bias[j])));
+            row[j] = detail::from_float<T>(detail::to_float(row[j]) + plane_bias);
     }
-}
-
-template <bool kPerPlane>
-void add_bias(const char* op, void* x, const void* bias, DType type, int64_t planes, int64_t inner,
-              cudaStream_t stream) {
-    detail::check_pointer(op, "x", x);
-    detail::check_pointer(op, "bias", bias);
-    const detail::PlaneGrid grid = detail::plane_grid(planes, inner);
-    detail::dispatch(op, type, [&](auto t) {
-        using T = typename decltype(t)::type;
-        add_bias_kernel<T, kPerPlane><<<grid.blocks, grid.threads, 0, stream>>>(static_cast<T*>(x),
-                                                                                 static_cast<const T*>(bias), planes, inner);
-    });
-    KILN_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
@@ -92,14 +78,15 @@ void add_channel_bias(void* x, const void* bias, DType type, int64_t n, int64_t 
     const int64_t count = detail::checked_count("add_channel_bias", {n, c, inner});
     detail::dispatch("add_channel_bias", type, [](auto) {});
     if (count == 0) return;
-    add_bias<true>("add_channel_bias", x, bias, type, n * c, inner, stream);
-}
-
-void add_row_bias(void* out, const void* bias, DType type, int64_t rows, int64_t cols, cudaStream_t stream) {
-    const int64_t count = detail::checked_count("add_row_bias", {rows, cols});
-    detail::dispatch("add_row_bias", type, [](auto) {});
-    if (count == 0) return;
-    add_bias<false>("add_row_bias", out, bias, type, rows, cols, stream);
+    detail::check_pointer("add_channel_bias", "x", x);
+    detail::check_pointer("add_channel_bias", "bias", bias);
+    const detail::PlaneGrid grid = detail::plane_grid(n * c, inner);
+    detail::dispatch("add_channel_bias", type, [&](auto t) {
+        using T = typename decltype(t)::type;
+        add_channel_bias_kernel<T><<<grid.blocks, grid.threads, 0, stream>>>(static_cast<T*>(x),
+                                                                              static_cast<const T*>(bias), n * c, inner);
+    });
+    KILN_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace kiln::cuda

@@ -24,8 +24,6 @@ void scale(void* x, DType type, int64_t n, float s, cudaStream_t stream);      /
 // x [n, c, inner] += bias [n, c] broadcast over inner.
 void add_channel_bias(void* x, const void* bias, DType type, int64_t n, int64_t c, int64_t inner,
                       cudaStream_t stream);
-// out [rows, cols] += bias [cols] (a linear layer's bias, broadcast over rows).
-void add_row_bias(void* out, const void* bias, DType type, int64_t rows, int64_t cols, cudaStream_t stream);
 
 // x [rows, 2*half] -> out [rows, half]: out = a * gelu(g) with a = x[:, :half], g = x[:, half:] (diffusers' GEGLU).
 void geglu(const void* x, void* out, DType type, int64_t rows, int64_t half, cudaStream_t stream);
