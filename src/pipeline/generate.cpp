@@ -18,6 +18,11 @@ namespace kiln {
 
 namespace {
 
+// Whether every value is a number (not NaN, not infinite); a check before an error whose message is built once.
+bool all_finite(const Tensor& t) {
+    return std::all_of(t.values().begin(), t.values().end(), [](float v) { return std::isfinite(v); });
+}
+
 // Beyond this the activations of one UNet call no longer fit any machine kiln runs on.
 constexpr int kMaxSide = 8192;
 
@@ -155,8 +160,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
                 ErrorKind::InvalidArgument,
                 "init image of shape " + shape_str(img.shape()) + " does not match " + std::to_string(r.width) + "x" +
                     std::to_string(r.height));
-        require(std::all_of(img.values().begin(), img.values().end(), [](float v) { return std::isfinite(v); }),
-                ErrorKind::InvalidArgument, "the init image contains NaN or infinite values");
+        require(all_finite(img), ErrorKind::InvalidArgument, "the init image contains NaN or infinite values");
         Tensor scaled(img.shape());
         for (int64_t i = 0; i < img.numel(); ++i) scaled[i] = img[i] * 2.0f - 1.0f;
         // diffusers draws the posterior sample first, then the noise added at the first timestep.
@@ -175,8 +179,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     }
 
     // Weights with NaNs, or arithmetic that overflows, must not pass silently as a black picture.
-    const std::vector<float>& final_values = result.final_latent.values();
-    if (!std::all_of(final_values.begin(), final_values.end(), [](float v) { return std::isfinite(v); }))
+    if (!all_finite(result.final_latent))
         fail(ErrorKind::InvalidModel,
              "the sampled latents contain NaN or infinite values (corrupt weights, or settings such as the CFG "
              "scale that make the model's arithmetic overflow)");
@@ -193,7 +196,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         // A reduced-precision VAE that overflowed gives NaN or infinity, which would be a black picture.
         // (SDXL's VAE, the one known to overflow fp16, runs in bfloat16 or float32: their range is float32's.)
         // (The message is built once, after the scan: built per pixel it cost 75 ms of a 512x512 image.)
-        if (gpu && !std::all_of(decoded.values().begin(), decoded.values().end(), [](float v) { return std::isfinite(v); }))
+        if (gpu && !all_finite(decoded))
             fail(ErrorKind::Unsupported, "the VAE decode overflowed on " + device_name(model.device) +
                                              " (NaN or infinite pixels); run with --precision fp32");
         for (int64_t i = 0; i < decoded.numel(); ++i) decoded[i] = std::clamp(decoded[i] / 2.0f + 0.5f, 0.0f, 1.0f);
