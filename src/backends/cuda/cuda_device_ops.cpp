@@ -14,6 +14,7 @@
 #include "backends/cuda/causal_mask.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/event_timer.h"
 #include "backends/cuda/kernels.h"
 #include "kiln/error.h"
 #include "ops/device_op_checks.h"
@@ -133,26 +134,45 @@ void CudaDeviceOps::linear_add_(Tensor& acc, const Tensor& x, const Tensor& w, c
     project(x, w, b, acc, true);
 }
 
+// x (or, upsampled, its nearest-2x upsampling) convolved, with GroupNorm+SiLU applied to its values when stats
+// is set; into a new tensor, or added onto *f.accumulate (then the result is empty). The fusions run on the
+// channels-last route once the shape's first call has chosen it; elsewhere the same ops are composed.
 Tensor CudaDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding,
-                           const Tensor* stats, const Tensor* gamma, const Tensor* beta, int groups) const {
+                           const Tensor* stats, const Tensor* gamma, const Tensor* beta, int groups,
+                           ConvFusion f) const {
     if (x.rank() != 4 || w.rank() != 4 || w.dim(1) != x.dim(1) || w.dim(2) != w.dim(3) || stride < 1 || padding < 0)
         bad("conv2d", desc("x", x) + ", " + desc("w", w) + ", stride " + std::to_string(stride) + ", padding " +
                           std::to_string(padding) + " (square kernels only)");
     same_place("conv2d", x, w, "w");
-    const int64_t n = x.dim(0), cin = x.dim(1), h = x.dim(2), wd = x.dim(3), cout = w.dim(0), kk = w.dim(2);
+    const int64_t up = f.upsampled ? 2 : 1, h = up * x.dim(2), wd = up * x.dim(3), kk = w.dim(2);
     if (h + 2 * padding < kk || wd + 2 * padding < kk) bad("conv2d", desc("x", x) + " is smaller than the kernel");
     if (b) {
         same_place("conv2d", x, *b, "b");
-        if (b->numel() != cout) bad("conv2d", desc("b", *b) + " for " + desc("w", w));
+        if (b->numel() != w.dim(0)) bad("conv2d", desc("b", *b) + " for " + desc("w", w));
     }
-    const int64_t oh = (h + 2 * padding - kk) / stride + 1, ow = (wd + 2 * padding - kk) / stride + 1;
-    const int64_t pixels = oh * ow, kc = cin * kk * kk;
-    Tensor y = Tensor::empty_on(backend_, {n, cout, oh, ow}, x.dtype());
-    if (y.numel() == 0) return y;
-    Timed timed(backend_, ops::OpKind::Conv2d, 2.0 * double(n) * double(cout) * double(pixels) * double(kc));
-    const ConvCall call{x, w, b, stats, gamma, beta, groups, {n, cin, h, wd, cout, kk, stride, padding, oh, ow,
-                                                              x.dtype(), backend_.fast_float32()}};
-    conv_routed(call, y);
+    const ConvShape sh = conv_shape(x.dim(0), x.dim(1), h, wd, w, stride, padding, x.dtype());
+    if (f.accumulate) {
+        same_place("conv2d", x, *f.accumulate, "y");
+        if (f.accumulate->shape() != Shape{sh.n, sh.cout, sh.oh, sh.ow})
+            bad("conv2d", desc("y", *f.accumulate) + " to add the convolution of " + desc("x", x) + " onto");
+    }
+    const bool fused = f.upsampled || f.accumulate;
+    if (fused && !(on_nhwc_route(sh, stats != nullptr) && (!f.upsampled || h * wd < (int64_t(1) << 31)))) {
+        if (f.upsampled)
+            return conv(upsample_nearest2x(x), w, b, stride, padding, stats, gamma, beta, groups, {false, f.accumulate});
+        add_(*f.accumulate, conv(x, w, b, stride, padding, stats, gamma, beta, groups));
+        return Tensor();
+    }
+    Tensor y = f.accumulate ? Tensor() : Tensor::empty_on(backend_, {sh.n, sh.cout, sh.oh, sh.ow}, x.dtype());
+    Tensor& out = f.accumulate ? *f.accumulate : y;
+    if (out.numel() == 0) return y;
+    Timed timed(backend_, ops::OpKind::Conv2d,
+                2.0 * double(sh.n) * double(sh.cout) * double(sh.oh * sh.ow) * double(sh.cin * sh.k * sh.k));
+    const ConvCall call{x, w, b, stats, gamma, beta, groups, sh, f.upsampled, f.accumulate != nullptr};
+    if (fused)
+        run_conv_route(ConvRoute::CudnnNhwc, call, out);
+    else
+        conv_routed(call, out);
     return y;
 }
 
@@ -175,31 +195,14 @@ void CudaDeviceOps::run_conv_route(ConvRoute route, const ConvCall& c, Tensor& y
 // one route named, that route, or im2col where it has no kernel for the shape.
 void CudaDeviceOps::conv_routed(const ConvCall& c, Tensor& y) const {
     const ConvShape& sh = c.shape;
-    const auto key = std::make_tuple(sh.n, sh.cin, sh.h, sh.w, sh.cout, sh.k, sh.stride, sh.padding, int(sh.type),
-                                     sh.tf32, c.stats != nullptr);
+    const RouteKey key = route_key(sh, c.stats != nullptr);
     if (auto it = routes_.find(key); it != routes_.end()) return run_conv_route(it->second, c, y);
     std::vector<ConvRoute> candidates;
     if (backend_.cudnn_nhwc()) candidates.push_back(ConvRoute::CudnnNhwc);
     if (backend_.cudnn()) candidates.push_back(ConvRoute::Cudnn);
     candidates.push_back(ConvRoute::Im2col);
     cudaStream_t s = backend_.stream();
-    struct Events {  // destroyed however the loop ends (a route may throw OutOfMemory)
-        cudaEvent_t begin = nullptr, end = nullptr;
-        Events() {
-            KILN_CUDA_CHECK(cudaEventCreate(&begin));
-            try {
-                KILN_CUDA_CHECK(cudaEventCreate(&end));
-            } catch (...) {
-                (void)cudaEventDestroy(begin);
-                throw;
-            }
-        }
-        ~Events() {
-            (void)cudaEventDestroy(begin);
-            (void)cudaEventDestroy(end);
-        }
-    } ev;
-    cudaEvent_t begin = ev.begin, end = ev.end;
+    EventTimer timer;
     float best_ms = -1.0f;
     ConvRoute best = ConvRoute::Im2col, last = ConvRoute::Im2col;
     std::string log;  // KILN_CUDA_CONV_LOG=1: each shape's timings on stderr
@@ -215,12 +218,9 @@ void CudaDeviceOps::conv_routed(const ConvCall& c, Tensor& y) const {
             best = route;
             break;
         }
-        KILN_CUDA_CHECK(cudaEventRecord(begin, s));
+        timer.start(s);
         run_conv_route(route, c, y);
-        KILN_CUDA_CHECK(cudaEventRecord(end, s));
-        KILN_CUDA_CHECK(cudaEventSynchronize(end));
-        float ms = 0.0f;
-        KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, begin, end));
+        const float ms = timer.stop_ms(s);
         if (best_ms < 0.0f || ms < best_ms) best_ms = ms, best = route;
         log += std::string(" ") + route_name(route) + " " + std::to_string(ms * 1000.0f).substr(0, 7) + " us";
     }
@@ -298,65 +298,26 @@ ConvShape CudaDeviceOps::conv_shape(int64_t n, int64_t cin, int64_t h, int64_t w
             (w + 2 * padding - k) / stride + 1, type, backend_.fast_float32()};
 }
 
+CudaDeviceOps::RouteKey CudaDeviceOps::route_key(const ConvShape& sh, bool fused_norm) {
+    return {sh.n, sh.cin, sh.h, sh.w, sh.cout, sh.k, sh.stride, sh.padding, int(sh.type), sh.tf32, fused_norm};
+}
+
 bool CudaDeviceOps::on_nhwc_route(const ConvShape& sh, bool fused_norm) const {
-    const auto it = routes_.find(std::make_tuple(sh.n, sh.cin, sh.h, sh.w, sh.cout, sh.k, sh.stride, sh.padding,
-                                                 int(sh.type), sh.tf32, fused_norm));
+    const auto it = routes_.find(route_key(sh, fused_norm));
     return it != routes_.end() && it->second == ConvRoute::CudnnNhwc;
 }
 
 void CudaDeviceOps::conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const Tensor& gamma,
                                                 const Tensor& beta, float eps, const Tensor& w, const Tensor* b,
                                                 int stride, int padding) const {
-    const bool shapes_ok = x.rank() == 4 && w.rank() == 4 && w.dim(1) == x.dim(1) && w.dim(2) == w.dim(3) &&
-                           stride >= 1 && padding >= 0;
-    if (!shapes_ok || !on_nhwc_route(conv_shape(x.dim(0), x.dim(1), x.dim(2), x.dim(3), w, stride, padding, x.dtype()),
-                                     true)) {
-        add_(y, conv2d_group_norm_silu(x, groups, gamma, beta, eps, w, b, stride, padding));  // checks everything
-        return;
-    }
-    if (groups < 1 || x.dim(1) % groups || gamma.numel() != x.dim(1) || beta.numel() != x.dim(1))
-        bad("conv2d_group_norm_silu_add_", desc("x", x) + " with " + std::to_string(groups) + " groups");
-    same_place("conv2d_group_norm_silu_add_", x, w, "w");
-    same_place("conv2d_group_norm_silu_add_", x, gamma, "gamma");
-    same_place("conv2d_group_norm_silu_add_", x, beta, "beta");
-    same_place("conv2d_group_norm_silu_add_", x, y, "y");
-    if (b) same_place("conv2d_group_norm_silu_add_", x, *b, "b");
-    const ConvShape sh = conv_shape(x.dim(0), x.dim(1), x.dim(2), x.dim(3), w, stride, padding, x.dtype());
-    if (y.shape() != Shape{sh.n, sh.cout, sh.oh, sh.ow} || (b && b->numel() != sh.cout))
-        bad("conv2d_group_norm_silu_add_", desc("y", y) + " for the convolution of " + desc("x", x));
-    Tensor stats = Tensor::empty_on(backend_, {x.dim(0), groups, 2}, DType::F32);
-    {
-        Timed timed(backend_, ops::OpKind::GroupNorm);
-        stats_of_groups(x, x.dim(0), x.dim(1), x.dim(2) * x.dim(3), groups, eps, stats);
-    }
-    Timed timed(backend_, ops::OpKind::Conv2d,
-                2.0 * double(sh.n) * double(sh.cout) * double(sh.oh * sh.ow) * double(sh.cin * sh.k * sh.k));
-    ConvCall call{x, w, b, &stats, &gamma, &beta, groups, sh};
-    call.accumulate = true;
-    conv_cudnn_nhwc(call, y);
-    ++route_calls_[static_cast<size_t>(ConvRoute::CudnnNhwc)];
+    Timed timed(backend_, ops::OpKind::GroupNorm);
+    const Tensor stats = stats_for_conv("conv2d_group_norm_silu_add_", x, groups, gamma, beta, eps);
+    conv(x, w, b, stride, padding, &stats, &gamma, &beta, groups, {false, &y});
 }
 
 Tensor CudaDeviceOps::conv2d_upsample2x(const Tensor& x, const Tensor& w, const Tensor* b, int stride,
                                         int padding) const {
-    const bool shapes_ok = x.rank() == 4 && w.rank() == 4 && w.dim(1) == x.dim(1) && w.dim(2) == w.dim(3) &&
-                           stride >= 1 && padding >= 0 && 4 * x.dim(2) * x.dim(3) < (int64_t(1) << 31);
-    if (!shapes_ok ||
-        !on_nhwc_route(conv_shape(x.dim(0), x.dim(1), 2 * x.dim(2), 2 * x.dim(3), w, stride, padding, x.dtype()), false))
-        return conv2d(upsample_nearest2x(x), w, b, stride, padding);  // checks everything
-    same_place("conv2d_upsample2x", x, w, "w");
-    if (b) same_place("conv2d_upsample2x", x, *b, "b");
-    const ConvShape sh = conv_shape(x.dim(0), x.dim(1), 2 * x.dim(2), 2 * x.dim(3), w, stride, padding, x.dtype());
-    if (b && b->numel() != sh.cout) bad("conv2d_upsample2x", desc("b", *b) + " for " + desc("w", w));
-    Tensor y = Tensor::empty_on(backend_, {sh.n, sh.cout, sh.oh, sh.ow}, x.dtype());
-    if (y.numel() == 0) return y;
-    Timed timed(backend_, ops::OpKind::Conv2d,
-                2.0 * double(sh.n) * double(sh.cout) * double(sh.oh * sh.ow) * double(sh.cin * sh.k * sh.k));
-    ConvCall call{x, w, b, nullptr, nullptr, nullptr, 0, sh};
-    call.upsampled = true;
-    conv_cudnn_nhwc(call, y);
-    ++route_calls_[static_cast<size_t>(ConvRoute::CudnnNhwc)];
-    return y;
+    return conv(x, w, b, stride, padding, nullptr, nullptr, nullptr, 0, {true, nullptr});
 }
 
 void CudaDeviceOps::conv_im2col(const ConvCall& c, Tensor& y) const {
@@ -418,17 +379,24 @@ void CudaDeviceOps::stats_of_groups(const Tensor& x, int64_t n, int64_t c, int64
                      backend_.stream(), ws);
 }
 
+// The group statistics of x for a convolution that normalises (and SiLUs) its input: [n, groups, 2] floats.
+Tensor CudaDeviceOps::stats_for_conv(const char* op, const Tensor& x, int groups, const Tensor& gamma,
+                                     const Tensor& beta, float eps) const {
+    if (x.rank() != 4 || groups < 1 || x.dim(1) % groups || gamma.numel() != x.dim(1) || beta.numel() != x.dim(1))
+        bad(op, desc("x", x) + " with " + std::to_string(groups) + " groups, " + desc("gamma", gamma) + ", " +
+                    desc("beta", beta));
+    same_place(op, x, gamma, "gamma");
+    same_place(op, x, beta, "beta");
+    Tensor stats = Tensor::empty_on(backend_, {x.dim(0), groups, 2}, DType::F32);
+    stats_of_groups(x, x.dim(0), x.dim(1), x.dim(2) * x.dim(3), groups, eps, stats);
+    return stats;
+}
+
 Tensor CudaDeviceOps::conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                                              float eps, const Tensor& w, const Tensor* b, int stride,
                                              int padding) const {
-    if (x.rank() != 4 || groups < 1 || x.dim(1) % groups || gamma.numel() != x.dim(1) || beta.numel() != x.dim(1))
-        bad("conv2d_group_norm_silu", desc("x", x) + " with " + std::to_string(groups) + " groups, " +
-                                          desc("gamma", gamma) + ", " + desc("beta", beta));
-    same_place("conv2d_group_norm_silu", x, gamma, "gamma");
-    same_place("conv2d_group_norm_silu", x, beta, "beta");
     Timed timed(backend_, ops::OpKind::GroupNorm);
-    Tensor stats = Tensor::empty_on(backend_, {x.dim(0), groups, 2}, DType::F32);
-    stats_of_groups(x, x.dim(0), x.dim(1), x.dim(2) * x.dim(3), groups, eps, stats);
+    const Tensor stats = stats_for_conv("conv2d_group_norm_silu", x, groups, gamma, beta, eps);
     return conv(x, w, b, stride, padding, &stats, &gamma, &beta, groups);
 }
 

@@ -57,6 +57,8 @@ private:
     void project(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, bool accumulate) const;
     // group_norm_stats into stats [n, groups, 2], in chunks through a pooled workspace where groups are large.
     void stats_of_groups(const Tensor& x, int64_t n, int64_t c, int64_t hw, int groups, float eps, Tensor& stats) const;
+    Tensor stats_for_conv(const char* op, const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                          float eps) const;
     struct ConvCall {
         const Tensor& x;
         const Tensor& w;
@@ -71,17 +73,22 @@ private:
     void run_conv_route(ConvRoute route, const ConvCall& c, Tensor& y) const;
     void conv_cudnn(const ConvCall& c, Tensor& y) const;
     void conv_cudnn_nhwc(const ConvCall& c, Tensor& y) const;
+    using RouteKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, bool>;
+    static RouteKey route_key(const ConvShape& sh, bool fused_norm);
     // The shape's route is known to be the NHWC one (its first call has measured it).
     bool on_nhwc_route(const ConvShape& sh, bool fused_norm) const;
     ConvShape conv_shape(int64_t n, int64_t cin, int64_t h, int64_t w, const Tensor& weight, int stride, int padding,
                          DType type) const;
     void conv_im2col(const ConvCall& c, Tensor& y) const;
+    struct ConvFusion {  // {} (value-initialised): neither
+        bool upsampled;      // convolve x's nearest-2x upsampling
+        Tensor* accumulate;  // add the result onto this instead of returning it
+    };
     Tensor conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding, const Tensor* norm_stats,
-                const Tensor* gamma, const Tensor* beta, int groups) const;
+                const Tensor* gamma, const Tensor* beta, int groups, ConvFusion fusion = {}) const;
     Tensor attention_by_products(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal) const;
 
     CudaBackend& backend_;
-    using RouteKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, bool>;
     mutable std::map<RouteKey, ConvRoute> routes_;
     mutable std::array<int64_t, 3> route_calls_{};
 };

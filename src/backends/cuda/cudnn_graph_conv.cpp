@@ -14,6 +14,7 @@
 
 #include "backends/cuda/cudnn_check.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/event_timer.h"
 
 namespace kiln::cuda {
 
@@ -158,10 +159,11 @@ struct CudnnGraphConv::Impl {
         if (available > 0)
             KILN_CUDNN_CHECK(cudnnBackendGetAttribute(heuristics.d, CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, available, &got, raw.data()));
-        cudaEvent_t begin, end;
-        KILN_CUDA_CHECK(cudaEventCreate(&begin));
-        KILN_CUDA_CHECK(cudaEventCreate(&end));
+        EventTimer timer;
         Plan best;
+        // One workspace for all candidates, grown to the largest asked for: not one of up to 512 MiB each.
+        void* ws = nullptr;
+        int64_t ws_bytes = 0;
         float best_ms = -1.0f;
         int tried = 0;
         for (int64_t i = 0; i < got && tried < kCandidates; ++i) {
@@ -175,26 +177,25 @@ struct CudnnGraphConv::Impl {
                                                       CUDNN_TYPE_INT64, 1, &n, &p.workspace));
             if (p.workspace < 0 || size_t(p.workspace) > kMaxWorkspace) continue;
             ++tried;
-            void* ws = p.workspace ? workspace(size_t(p.workspace)) : nullptr;
+            if (p.workspace > ws_bytes) {
+                ws = workspace(size_t(p.workspace));
+                ws_bytes = p.workspace;
+            }
+            float ms = 0.0f;
             try {
                 execute(p.plan.d, x, w, y, ws);  // the first run may load the kernel
-                KILN_CUDA_CHECK(cudaEventRecord(begin, stream));
+                timer.start(stream);
                 for (int r = 0; r < kTimedRuns; ++r) execute(p.plan.d, x, w, y, ws);
-                KILN_CUDA_CHECK(cudaEventRecord(end, stream));
-                KILN_CUDA_CHECK(cudaEventSynchronize(end));
+                ms = timer.stop_ms(stream);
             } catch (const Error& e) {
                 if (e.kind() == ErrorKind::OutOfMemory) throw;
                 continue;  // this engine refuses the call: try the next
             }
-            float ms = 0.0f;
-            KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, begin, end));
             if (best_ms < 0.0f || ms < best_ms) {
                 best_ms = ms;
                 best = std::move(p);
             }
         }
-        (void)cudaEventDestroy(begin);
-        (void)cudaEventDestroy(end);
         require(best_ms >= 0.0f, ErrorKind::Unsupported,
                 "cuDNN has no channels-last engine for this convolution (" + std::to_string(s.cin) + " -> " +
                     std::to_string(s.cout) + " channels, " + std::to_string(s.h) + "x" + std::to_string(s.w) + ")");
