@@ -89,10 +89,9 @@ struct Gemm::Impl {
         const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
         KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
         KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-        if (g.bias) {  // the algorithm must be chosen with the epilogue; the pointer is set at each call
+        if (g.bias) {  // the algorithm must be chosen with the epilogue; the pointer is set at each call (run)
             const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
             KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-            KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
         }
         // Stored shapes: op(A) is m x k, so A is k x m when transposed.
         p.a = layout(g.ab_type, g.trans_a ? g.k : g.m, g.trans_a ? g.m : g.k, g.lda, g.batch, g.stride_a);
