@@ -283,7 +283,8 @@ void CudaDeviceOps::conv_cudnn_nhwc(const ConvCall& c, Tensor& y) const {
     }
     Tensor yt = Tensor::empty_on(backend_, {sh.n, sh.oh, sh.ow, sh.cout}, x.dtype());
     std::vector<Tensor> scratch;  // alive until the convolution is queued; the stream orders its reuse
-    backend_.cudnn_nhwc()->run(sh, xt.device_data(), sh.k > 1 ? wt.device_data() : c.w.device_data(), yt.device_data(), s, [&](size_t bytes) {
+    const void* filter = sh.k > 1 ? wt.device_data() : c.w.device_data();
+    backend_.cudnn_nhwc()->run(sh, xt.device_data(), filter, yt.device_data(), s, [&](size_t bytes) {
         scratch.push_back(Tensor::empty_on(backend_, {int64_t((bytes + 1) / 2)}, DType::F16));
         return scratch.back().device_data();
     });

@@ -1,9 +1,10 @@
-// GroupNorm in two kernels. group_norm_stats: one block per (image, group), whose channels are contiguous
-// in NCHW; the mean, then the biased variance as the mean of (x - mean)^2 in a second pass (no
+// GroupNorm as statistics, then an affine. group_norm_stats: one block per (image, group), whose channels are
+// contiguous in NCHW; the mean, then the biased variance as the mean of (x - mean)^2 in a second pass (no
 // E[x^2] - E[x]^2 cancellation), both float block sums. One block per group keeps the result independent
 // of the launch (no atomics, no order that varies) at the price of parallelism when images x groups is
-// below the multiprocessor count; given a workspace, large groups are split into chunks instead (below). group_norm_apply: elementwise, (x - mean) * rstd * gamma + beta and
-// optionally SiLU, in float, rounded once on the store.
+// below the multiprocessor count; given a workspace, large groups are split into chunks instead (below).
+// group_norm_apply: elementwise, (x - mean) * rstd * gamma + beta and optionally SiLU, in float, rounded once
+// on the store.
 #include "backends/cuda/activation_math.cuh"
 #include "backends/cuda/block_reduce.cuh"
 #include "backends/cuda/kernel_common.cuh"
@@ -63,9 +64,9 @@ __global__ void group_norm_stats_kernel(const T* x, int64_t groups_total, int64_
 // n var = sum (M_c + n_c (m_c - m)^2) with m = sum S_c / n (the parallel-variance identity of Chan, Golub and
 // LeVeque; its cross term 2 (m_c - m) sum (y - m_c) is the chunk mean's rounding times n_c, second order).
 // Working in y keeps every rounding relative to the group's spread, not its offset from 0. A value passes
-// through 16 + 2 roundings in its thread, at most 10 in the block's tree and one per chunk: within run_sum_depth, the
-// bound of the one-block kernel, for every group this path takes (tests/cuda/kernel_test_support.h). Fixed
-// orders: the result repeats run to run.
+// through 16 + 2 roundings in its thread, at most 10 in the block's tree and one per chunk: within
+// run_sum_depth, the bound of the one-block kernel, for every group this path takes
+// (tests/cuda/kernel_test_support.h). Fixed orders: the result repeats run to run.
 constexpr int64_t kChunk = 4096;
 constexpr int kChunkThreads = 256;
 constexpr int kPerThread = int(kChunk / kChunkThreads);
