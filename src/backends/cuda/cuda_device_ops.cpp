@@ -233,6 +233,14 @@ void CudaDeviceOps::conv_routed(const ConvCall& c, Tensor& y) const {
     if (best != last) run_conv_route(best, c, y);  // y holds the last route's result; keep the chosen one's
 }
 
+// cuDNN's workspace callback: device scratch of the bytes asked, kept alive in `keep` by the caller.
+std::function<void*(size_t)> CudaDeviceOps::scratch_in(std::vector<Tensor>& keep) const {
+    return [this, &keep](size_t bytes) {
+        keep.push_back(Tensor::empty_on(backend_, {int64_t((bytes + 1) / 2)}, DType::F16));
+        return keep.back().device_data();
+    };
+}
+
 void CudaDeviceOps::conv_cudnn(const ConvCall& c, Tensor& y) const {
     const ConvShape& sh = c.shape;
     const Tensor& x = c.x;
@@ -247,10 +255,7 @@ void CudaDeviceOps::conv_cudnn(const ConvCall& c, Tensor& y) const {
     }
     std::vector<Tensor> scratch;  // alive until the convolution is queued; the stream orders its reuse
     backend_.cudnn()->run(sh, c.stats ? normed.device_data() : x.device_data(), c.w.device_data(), y.device_data(), s,
-                          [&](size_t bytes) {
-                              scratch.push_back(Tensor::empty_on(backend_, {int64_t((bytes + 1) / 2)}, DType::F16));
-                              return scratch.back().device_data();
-                          });
+                          scratch_in(scratch));
     if (c.b)
         for (int64_t img = 0; img < sh.n; ++img)
             add_channel_bias(at(y, img * sh.cout * sh.oh * sh.ow), c.b->device_data(), y.dtype(), 1, sh.cout,
@@ -284,10 +289,7 @@ void CudaDeviceOps::conv_cudnn_nhwc(const ConvCall& c, Tensor& y) const {
     Tensor yt = Tensor::empty_on(backend_, {sh.n, sh.oh, sh.ow, sh.cout}, x.dtype());
     std::vector<Tensor> scratch;  // alive until the convolution is queued; the stream orders its reuse
     const void* filter = sh.k > 1 ? wt.device_data() : c.w.device_data();
-    backend_.cudnn_nhwc()->run(sh, xt.device_data(), filter, yt.device_data(), s, [&](size_t bytes) {
-        scratch.push_back(Tensor::empty_on(backend_, {int64_t((bytes + 1) / 2)}, DType::F16));
-        return scratch.back().device_data();
-    });
+    backend_.cudnn_nhwc()->run(sh, xt.device_data(), filter, yt.device_data(), s, scratch_in(scratch));
     from_nhwc(yt.device_data(), c.b ? c.b->device_data() : nullptr, y.device_data(), y.dtype(), sh.n, sh.oh * sh.ow,
               sh.cout, s, c.accumulate);
 }

@@ -6,8 +6,10 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "backends/cuda/cudnn_conv.h"
 #include "ops/device_ops.h"
@@ -71,6 +73,7 @@ private:
     };
     void conv_routed(const ConvCall& c, Tensor& y) const;
     void run_conv_route(ConvRoute route, const ConvCall& c, Tensor& y) const;
+    std::function<void*(size_t)> scratch_in(std::vector<Tensor>& keep) const;
     void conv_cudnn(const ConvCall& c, Tensor& y) const;
     void conv_cudnn_nhwc(const ConvCall& c, Tensor& y) const;
     using RouteKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, bool>;
