@@ -116,6 +116,40 @@ TEST_P(DeviceOps, Conv2dAndFusedNorm) {
         }
 }
 
+// The VAE's fused convolutions (ops::conv2d_group_norm_silu_add_, ops::conv2d_upsample2x): each backend's
+// DeviceOps fuses them or composes them. Two calls each: on CUDA the first composes and chooses the route, the
+// second may run fused. The bounds are the GroupNorm conv's (above) plus add_'s rounding, and conv2d's.
+TEST_P(DeviceOps, ResidualAndUpsampledConvolutions) {
+    Backend* gpu = &this->gpu();
+    for (DType t : kiln::test::gpu_dtypes(*gpu)) {
+        const int n = 2, cin = 16, h = 9, w = 7, cout = 8, groups = 4;
+        Tensor x = random({n, cin, h, w}, 41, t), wt = random({cout, cin, 3, 3}, 42, t), b = random({cout}, 43, t);
+        Tensor gamma = random({cin}, 44, t, 0.5f, 1.5f), beta = random({cin}, 45, t);
+        Tensor acc = random({n, cout, h, w}, 46, t, -2.0f, 2.0f);
+        Tensor babs = abs_of(b);
+        Tensor ref = acc;
+        ops::add_(ref, ops::conv2d_group_norm_silu(x, groups, gamma, beta, 1e-5f, wt, &b, 1, 1));
+        Tensor normed = ops::group_norm(x, groups, gamma, beta, 1e-5f);
+        ops::silu_(normed);
+        Tensor scale = abs_of(acc);
+        ops::add_(scale, ops::conv2d(abs_of(normed), abs_of(wt), &babs, 1, 1));
+        Tensor up = ops::upsample_nearest2x(x);
+        Tensor up_ref = ops::conv2d(up, wt, &b, 1, 1);
+        Tensor up_scale = ops::conv2d(abs_of(up), abs_of(wt), &babs, 1, 1);
+        Tensor xd = x.to_device(*gpu, t), wd = wt.to_device(*gpu, t), bd = b.to_device(*gpu, t);
+        Tensor gd = gamma.to_device(*gpu, t), betad = beta.to_device(*gpu, t);
+        const double k = double(cin) * 9;
+        for (int call = 1; call <= 2; ++call) {
+            Tensor accd = acc.to_device(*gpu, t);
+            ops::conv2d_group_norm_silu_add_(accd, xd, groups, gd, betad, 1e-5f, wd, &bd, 1, 1);
+            expect_close(accd.to_host(), ref, scale, k + double(h) * w * cin / groups, t, 4,
+                         "conv2d_group_norm_silu_add_ call " + std::to_string(call));
+            expect_close(ops::conv2d_upsample2x(xd, wd, &bd, 1, 1).to_host(), up_ref, up_scale, k, t, 1,
+                         "conv2d_upsample2x call " + std::to_string(call));
+        }
+    }
+}
+
 TEST_P(DeviceOps, AttentionFlashAndProducts) {
     Backend* gpu = &this->gpu();
     struct A {
