@@ -109,8 +109,9 @@ inline double sum_depth(int64_t m) { return std::ceil(double(m) / 64.0) + 10; }
 
 // group_norm_stats sums each thread's values in runs of 32 (group_norm.cu): a value passes through at most
 // 32 + ceil(c / 32) + 1 roundings for c = ceil(m / 64) values per thread, then the tree's 10. Its chunked
-// path (m >= 8192, chunks of 4096 over 256 threads) gives at most 16 + 2 + 10 + ceil(m / 4096), which is
-// below that (33 + ceil(m / 2048) + 10) for every such m.
+// path (m > 8192, a warp per chunk of 512: each lane's 16 or 8 values added pairwise, then the warp's
+// butterfly) gives at most 4 + 6 + 2 for a chunk, then ceil(chunks / 256) + 10 in the finish's block: below
+// that bound (at least 49 for such m, growing as m / 2048 where this grows as m / 2^17) for every such m.
 inline double run_sum_depth(int64_t m) {
     const double c = std::ceil(double(m) / 64.0);
     return std::min(c, 32 + std::ceil(c / 32) + 1) + 10;

@@ -104,7 +104,10 @@ TEST(KernelsCuda, GroupNormStatsAndApplyMatchTheReference) {
     const GroupCase cases[] = {{1, 1, 1, 1, 1e-5f},        {2, 6, 31, 3, 1e-6f},   {1, 32, 33, 32, 1e-5f},
                                {2, 64, 17 * 19, 32, 1e-6f}, {1, 320, 1024, 32, 1e-5f}, {1, 128, 65536, 32, 1e-6f},
                                {1, 70000, 2, 7, 1e-5f},     {2, 64, 123 * 97, 8, 1e-5f},
-                               {1, 3, 12347, 3, 1e-5f}};  // chunked in 4-value loads, and (odd groups) in 1-value
+                               {1, 3, 12347, 3, 1e-5f},  // chunked in 16-byte loads, and (odd groups) in 1-value
+                               {1, 1, 8193, 1, 1e-5f},   // a chunk of 1 value after whole ones
+                               {1, 1, 12300, 1, 1e-5f},  // a multiple of 4, not 8: 16-byte loads for float only
+                               {1, 3, 700000, 1, 1e-5f}};  // 4102 chunks: the finish's threads take 17 or 16
     for (DType type : kStorageTypes)
         for (const GroupCase& gc : cases) {
             const std::string what = "group_norm " + std::to_string(gc.n) + "x" + std::to_string(gc.c) + "x" +

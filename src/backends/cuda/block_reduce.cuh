@@ -73,6 +73,12 @@ __device__ __forceinline__ float block_reduce_max(float v) {
     return block_reduce_detail::block_reduce(v, block_reduce_detail::Max{});
 }
 
+// The float sum over one warp, on every lane: all lanes of the warp call it (no barrier, so warps of a block
+// may call it independently). Its order is fixed by the warp size.
+__device__ __forceinline__ float warp_sum(float v) {
+    return block_reduce_detail::warp_reduce(v, block_reduce_detail::Sum{});
+}
+
 // Shorter names the norm kernels use.
 __device__ __forceinline__ float block_sum(float v) { return block_reduce_sum(v); }
 __device__ __forceinline__ float block_max(float v) { return block_reduce_max(v); }

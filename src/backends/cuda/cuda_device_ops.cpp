@@ -465,13 +465,11 @@ Tensor CudaDeviceOps::attention_by_products(const Tensor& q, const Tensor& k, co
     if (out.numel() == 0) return out;
     if (lk == 0) bad("attention", "no keys");
     cudaStream_t s = backend_.stream();
-    const bool f32 = q.dtype() == DType::F32;
-    const int64_t per_row = heads * lk * (4 + 4 + (f32 ? 0 : esize(q)));
+    // Scores in float32, probabilities stored straight in the operands' type by the softmax.
+    const int64_t per_row = heads * lk * (4 + esize(q));
     const int64_t block = std::clamp<int64_t>(kScoreBudgetBytes / per_row, 1, lq);
     Tensor scores = Tensor::empty_on(backend_, {heads * block * lk}, DType::F32);
-    Tensor probs = Tensor::empty_on(backend_, {heads * block * lk}, DType::F32);
-    Tensor probs_cast;
-    if (!f32) probs_cast = Tensor::empty_on(backend_, {heads * block * lk}, q.dtype());
+    Tensor probs = Tensor::empty_on(backend_, {heads * block * lk}, q.dtype());
     for (int64_t bi = 0; bi < batch; ++bi)
         for (int64_t q0 = 0; q0 < lq; q0 += block) {
             const int64_t rows = std::min(block, lq - q0);
@@ -487,12 +485,9 @@ Tensor CudaDeviceOps::attention_by_products(const Tensor& q, const Tensor& k, co
             g.batch = heads, g.stride_a = d, g.stride_b = d, g.stride_c = rows * lk;
             backend_.gemm().run(g, s);
             if (causal) causal_mask(static_cast<float*>(scores.device_data()), heads, rows, lk, q0, s);
-            cuda::softmax_lastdim(scores.device_data(), probs.device_data(), DType::F32, heads * rows, lk, s);
+            softmax_f32_rows_to(static_cast<const float*>(scores.device_data()), probs.device_data(), q.dtype(),
+                                heads * rows, lk, s);
             const void* p = probs.device_data();
-            if (!f32) {
-                convert(probs.device_data(), DType::F32, probs_cast.device_data(), q.dtype(), heads * rows * lk, s);
-                p = probs_cast.device_data();
-            }
             GemmArgs o;  // out_h^T (d x rows) = v_h^T p_h^T
             o.m = d, o.n = rows, o.k = lk;
             o.a = at(v, bi * lk * hd), o.lda = hd;

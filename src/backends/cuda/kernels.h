@@ -40,14 +40,16 @@ void nlc_to_nchw(const void* x, void* out, DType type, int64_t n, int64_t hw, in
 
 // Row-wise over the last dim of [rows, cols]. gamma/beta [cols] have the storage type of x.
 void softmax_lastdim(const void* x, void* out, DType type, int64_t rows, int64_t cols, cudaStream_t stream);
+// The same over float32 rows, the result stored as out_type (attention's probabilities for its second product).
+void softmax_f32_rows_to(const float* x, void* out, DType out_type, int64_t rows, int64_t cols, cudaStream_t stream);
 void layer_norm(const void* x, const void* gamma, const void* beta, void* out, DType type, int64_t rows,
                 int64_t cols, float eps, cudaStream_t stream);
 
 // GroupNorm as statistics then an affine per (image, channel):
 // stats [n * groups * 2] = (mean, 1/sqrt(var + eps)) of each group, biased variance, in float.
-// With a workspace of group_norm_stats_workspace(...) floats (0: none is needed), groups of 8192 values or
-// more are reduced in chunks by many blocks (the same sums, split: the same error bound); without one, one
-// block per group.
+// With a workspace of group_norm_stats_workspace(...) floats (0: none is needed), groups of more than
+// 8192 values are reduced in chunks of 512 by many warps (the same sums, split: within the same error bound);
+// without one, one block per group.
 void group_norm_stats(const void* x, DType type, int64_t n, int64_t c, int64_t hw, int groups, float eps,
                       float* stats, cudaStream_t stream, float* workspace = nullptr);
 int64_t group_norm_stats_workspace(int64_t n, int64_t c, int64_t hw, int groups);
