@@ -156,7 +156,8 @@ TEST(KernelsCuda, ChannelsLastLayoutsAroundAConvolution) {
             decode_to_float(type, got_bytes.data(), got.data(), got.size());
             expect_identical(label(type, "from_nhwc accumulating " + dims({n, hw2, c})), got, rounded(type, want).f);
         }
-    const int64_t filters[][3] = {{1, 1, 1}, {3, 5, 9}, {320, 320, 9}, {7, 33, 1}, {1280, 2560, 9}};  // cout, cin, taps
+    const int64_t filters[][3] = {{1, 1, 1}, {3, 5, 9}, {320, 320, 9}, {7, 33, 1}, {1280, 2560, 9},
+                                    {4, 1001, 9}};  // cout, cin, taps; the last: slabs of 334, 334 and 333
     for (DType type : kStorageTypes)
         for (const auto& f : filters) {
             const int64_t cout = f[0], cin = f[1], taps = f[2];

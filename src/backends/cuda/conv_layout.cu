@@ -19,6 +19,9 @@ namespace {
 // divides to find its tile (64-bit divisions cost more than the copy); tile rows and images beyond the
 // grid's 65535 loop.
 constexpr int kTile = 32, kTileRows = 8;
+// Blocks a multiprocessor should hold at once (registers capped to fit): memory-bound copies need many loads
+// in flight, and at 48-56 registers only 4 blocks fit.
+constexpr int kTileBlocks = 6;
 
 template <int kVec>
 dim3 tile_grid(int64_t n, int64_t rows, int64_t cols) {  // source [n][rows][cols]
@@ -31,15 +34,30 @@ dim3 tile_grid(int64_t n, int64_t rows, int64_t cols) {  // source [n][rows][col
 // kVec 2 needs c and hw even. kUp: x is the nearest-2x downsampled image, [n][c][hw / 4] of width w2 / 2, read
 // as its upsampled copy of width w2 (conv2d_upsample2x without that copy); hw < 2^31.
 template <class T, int kVec, bool kUp>
-__global__ void to_nhwc_kernel(const T* x, T* out, int64_t n, int64_t c, int64_t hw, const float* stats,
+__global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks) to_nhwc_kernel(const T* x, T* out, int64_t n, int64_t c, int64_t hw, const float* stats,
                                const T* gamma, const T* beta, int64_t channels_per_group, uint32_t w2) {
     constexpr int kT = kTile * kVec;
     __shared__ float tile[kT][kT + 1];
+    // The tile's channels' GroupNorm terms (mean, rstd, gamma, beta), found once per tile: a thread per value
+    // would divide a 64-bit channel index by the group width for each row it reads (ncu: the kernel was
+    // bound by instructions, not by memory).
+    __shared__ float norm[kT][4];
     const int64_t p0 = int64_t(blockIdx.x) * kT, groups = stats ? c / channels_per_group : 0;
+    const int flat = threadIdx.y * kTile + threadIdx.x;
     for (int64_t b = blockIdx.z; b < n; b += gridDim.z)
     for (int64_t c0 = int64_t(blockIdx.y) * kT; c0 < c; c0 += int64_t(gridDim.y) * kT) {
         const int64_t plane = kUp ? hw / 4 : hw;
         const T* src = x + b * c * plane;
+        if (stats) {
+            if (flat < kT && c0 + flat < c) {
+                const int64_t ch = c0 + flat, g = b * groups + ch / channels_per_group;
+                norm[flat][0] = stats[2 * g];
+                norm[flat][1] = stats[2 * g + 1];
+                norm[flat][2] = detail::to_float(gamma[ch]);
+                norm[flat][3] = detail::to_float(beta[ch]);
+            }
+            __syncthreads();
+        }
         for (int r = threadIdx.y; r < kT; r += kTileRows) {
             const int64_t ch = c0 + r, p = p0 + kVec * threadIdx.x;
             if (ch < c && p < hw) {
@@ -52,9 +70,7 @@ __global__ void to_nhwc_kernel(const T* x, T* out, int64_t n, int64_t c, int64_t
                     in = *reinterpret_cast<const detail::Vec<T, kVec>*>(src + ch * hw + p);
                 }
                 if (stats) {  // im2col's expression exactly (kernels_layout_cuda_test compares the two)
-                    const int64_t g = b * groups + ch / channels_per_group;
-                    const float mean = stats[2 * g], rstd = stats[2 * g + 1];
-                    const float scale = detail::to_float(gamma[ch]), shift = detail::to_float(beta[ch]);
+                    const float mean = norm[r][0], rstd = norm[r][1], scale = norm[r][2], shift = norm[r][3];
                     for (int e = 0; e < kVec; ++e)
                         tile[r][kVec * threadIdx.x + e] =
                             detail::silu((detail::to_float(in.v[e]) - mean) * rstd * scale + shift);
@@ -73,14 +89,14 @@ __global__ void to_nhwc_kernel(const T* x, T* out, int64_t n, int64_t c, int64_t
                 *reinterpret_cast<detail::Vec<T, kVec>*>(dst + p * c + ch) = o;
             }
         }
-        __syncthreads();  // the tile is refilled for the next round
+        __syncthreads();  // the tile (and the norm terms) are refilled for the next round
     }
 }
 
 // out [n][c][hw] = x [n][hw][c] + bias[c] (bias may be null), rounded; with `accumulate`, out += that instead
 // (the sum of the rounded value, as add_ would make it). kVec 2 needs c and hw even.
 template <class T, int kVec>
-__global__ void from_nhwc_kernel(const T* x, const T* bias, T* out, int64_t n, int64_t hw, int64_t c,
+__global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks) from_nhwc_kernel(const T* x, const T* bias, T* out, int64_t n, int64_t hw, int64_t c,
                                  bool accumulate) {
     constexpr int kT = kTile * kVec;
     __shared__ float tile[kT][kT + 1];
@@ -126,20 +142,45 @@ bool pairs_fit(int64_t a, int64_t b, const void* x, const void* out) {
 
 // out [cout][taps][cin] = w [cout][cin][taps]. A block takes a slab of one output channel's filter, up to
 // kSlab elements of whole input channels, which is contiguous in w: read at once into shared memory, written
-// out as `taps` contiguous runs.
+// out as `taps` contiguous runs. 16-bit filters move in pairs where they align (4-byte reads of the slab;
+// each thread writes two neighbouring input channels of a tap), and the input channels are split evenly
+// between a filter's blocks: session 6's kernel moved 2 bytes per access in uneven slabs (455 + 57 input
+// channels of a 3x3 filter), 0.28 TB/s on the H200.
 constexpr int kSlab = 4096;
 
 template <class W>
 __global__ void filter_to_krsc_kernel(const W* w, W* out, int64_t cout, int64_t cin, int64_t taps, int64_t chunk) {
     __shared__ W slab[kSlab];
-    const int64_t c0 = int64_t(blockIdx.x) * chunk, count = min(chunk, cin - c0);
+    const int64_t c0 = int64_t(blockIdx.x) * chunk;
+    const int count = static_cast<int>(min(chunk, cin - c0)), values = count * static_cast<int>(taps);
+    const int nt = static_cast<int>(taps);
     for (int64_t co = blockIdx.y; co < cout; co += gridDim.y) {
         const W* src = w + (co * cin + c0) * taps;
-        for (int64_t i = threadIdx.x; i < count * taps; i += blockDim.x) slab[i] = src[i];
-        __syncthreads();
         W* dst = out + co * taps * cin + c0;
-        for (int64_t tap = 0; tap < taps; ++tap)
-            for (int64_t ci = threadIdx.x; ci < count; ci += blockDim.x) dst[tap * cin + ci] = slab[ci * taps + tap];
+        const bool pairs_in = sizeof(W) == 2 && values % 2 == 0 && reinterpret_cast<uintptr_t>(src) % 4 == 0;
+        const bool pairs_out = sizeof(W) == 2 && count % 2 == 0 && cin % 2 == 0 && reinterpret_cast<uintptr_t>(dst) % 4 == 0;
+        if (pairs_in) {
+            for (int i = threadIdx.x; i < values / 2; i += blockDim.x)
+                reinterpret_cast<uint32_t*>(slab)[i] = reinterpret_cast<const uint32_t*>(src)[i];
+        } else {
+            for (int i = threadIdx.x; i < values; i += blockDim.x) slab[i] = src[i];
+        }
+        __syncthreads();
+        if (pairs_out) {
+            const int half = count / 2;
+            for (int i = threadIdx.x; i < nt * half; i += blockDim.x) {
+                const int tap = i / half, ci = 2 * (i - tap * half);
+                detail::Vec<W, 2> o;
+                o.v[0] = slab[ci * nt + tap];
+                o.v[1] = slab[(ci + 1) * nt + tap];
+                *reinterpret_cast<detail::Vec<W, 2>*>(dst + int64_t(tap) * cin + ci) = o;
+            }
+        } else {
+            for (int i = threadIdx.x; i < values; i += blockDim.x) {
+                const int tap = i / count, ci = i - tap * count;
+                dst[int64_t(tap) * cin + ci] = slab[ci * nt + tap];
+            }
+        }
         __syncthreads();
     }
 }
@@ -222,7 +263,12 @@ void filter_to_krsc(const void* w, void* out, DType type, int64_t cout, int64_t 
     detail::check_pointer("filter_to_krsc", "w", w);
     detail::check_pointer("filter_to_krsc", "out", out);
     require(taps <= kSlab, ErrorKind::InvalidArgument, "kiln::cuda::filter_to_krsc: a kernel of more than 4096 taps");
-    const int64_t chunk = kSlab / taps, chunks = (cin + chunk - 1) / chunk;
+    // The fewest slabs that hold the filter, with the input channels split evenly between them, an even count
+    // where one fits (16-bit filters then move in pairs).
+    const int64_t most = kSlab / taps, slabs = (cin + most - 1) / most;
+    int64_t chunk = (cin + slabs - 1) / slabs;
+    if (chunk % 2 && chunk < most) ++chunk;
+    const int64_t chunks = (cin + chunk - 1) / chunk;
     const dim3 grid(unsigned(chunks), unsigned(std::min<int64_t>(cout, 65535)));
     detail::dispatch_bits("filter_to_krsc", type, [&](auto t) {
         using W = typename decltype(t)::type;
