@@ -1,5 +1,5 @@
 // Each convolution route of the CUDA backend (im2col + cuBLASLt, cuDNN on NCHW, cuDNN's graph API on
-// channels-last copies), forced one at a time through KILN_CUDA_CONV on a backend of its own, against the
+// channels-last copies, the direct kernel for 1 to 4 output channels), forced one at a time through KILN_CUDA_CONV on a backend of its own, against the
 // host's float32 convolution: plain and with GroupNorm+SiLU fused, bias included, on shapes that break tiles
 // (odd sides, 1x1, strided, 3 and 4 channels, more than one image) and one at SD's widths. The bound is
 // tests/gpu/device_ops_test.cpp's (the same compositions: a product rounded to the storage type, then the
@@ -43,8 +43,10 @@ TEST(ConvRoutesCuda, EveryRouteAgreesWithTheHost) {
     KILN_SKIP_WITHOUT_GPU();
     const ConvCase cases[] = {{1, 4, 7, 5, 3, 3, 1, 1, 2},    {2, 8, 9, 9, 8, 3, 2, 1, 4},
                               {1, 6, 5, 6, 10, 1, 1, 0, 3},   {2, 32, 16, 16, 16, 3, 1, 1, 32},
-                              {2, 64, 17, 13, 40, 3, 1, 1, 32}, {1, 320, 16, 16, 320, 3, 1, 1, 32}};
-    for (const char* route : {"im2col", "cudnn", "nhwc"}) {
+                              {2, 64, 17, 13, 40, 3, 1, 1, 32}, {1, 320, 16, 16, 320, 3, 1, 1, 32},
+                              // few outputs: the VAE's last convolution at odd sides over several tiles, padding 2
+                              {2, 128, 19, 37, 3, 3, 1, 1, 32}, {1, 9, 17, 40, 4, 3, 1, 2, 3}};
+    for (const char* route : {"im2col", "cudnn", "nhwc", "few"}) {
         std::unique_ptr<CudaBackend> gpu = backend_with_route(route);
         const auto& ops = static_cast<const CudaDeviceOps&>(gpu->ops());
         for (DType t : kStorageTypes)
@@ -106,20 +108,26 @@ TEST(ConvRoutesCuda, EveryRouteAgreesWithTheHost) {
                                  name + " conv2d_upsample2x");
                 }
             }
-        const CudaDeviceOps::ConvRoute forced = std::string(route) == "im2col" ? CudaDeviceOps::ConvRoute::Im2col
-                                                : std::string(route) == "cudnn" ? CudaDeviceOps::ConvRoute::Cudnn
-                                                                                : CudaDeviceOps::ConvRoute::CudnnNhwc;
+        using Route = CudaDeviceOps::ConvRoute;
+        const std::string r = route;
+        const Route forced = r == "im2col" ? Route::Im2col
+                             : r == "cudnn" ? Route::Cudnn
+                             : r == "nhwc"  ? Route::CudnnNhwc
+                                            : Route::FewOutputs;
         std::printf("[ routes   ] KILN_CUDA_CONV=%s: %lld of %lld convolutions on it\n", route,
                     static_cast<long long>(ops.convolutions_on(forced)),
-                    static_cast<long long>(ops.convolutions_on(CudaDeviceOps::ConvRoute::Im2col) +
-                                           ops.convolutions_on(CudaDeviceOps::ConvRoute::Cudnn) +
-                                           ops.convolutions_on(CudaDeviceOps::ConvRoute::CudnnNhwc)));
+                    static_cast<long long>(ops.convolutions_on(Route::Im2col) + ops.convolutions_on(Route::Cudnn) +
+                                           ops.convolutions_on(Route::CudnnNhwc) +
+                                           ops.convolutions_on(Route::FewOutputs)));
         EXPECT_GT(ops.convolutions_on(forced), 0) << route;
         if (forced != CudaDeviceOps::ConvRoute::Cudnn) {
             EXPECT_EQ(ops.convolutions_on(CudaDeviceOps::ConvRoute::Cudnn), 0) << route;
         }
         if (forced != CudaDeviceOps::ConvRoute::CudnnNhwc) {
             EXPECT_EQ(ops.convolutions_on(CudaDeviceOps::ConvRoute::CudnnNhwc), 0) << route;
+        }
+        if (forced != Route::FewOutputs) {
+            EXPECT_EQ(ops.convolutions_on(Route::FewOutputs), 0) << route;
         }
     }
 }

@@ -22,30 +22,41 @@ TEST(KernelsCuda, SoftmaxMatchesTheReference) {
         int64_t rows, cols;
         double lo, hi;
     };
-    const Shape2 shapes[] = {{1, 1, -8, 8},    {3, 31, -8, 8},  {5, 33, -8, 8},    {2, 1025, -8, 8},
-                             {8, 4096, -8, 8}, {1, 77, -8, 8},  {4, 300, -60, 60}, {70001, 3, -8, 8}};
-    for (DType type : kStorageTypes)
-        for (const Shape2& s : shapes) {
-            const Values x = random_values(type, size_t(s.rows * s.cols), uint64_t(s.rows * 31 + s.cols), s.lo, s.hi);
-            DeviceBuffer in(x);
-            Output out(type, x.size());
-            softmax_lastdim(in.get(), out.get(), type, s.rows, s.cols, nullptr);
-            const Tensor ref = ops::ref::softmax_lastdim(x.tensor({s.rows, s.cols}));
-            std::vector<double> bounds(x.size());
-            const double depth = sum_depth(s.cols);
-            for (int64_t r = 0; r < s.rows; ++r) {
-                const float* row = x.f.data() + r * s.cols;
-                const double mx = *std::max_element(row, row + s.cols), mn = *std::min_element(row, row + s.cols);
-                for (int64_t j = 0; j < s.cols; ++j) {
-                    const size_t i = size_t(r * s.cols + j);
-                    const double f_rel = rel_u((4 + (mx - row[j])) + (4 + (mx - mn)) + depth + 1);
-                    bounds[i] = bound(type, ref[int64_t(i)], f_rel, 0x1p-126);
+    // Rows of 2049 to 16384 values are held in registers (16, 32 or 64 a thread); the others loop.
+    const Shape2 shapes[] = {{1, 1, -8, 8},    {3, 31, -8, 8},    {5, 33, -8, 8},      {2, 1025, -8, 8},
+                             {8, 4096, -8, 8}, {1, 77, -8, 8},    {4, 300, -60, 60},   {70001, 3, -8, 8},
+                             {3, 2049, -8, 8}, {2, 4097, -8, 8},  {3, 8191, -20, 20},  {2, 16384, -8, 8},
+                             {1, 16385, -8, 8}};
+    // softmax_lastdim reads and writes `type`; softmax_f32_rows_to reads float32 and writes `type`.
+    for (bool from_f32 : {false, true})
+        for (DType type : kStorageTypes)
+            for (const Shape2& s : shapes) {
+                const DType in_type = from_f32 ? DType::F32 : type;
+                const Values x = random_values(in_type, size_t(s.rows * s.cols), uint64_t(s.rows * 31 + s.cols), s.lo,
+                                               s.hi);
+                DeviceBuffer in(x);
+                Output out(type, x.size());
+                if (from_f32)
+                    softmax_f32_rows_to(in.as<float>(), out.get(), type, s.rows, s.cols, nullptr);
+                else
+                    softmax_lastdim(in.get(), out.get(), type, s.rows, s.cols, nullptr);
+                const Tensor ref = ops::ref::softmax_lastdim(x.tensor({s.rows, s.cols}));
+                std::vector<double> bounds(x.size());
+                const double depth = sum_depth(s.cols);
+                for (int64_t r = 0; r < s.rows; ++r) {
+                    const float* row = x.f.data() + r * s.cols;
+                    const double mx = *std::max_element(row, row + s.cols), mn = *std::min_element(row, row + s.cols);
+                    for (int64_t j = 0; j < s.cols; ++j) {
+                        const size_t i = size_t(r * s.cols + j);
+                        const double f_rel = rel_u((4 + (mx - row[j])) + (4 + (mx - mn)) + depth + 1);
+                        bounds[i] = bound(type, ref[int64_t(i)], f_rel, 0x1p-126);
+                    }
                 }
+                expect_within(label(type, std::string(from_f32 ? "softmax from f32 " : "softmax ") +
+                                              std::to_string(s.rows) + "x" + std::to_string(s.cols)),
+                              out.values(), ref.values(), bounds);
+                EXPECT_TRUE(out.guard_intact());
             }
-            expect_within(label(type, "softmax " + std::to_string(s.rows) + "x" + std::to_string(s.cols)), out.values(),
-                          ref.values(), bounds);
-            EXPECT_TRUE(out.guard_intact());
-        }
 }
 
 // Random values in [-3, 3), with row or group `constant_at` set to 0.3 and `offset_at` to 20 + [-0.05, 0.05).

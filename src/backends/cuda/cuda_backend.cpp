@@ -59,10 +59,12 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
     timeline_ = std::make_unique<GpuTimeline>(stream_, device_name(device()));
     gemm_ = std::make_unique<Gemm>();
     const std::string conv = std::getenv("KILN_CUDA_CONV") ? std::getenv("KILN_CUDA_CONV") : "";
-    require(conv.empty() || conv == "measured" || conv == "im2col" || conv == "cudnn" || conv == "nhwc",
+    require(conv.empty() || conv == "measured" || conv == "im2col" || conv == "cudnn" || conv == "nhwc" ||
+                conv == "few",
             ErrorKind::InvalidArgument,
-            "KILN_CUDA_CONV=" + conv + ": the convolution route is one of measured, im2col, cudnn, nhwc");
+            "KILN_CUDA_CONV=" + conv + ": the convolution route is one of measured, im2col, cudnn, nhwc, few");
     conv_measured_ = conv.empty() || conv == "measured";
+    conv_few_outputs_ = conv_measured_ || conv == "few";
     const char* conv_log = std::getenv("KILN_CUDA_CONV_LOG");
     conv_log_ = conv_log && std::strcmp(conv_log, "1") == 0;
 #if KILN_HAS_CUDNN

@@ -54,8 +54,11 @@ public:
     // KILN_CUDA_CONV leaves it out: cuDNN's legacy API on NCHW, and its graph API on channels-last copies.
     CudnnConv* cudnn() const { return cudnn_.get(); }
     CudnnGraphConv* cudnn_nhwc() const { return cudnn_nhwc_.get(); }
+    // The direct kernel for convolutions with 1 to 4 output channels (conv_few_outputs.cu): unless
+    // KILN_CUDA_CONV names another route.
+    bool conv_few_outputs() const { return conv_few_outputs_; }
     // KILN_CUDA_CONV unset: each convolution shape times the routes there are on its first call and keeps the
-    // fastest; set to one route (im2col, cudnn, nhwc), that route wherever it has a kernel, im2col elsewhere.
+    // fastest; set to one route (im2col, cudnn, nhwc, few), that route wherever it has a kernel, im2col elsewhere.
     bool conv_measured() const { return conv_measured_; }
     // KILN_CUDA_CONV_LOG=1 prints each convolution shape's route timings and choice to stderr.
     bool conv_log() const { return conv_log_; }
@@ -91,6 +94,7 @@ private:
     bool sync_ops_ = false;
     bool fast_f32_ = false;
     bool conv_measured_ = true;
+    bool conv_few_outputs_ = true;
     bool conv_log_ = false;
     cudaStream_t stream_ = nullptr;
     mutable CudaAllocator allocator_;

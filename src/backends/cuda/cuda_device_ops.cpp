@@ -177,7 +177,13 @@ Tensor CudaDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, in
 }
 
 static const char* route_name(CudaDeviceOps::ConvRoute r) {
-    return r == CudaDeviceOps::ConvRoute::Im2col ? "im2col" : r == CudaDeviceOps::ConvRoute::Cudnn ? "cudnn" : "nhwc";
+    switch (r) {
+        case CudaDeviceOps::ConvRoute::Im2col: return "im2col";
+        case CudaDeviceOps::ConvRoute::Cudnn: return "cudnn";
+        case CudaDeviceOps::ConvRoute::CudnnNhwc: return "nhwc";
+        case CudaDeviceOps::ConvRoute::FewOutputs: return "few";
+    }
+    return "?";
 }
 
 void CudaDeviceOps::run_conv_route(ConvRoute route, const ConvCall& c, Tensor& y) const {
@@ -185,6 +191,7 @@ void CudaDeviceOps::run_conv_route(ConvRoute route, const ConvCall& c, Tensor& y
         case ConvRoute::Im2col: conv_im2col(c, y); break;
         case ConvRoute::Cudnn: conv_cudnn(c, y); break;
         case ConvRoute::CudnnNhwc: conv_cudnn_nhwc(c, y); break;
+        case ConvRoute::FewOutputs: conv_few_outputs(c, y); break;
     }
     ++route_calls_[static_cast<size_t>(route)];  // counted once it ran (a route may throw: no kernel)
 }
@@ -198,6 +205,9 @@ void CudaDeviceOps::conv_routed(const ConvCall& c, Tensor& y) const {
     const RouteKey key = route_key(sh, c.stats != nullptr);
     if (auto it = routes_.find(key); it != routes_.end()) return run_conv_route(it->second, c, y);
     std::vector<ConvRoute> candidates;
+    if (backend_.conv_few_outputs() &&
+        cuda::conv_few_outputs_fits(sh.cout, sh.k, sh.stride, sh.padding, sh.h, sh.w, sh.cin))
+        candidates.push_back(ConvRoute::FewOutputs);
     if (backend_.cudnn_nhwc()) candidates.push_back(ConvRoute::CudnnNhwc);
     if (backend_.cudnn()) candidates.push_back(ConvRoute::Cudnn);
     candidates.push_back(ConvRoute::Im2col);
@@ -292,6 +302,21 @@ void CudaDeviceOps::conv_cudnn_nhwc(const ConvCall& c, Tensor& y) const {
     backend_.cudnn_nhwc()->run(sh, xt.device_data(), filter, yt.device_data(), s, scratch_in(scratch));
     from_nhwc(yt.device_data(), c.b ? c.b->device_data() : nullptr, y.device_data(), y.dtype(), sh.n, sh.oh * sh.ow,
               sh.cout, s, c.accumulate);
+}
+
+// The direct kernel for 1 to 4 output channels (conv_few_outputs.cu), on NCHW: no copies around it.
+void CudaDeviceOps::conv_few_outputs(const ConvCall& c, Tensor& y) const {
+    const ConvShape& sh = c.shape;
+    Im2colNorm norm;
+    if (c.stats) {
+        norm.stats = static_cast<const float*>(c.stats->device_data());
+        norm.gamma = c.gamma->device_data();
+        norm.beta = c.beta->device_data();
+        norm.groups = c.groups;
+    }
+    cuda::conv_few_outputs(c.x.device_data(), c.w.device_data(), c.b ? c.b->device_data() : nullptr, y.device_data(),
+                           y.dtype(), sh.n, sh.cin, sh.h, sh.w, sh.cout, int(sh.padding), c.stats ? &norm : nullptr,
+                           backend_.stream());
 }
 
 ConvShape CudaDeviceOps::conv_shape(int64_t n, int64_t cin, int64_t h, int64_t w, const Tensor& weight, int stride,

@@ -50,7 +50,7 @@ public:
 
     // The convolution routes (conv_routed in the .cpp), and how many convolutions each has run: for tests and
     // diagnostics, since a route with no kernel for a shape falls back to im2col.
-    enum class ConvRoute { Im2col, Cudnn, CudnnNhwc };
+    enum class ConvRoute { Im2col, Cudnn, CudnnNhwc, FewOutputs };
     int64_t convolutions_on(ConvRoute route) const { return route_calls_[static_cast<size_t>(route)]; }
 
 private:
@@ -83,6 +83,7 @@ private:
     ConvShape conv_shape(int64_t n, int64_t cin, int64_t h, int64_t w, const Tensor& weight, int stride, int padding,
                          DType type) const;
     void conv_im2col(const ConvCall& c, Tensor& y) const;
+    void conv_few_outputs(const ConvCall& c, Tensor& y) const;
     struct ConvFusion {  // {} (value-initialised): neither
         bool upsampled;      // convolve x's nearest-2x upsampling
         Tensor* accumulate;  // add the result onto this instead of returning it
@@ -93,7 +94,7 @@ private:
 
     CudaBackend& backend_;
     mutable std::map<RouteKey, ConvRoute> routes_;
-    mutable std::array<int64_t, 3> route_calls_{};
+    mutable std::array<int64_t, 4> route_calls_{};
 };
 
 }  // namespace kiln::cuda

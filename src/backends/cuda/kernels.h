@@ -83,6 +83,15 @@ void from_nhwc(const void* x, const void* bias, void* out, DType type, int64_t n
 void filter_to_krsc(const void* w, void* out, DType type, int64_t cout, int64_t cin, int64_t taps,
                     cudaStream_t stream);
 
+// A 3x3 convolution of stride 1 with 1 to 4 output channels (conv_few_outputs.cu): y [n, cout, oh, ow] =
+// conv(x [n, cin, h, w], w [cout, cin, 3, 3]) + bias (may be null), float sums, one rounding; with `norm`,
+// of GroupNorm+SiLU(x), norm->stats then holding [n * groups * 2] (every image's, as to_nhwc's).
+// conv_few_outputs_fits says whether a shape is one it takes (padding up to 2, sides within its grid).
+bool conv_few_outputs_fits(int64_t cout, int64_t k, int64_t stride, int64_t padding, int64_t h, int64_t w,
+                           int64_t cin);
+void conv_few_outputs(const void* x, const void* w, const void* bias, void* out, DType type, int64_t n, int64_t cin,
+                      int64_t h, int64_t wd, int64_t cout, int padding, const Im2colNorm* norm, cudaStream_t stream);
+
 // out [n, dim]: diffusers' get_timestep_embedding of the float32 timesteps [n] (a device array), as the CPU op
 // ops::timestep_embedding computes it (same argument order of sin/cos, same float arithmetic).
 void timestep_embedding(const float* timesteps, void* out, DType type, int64_t n, int dim, bool flip_sin_to_cos,
