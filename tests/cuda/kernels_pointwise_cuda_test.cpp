@@ -283,7 +283,9 @@ TEST(KernelsCuda, AddAndScaleMatchTheReference) {
 
 TEST(KernelsCuda, ChannelBiasMatchesTheReference) {
     KILN_SKIP_WITHOUT_GPU();
-    const int64_t shapes[][3] = {{1, 1, 1}, {2, 3, 31}, {1, 33, 65}, {3, 5, 4097}, {1, 70001, 3}};  // n, c, inner
+    // n, c, inner; planes of a multiple of 8 (or 4) values take 16-byte accesses: 4096, 1024, 12
+    const int64_t shapes[][3] = {{1, 1, 1},     {2, 3, 31},    {1, 33, 65},  {3, 5, 4097},
+                                 {1, 70001, 3}, {2, 320, 4096}, {2, 7, 1024}, {1, 9, 12}};
     for (DType type : kStorageTypes)
         for (const auto& s : shapes) {
             const int64_t n = s[0], c = s[1], inner = s[2];

@@ -1,7 +1,9 @@
-// layer_norm over the last dim: one block per row. Mean, then the biased variance as the mean of
-// (x - mean)^2 in a second pass over the row (no E[x^2] - E[x]^2 cancellation), both float block sums
-// (a row of thousands gives each of up to 256 threads a few dozen values: plain sums);
-// out = (x - mean) * rstd * gamma + beta, rounded once on the store.
+// layer_norm over the last dim. Mean, then the biased variance as the mean of (x - mean)^2 in a second pass
+// over the row (no E[x^2] - E[x]^2 cancellation); out = (x - mean) * rstd * gamma + beta, rounded once on the
+// store. Rows of up to 768 values (SD's 320 and 640, CLIP's 768): a warp per row, the row read once
+// into registers, each lane's values added pairwise, then across the warp (no barriers: a block per row spent
+// its time in two block reductions and three reads of the row, 17 us for SD 1.5's 8192 x 320 where the bytes
+// take 4 at memory speed). Longer rows: a block per row, plain sums.
 #include "backends/cuda/block_reduce.cuh"
 #include "backends/cuda/kernel_common.cuh"
 #include "backends/cuda/kernels.h"
@@ -34,6 +36,55 @@ __global__ void layer_norm_kernel(const T* x, const T* gamma, const T* beta, T* 
     }
 }
 
+// The sum of f(B) .. f(B + N - 1) as a balanced tree: ceil(log2 N) roundings per term; the indices are
+// compile-time, so what f reads stays in registers.
+template <int B, int N, class F>
+__device__ __forceinline__ float tree_sum(const F& f) {
+    if constexpr (N == 1) {
+        return f(B);
+    } else {
+        return tree_sum<B, (N + 1) / 2>(f) + tree_sum<B + (N + 1) / 2, N / 2>(f);
+    }
+}
+
+// A warp per row of at most kPer * 32 values (on 64-lane warps it uses half the slots). The block kernel's
+// arithmetic (pivot, mean, centred squares), with sums of depth ceil(log2 kPer) in the lane and
+// log2(warpSize) across the warp: below the block kernel's depth bound (sum_depth in the tests). Registers
+// are capped at 64 so that many rows are in flight (unbounded, the compiler kept a 64-bit address per value
+// and used 80 to 200); 40 values a lane (rows of 1280) then spill, so such rows take the block kernel.
+template <class T, int kPer>
+__global__ void __launch_bounds__(128, 8) layer_norm_warp_kernel(const T* x, const T* gamma, const T* beta, T* out, int64_t rows, int cols,
+                                       float eps) {
+    const int lane = threadIdx.x % warpSize, warps_per_block = blockDim.x / warpSize;
+    const int64_t warps = int64_t(gridDim.x) * warps_per_block;
+    for (int64_t r = blockIdx.x * int64_t(warps_per_block) + threadIdx.x / warpSize; r < rows; r += warps) {
+        const T* src = x + r * cols;
+        T* dst = out + r * cols;
+        const float pivot = detail::to_float(src[0]);
+        float v[kPer];
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+            const int j = lane + k * warpSize;
+            v[k] = j < cols ? detail::to_float(src[j]) : 0.0f;
+        }
+        auto in_row = [&](int k) { return lane + k * warpSize < cols; };
+        const float sum = warp_sum(tree_sum<0, kPer>([&](int k) { return in_row(k) ? v[k] - pivot : 0.0f; }));
+        const float mean = pivot + sum / static_cast<float>(cols);
+        const float sq = warp_sum(tree_sum<0, kPer>([&](int k) {
+            const float d = v[k] - mean;
+            return in_row(k) ? d * d : 0.0f;
+        }));
+        const float rstd = 1.0f / sqrtf(sq / static_cast<float>(cols) + eps);
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+            const int j = lane + k * warpSize;
+            if (j < cols)
+                dst[j] = detail::from_float<T>((v[k] - mean) * rstd * detail::to_float(gamma[j]) +
+                                               detail::to_float(beta[j]));
+        }
+    }
+}
+
 }  // namespace
 
 void layer_norm(const void* x, const void* gamma, const void* beta, void* out, DType type, int64_t rows, int64_t cols,
@@ -48,12 +99,22 @@ void layer_norm(const void* x, const void* gamma, const void* beta, void* out, D
     detail::check_pointer("layer_norm", "out", out);
     detail::dispatch("layer_norm", type, [&](auto t) {
         using T = typename decltype(t)::type;
-        // Rows of up to 2048 take 64-thread blocks: a block per row mostly waits on its two reductions, and
-        // small blocks keep more rows in flight (SD's rows are 320 to 1280 wide, thousands of them).
-        const int threads = detail::threads_for(cols, cols <= 2048 ? 64 : 256);
-        layer_norm_kernel<T><<<detail::blocks_for(rows, 1), threads, 0, stream>>>(
-            static_cast<const T*>(x), static_cast<const T*>(gamma), static_cast<const T*>(beta), static_cast<T*>(out),
-            rows, cols, eps);
+        const T* xt = static_cast<const T*>(x);
+        const T* g = static_cast<const T*>(gamma);
+        const T* bt = static_cast<const T*>(beta);
+        T* o = static_cast<T*>(out);
+        constexpr int kWarpsPerBlock = 4;  // rows per block, a warp each (2 warps of 64 lanes on AMD's GCN)
+        const unsigned blocks = detail::blocks_for(rows, kWarpsPerBlock);
+        const int threads = 32 * kWarpsPerBlock, c = static_cast<int>(std::min<int64_t>(cols, 4096));
+        if (cols <= 32 * 8)
+            layer_norm_warp_kernel<T, 8><<<blocks, threads, 0, stream>>>(xt, g, bt, o, rows, c, eps);
+        else if (cols <= 32 * 16)
+            layer_norm_warp_kernel<T, 16><<<blocks, threads, 0, stream>>>(xt, g, bt, o, rows, c, eps);
+        else if (cols <= 32 * 24)
+            layer_norm_warp_kernel<T, 24><<<blocks, threads, 0, stream>>>(xt, g, bt, o, rows, c, eps);
+        else
+            layer_norm_kernel<T><<<detail::blocks_for(rows, 1), detail::threads_for(cols, 256), 0, stream>>>(
+                xt, g, bt, o, rows, cols, eps);
     });
     KILN_CUDA_CHECK(cudaGetLastError());
 }
