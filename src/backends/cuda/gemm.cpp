@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/event_timer.h"
 #include "kiln/error.h"
 
 namespace kiln::cuda {
@@ -38,6 +39,12 @@ uint32_t alignment(const void* p) {
 }
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+// Heuristic candidates timed on a shape's first product (outside stream capture): cuBLASLt's first choice
+// was not its fastest at SD's shapes (small inner sizes, 320 to 1280).
+constexpr int kAlgoCandidates = 8;
+constexpr int kAlgoRuns = 3;
+
+size_t element_size(DType t) { return t == DType::F32 ? 4 : 2; }
 
 }  // namespace
 
@@ -76,7 +83,47 @@ struct Gemm::Impl {
         return l;
     }
 
-    Plan& plan_for(const GemmArgs& g) {
+    // The fastest of the heuristic's candidates for g (the first where the stream is being captured, or only
+    // one was offered), each timed over kAlgoRuns products into a scratch D: C (an accumulator with beta 1)
+    // is left as it was.
+    cublasLtMatmulAlgo_t fastest(const Plan& p, const GemmArgs& g, const cublasLtMatmulHeuristicResult_t* results,
+                                 int found, cudaStream_t stream) {
+        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+        KILN_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+        if (found <= 1 || capture != cudaStreamCaptureStatusNone) return results[0].algo;
+        const size_t c_bytes =
+            size_t((g.batch - 1) * g.stride_c + g.ldc * (g.n - 1) + g.m) * element_size(g.c_type);
+        void* scratch = nullptr;
+        if (cudaMalloc(&scratch, c_bytes) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return results[0].algo;  // no room to time them: the heuristic's choice
+        }
+        if (g.bias)
+            KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
+        int best = 0;
+        float best_ms = -1.0f;
+        try {
+            EventTimer timer;
+            for (int i = 0; i < found; ++i) {
+                auto product = [&] {
+                    return cublasLtMatmul(handle, p.op, &g.alpha, g.a, p.a, g.b, p.b, &g.beta, g.c, p.c, scratch, p.c,
+                                          &results[i].algo, workspace, kWorkspaceBytes, stream);
+                };
+                if (product() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that cannot run this product
+                timer.start(stream);
+                for (int r = 0; r < kAlgoRuns; ++r) KILN_LT_CHECK(product());
+                const float ms = timer.stop_ms(stream);
+                if (best_ms < 0.0f || ms < best_ms) best_ms = ms, best = i;
+            }
+        } catch (...) {
+            (void)cudaFree(scratch);
+            throw;
+        }
+        KILN_CUDA_CHECK(cudaFree(scratch));
+        return results[best].algo;
+    }
+
+    Plan& plan_for(const GemmArgs& g, cudaStream_t stream) {
         const uint32_t al_a = alignment(g.a), al_b = alignment(g.b), al_c = alignment(g.c);
         const Key key{g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb, g.ldc, int(g.ab_type), int(g.c_type),
                       g.batch, g.stride_a, g.stride_b, g.stride_c, al_a, al_b, al_c, g.beta != 0.0f, g.tf32,
@@ -105,10 +152,10 @@ struct Gemm::Impl {
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c);
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c);
-        cublasLtMatmulHeuristicResult_t result{};
+        cublasLtMatmulHeuristicResult_t results[kAlgoCandidates]{};
         int found = 0;
         const cublasStatus_t s =
-            cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+            cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, kAlgoCandidates, results, &found);
         cublasLtMatmulPreferenceDestroy(pref);
         if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
             cublasLtMatrixLayoutDestroy(p.a);
@@ -119,7 +166,15 @@ struct Gemm::Impl {
                                              std::to_string(g.n) + "x" + std::to_string(g.k) + " product of " +
                                              dtype_name(g.ab_type) + " (status " + std::to_string(int(s)) + ")");
         }
-        p.algo = result.algo;
+        try {
+            p.algo = fastest(p, g, results, found, stream);
+        } catch (...) {
+            cublasLtMatrixLayoutDestroy(p.a);
+            cublasLtMatrixLayoutDestroy(p.b);
+            cublasLtMatrixLayoutDestroy(p.c);
+            cublasLtMatmulDescDestroy(p.op);
+            throw;
+        }
         return plans.emplace(key, p).first->second;
     }
 };
@@ -135,7 +190,7 @@ void Gemm::run(const GemmArgs& g, cudaStream_t stream) {
     if (g.m == 0 || g.n == 0 || g.batch == 0) return;
     require(g.k > 0, ErrorKind::InvalidArgument, "gemm: k must be > 0");
     require(!g.bias || g.batch == 1, ErrorKind::InvalidArgument, "gemm: a bias with batched products");
-    Impl::Plan& p = impl_->plan_for(g);
+    Impl::Plan& p = impl_->plan_for(g, stream);
     if (g.bias)
         KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
     KILN_LT_CHECK(cublasLtMatmul(impl_->handle, p.op, &g.alpha, g.a, p.a, g.b, p.b, &g.beta, g.c, p.c, g.c, p.c,

@@ -1,8 +1,11 @@
 // Matrix products on the tensor cores through cuBLASLt, column-major as cuBLAS counts (row-major callers
 // swap operands: see cuda_device_ops.cpp). C = alpha * op(A) op(B) + beta * C with op(A) m x k, op(B) k x n,
 // C m x n; A and B share a dtype, C may be wider (F16 inputs with an F32 C: attention scores). Products
-// accumulate in float32 (F32 inputs: full float32 unless tf32 is asked for). Algorithms come from cuBLASLt's heuristic for
-// the exact shape, strides and pointer alignment, cached per shape.
+// accumulate in float32 (F32 inputs: full float32 unless tf32 is asked for). Algorithms: the fastest of up to 8
+// that cuBLASLt's heuristic offers for the exact shape, strides and pointer alignment, timed on the shape's
+// first product (into scratch, never inside a stream capture: there the heuristic's first), cached per shape.
+// So which algorithm runs, and the last bits of a result, may differ between processes, as with the
+// convolution routes.
 #pragma once
 #include <cstdint>
 #include <memory>
