@@ -132,6 +132,42 @@ TEST(ConvRoutesCuda, EveryRouteAgreesWithTheHost) {
     }
 }
 
+// The NHWC route keeps a filter channels-last in its own storage after its first use (CudaBackend::
+// channels_last). The tensor must still read as [cout, cin, k, k]: to_host, a copy and a conversion of it;
+// and the other routes must still convolve with it (the same weight at a second, tiny size, where im2col or
+// cuDNN's NCHW kernels usually win).
+TEST(ConvRoutesCuda, AFilterKeptChannelsLastStillReadsInPyTorchsLayout) {
+    KILN_SKIP_WITHOUT_GPU();
+    auto gpu = std::make_unique<CudaBackend>(0);
+    if (!gpu->cudnn_nhwc()) GTEST_SKIP() << "built without cuDNN: no NHWC route";
+    const auto& ops = static_cast<const CudaDeviceOps&>(gpu->ops());
+    const DType t = DType::F16;
+    Tensor w = random_in({24, 16, 3, 3}, 41, t), b = random_in({24}, 42, t);
+    Tensor wd = w.to_device(*gpu, t), bd = b.to_device(*gpu, t);
+    const std::vector<float> w_host = w.to_device(*gpu, t).to_host().values();  // rounded to F16, never rearranged
+    Tensor babs = abs_of(b);
+    for (int side : {64, 3, 64}) {
+        Tensor x = random_in({2, 16, side, side}, 43 + side, t);
+        Tensor ref = kiln::ops::conv2d(x, w, &b, 1, 1);
+        Tensor scale = kiln::ops::conv2d(abs_of(x), abs_of(w), &babs, 1, 1);
+        expect_close(ops.conv2d(x.to_device(*gpu, t), wd, &bd, 1, 1).to_host(), ref, scale, 16.0 * 9, t, 1,
+                     "measured routes, side " + std::to_string(side));
+    }
+    std::printf("[ routes   ] filter channels-last after the convolutions: %s\n",
+                gpu->channels_last(wd.device_data()) ? "yes" : "no");
+    EXPECT_EQ(wd.to_host().values(), w_host);
+    const Tensor copy = wd;
+    EXPECT_EQ(copy.to_host().values(), w_host);
+    EXPECT_EQ(wd.to_device(*gpu, DType::F32).to_host().values(), w_host);
+    // A filter rearranged in place, then freed: the storage's next owner is not taken for a filter.
+    if (const auto* f = gpu->channels_last(wd.device_data())) {
+        EXPECT_EQ(f->cout, 24);
+        const void* storage = wd.device_data();
+        wd = Tensor();
+        EXPECT_EQ(gpu->channels_last(storage), nullptr);
+    }
+}
+
 TEST(ConvRoutesCuda, AnUnknownRouteIsAnErrorNamingTheSetting) {
     KILN_SKIP_WITHOUT_GPU();
     setenv("KILN_CUDA_CONV", "winograd", 1);

@@ -112,12 +112,32 @@ void* CudaBackend::allocate(int64_t bytes) {
 }
 
 void CudaBackend::upload(void* dst, const void* src, int64_t bytes) {
+    if (!channels_last_.empty()) channels_last_.erase(dst);  // new values, in the tensor's own layout
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, stream_));
     KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));  // src (pageable, the caller's) may go after this
     timeline_->synchronized();
 }
 
+void CudaBackend::deallocate(void* p) noexcept {
+    if (!channels_last_.empty()) channels_last_.erase(p);
+    allocator_.deallocate(p);
+}
+
 void CudaBackend::download(void* dst, const void* src, int64_t bytes) {
+    void* restored = nullptr;  // a channels-last filter, back in [cout, cin, k, k] for the host
+    if (const ChannelsLastFilter* f = channels_last(src)) {
+        restored = allocate(f->cout * f->cin * f->taps * int64_t(dtype_size(f->type)));
+        // [cout][taps][cin] -> [cout][cin][taps] is the same rearrangement with cin and taps exchanged.
+        filter_to_krsc(src, restored, f->type, f->cout, f->taps, f->cin, stream_);
+        src = restored;
+    }
+    struct Release {
+        CudaBackend* b;
+        void* p;
+        ~Release() {
+            if (p) b->deallocate(p);
+        }
+    } release{this, restored};
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToHost, stream_));
     KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
     timeline_->synchronized();  // the GPU spans of the ops before it can be read now, without another wait
@@ -125,11 +145,26 @@ void CudaBackend::download(void* dst, const void* src, int64_t bytes) {
 
 void CudaBackend::copy(void* dst, const void* src, int64_t bytes) {
     if (bytes > 0) KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice, stream_));
+    carry_layout(src, dst, nullptr);
+}
+
+// dst now holds src's values, in src's layout: a channels-last filter's mark goes with them (with the new type
+// where given), and a mark dst had goes.
+void CudaBackend::carry_layout(const void* src, void* dst, const DType* type) {
+    if (channels_last_.empty()) return;
+    if (const ChannelsLastFilter* f = channels_last(src)) {
+        ChannelsLastFilter g = *f;
+        if (type) g.type = *type;
+        mark_channels_last(dst, g);
+    } else {
+        channels_last_.erase(dst);
+    }
 }
 
 void CudaBackend::convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) {
     if (src_type == dst_type) return copy(dst, src, n * int64_t(dtype_size(src_type)));
     cuda::convert(src, src_type, dst, dst_type, n, stream_);
+    carry_layout(src, dst, &dst_type);  // value by value: the layout stays
 }
 
 void CudaBackend::synchronize() {

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backends/cuda/cuda_allocator.h"
@@ -29,7 +30,7 @@ public:
     DeviceMemoryInfo memory_info() const override;
     int64_t reserved_bytes() const override { return allocator_.reserved_bytes(); }
     void* allocate(int64_t bytes) override;
-    void deallocate(void* p) noexcept override { allocator_.deallocate(p); }
+    void deallocate(void* p) noexcept override;
     void upload(void* dst, const void* src, int64_t bytes) override;
     void download(void* dst, const void* src, int64_t bytes) override;
     void copy(void* dst, const void* src, int64_t bytes) override;
@@ -47,6 +48,21 @@ public:
     }
     Tensor run_recorded(const std::string& key, const std::vector<const Tensor*>& inputs,
                         const RecordedFn& fn) override;
+
+    // Convolution filters kept as [cout, k, k, cin] in their own storage (cuda_device_ops.cpp rearranges a
+    // weight there on its first use by the NHWC route, so that no call transposes it again and no second copy
+    // is held). The storage then no longer matches the tensor's [cout, cin, k, k]: download, copy and convert
+    // undo or carry the mark, so to_host() and copies still see PyTorch's layout, and freeing the storage
+    // forgets it.
+    struct ChannelsLastFilter {
+        int64_t cout, cin, taps;
+        DType type;
+    };
+    void mark_channels_last(const void* storage, ChannelsLastFilter f) { channels_last_[storage] = f; }
+    const ChannelsLastFilter* channels_last(const void* storage) const {
+        auto it = channels_last_.find(storage);
+        return it == channels_last_.end() ? nullptr : &it->second;
+    }
 
     cudaStream_t stream() const { return stream_; }
     Gemm& gemm() const { return *gemm_; }
@@ -104,6 +120,8 @@ private:
     std::unique_ptr<ops::DeviceOps> ops_;
     std::unique_ptr<GpuTimeline> timeline_;
     std::map<std::string, Recording> recordings_;
+    void carry_layout(const void* src, void* dst, const DType* type);
+    std::unordered_map<const void*, ChannelsLastFilter> channels_last_;
 };
 
 // The registry's factory for CUDA devices (list and create).

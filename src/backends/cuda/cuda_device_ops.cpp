@@ -264,7 +264,8 @@ void CudaDeviceOps::conv_cudnn(const ConvCall& c, Tensor& y) const {
                          true, s);
     }
     std::vector<Tensor> scratch;  // alive until the convolution is queued; the stream orders its reuse
-    backend_.cudnn()->run(sh, c.stats ? normed.device_data() : x.device_data(), c.w.device_data(), y.device_data(), s,
+    Tensor wn;
+    backend_.cudnn()->run(sh, c.stats ? normed.device_data() : x.device_data(), pytorch_filter(c.w, wn), y.device_data(), s,
                           scratch_in(scratch));
     if (c.b)
         for (int64_t img = 0; img < sh.n; ++img)
@@ -291,14 +292,10 @@ void CudaDeviceOps::conv_cudnn_nhwc(const ConvCall& c, Tensor& y) const {
     }
     to_nhwc(x.device_data(), xt.device_data(), x.dtype(), sh.n, sh.cin, sh.h * sh.w, c.stats ? &norm : nullptr, s,
             c.upsampled ? sh.w : 0);
-    Tensor wt;  // a 1x1 filter is the same in both layouts
-    if (sh.k > 1) {
-        wt = Tensor::empty_on(backend_, {sh.cout, sh.k, sh.k, sh.cin}, x.dtype());
-        filter_to_krsc(c.w.device_data(), wt.device_data(), x.dtype(), sh.cout, sh.cin, sh.k * sh.k, s);
-    }
+    Tensor wt;
+    const void* filter = channels_last_filter(c.w, wt);
     Tensor yt = Tensor::empty_on(backend_, {sh.n, sh.oh, sh.ow, sh.cout}, x.dtype());
     std::vector<Tensor> scratch;  // alive until the convolution is queued; the stream orders its reuse
-    const void* filter = sh.k > 1 ? wt.device_data() : c.w.device_data();
     backend_.cudnn_nhwc()->run(sh, xt.device_data(), filter, yt.device_data(), s, scratch_in(scratch));
     from_nhwc(yt.device_data(), c.b ? c.b->device_data() : nullptr, y.device_data(), y.dtype(), sh.n, sh.oh * sh.ow,
               sh.cout, s, c.accumulate);
@@ -314,9 +311,39 @@ void CudaDeviceOps::conv_few_outputs(const ConvCall& c, Tensor& y) const {
         norm.beta = c.beta->device_data();
         norm.groups = c.groups;
     }
-    cuda::conv_few_outputs(c.x.device_data(), c.w.device_data(), c.b ? c.b->device_data() : nullptr, y.device_data(),
+    Tensor wn;
+    cuda::conv_few_outputs(c.x.device_data(), pytorch_filter(c.w, wn), c.b ? c.b->device_data() : nullptr, y.device_data(),
                            y.dtype(), sh.n, sh.cin, sh.h, sh.w, sh.cout, int(sh.padding), c.stats ? &norm : nullptr,
                            backend_.stream());
+}
+
+// The filter w [cout, cin, k, k] as [cout, k, k, cin] for the NHWC route. A 1x1 filter is the same in both. A
+// larger one is rearranged in its own storage on its first use outside a stream capture (the backend marks
+// it: CudaBackend::channels_last), and used as it is from then on; inside a capture (or with more than 4096
+// input channels, which the rearrangement back does not take) it goes into `keep`, a copy for this call.
+const void* CudaDeviceOps::channels_last_filter(const Tensor& w, Tensor& keep) const {
+    const int64_t cout = w.dim(0), cin = w.dim(1), taps = w.dim(2) * w.dim(3);
+    if (taps == 1 || backend_.channels_last(w.device_data())) return w.device_data();
+    cudaStream_t s = backend_.stream();
+    keep = Tensor::empty_on(backend_, {cout, w.dim(2), w.dim(3), cin}, w.dtype());
+    filter_to_krsc(w.device_data(), keep.device_data(), w.dtype(), cout, cin, taps, s);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    KILN_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+    if (capture != cudaStreamCaptureStatusNone || cin > 4096) return keep.device_data();
+    void* storage = const_cast<void*>(w.device_data());  // same values, another order: the backend knows which
+    backend_.copy(storage, keep.device_data(), int64_t(keep.numel()) * int64_t(dtype_size(w.dtype())));
+    backend_.mark_channels_last(storage, {cout, cin, taps, w.dtype()});
+    return storage;
+}
+
+// The filter in PyTorch's [cout, cin, k, k], for the routes that read it so: w's storage, or for a filter the
+// NHWC route keeps channels-last, a rearranged copy in `keep` for this call.
+const void* CudaDeviceOps::pytorch_filter(const Tensor& w, Tensor& keep) const {
+    const auto* f = backend_.channels_last(w.device_data());
+    if (!f) return w.device_data();
+    keep = Tensor::empty_on(backend_, w.shape(), w.dtype());
+    filter_to_krsc(w.device_data(), keep.device_data(), w.dtype(), f->cout, f->taps, f->cin, backend_.stream());
+    return keep.device_data();
 }
 
 ConvShape CudaDeviceOps::conv_shape(int64_t n, int64_t cin, int64_t h, int64_t w, const Tensor& weight, int stride,
@@ -356,8 +383,9 @@ void CudaDeviceOps::conv_im2col(const ConvCall& c, Tensor& y) const {
     const bool direct = sh.k == 1 && sh.stride == 1 && sh.padding == 0 && !c.stats;  // x is its own column matrix
     const int64_t tile =
         direct ? pixels : std::clamp<int64_t>(kColumnBudgetBytes / std::max<int64_t>(1, kc * esize(x)), 1, pixels);
-    Tensor col;
+    Tensor col, wn;
     if (!direct) col = Tensor::empty_on(backend_, {kc * tile}, x.dtype());
+    const void* filter = pytorch_filter(c.w, wn);
     for (int64_t img = 0; img < sh.n; ++img) {
         const char* x_img = at(x, img * sh.cin * sh.h * sh.w);
         char* y_img = at(y, img * sh.cout * pixels);
@@ -380,7 +408,7 @@ void CudaDeviceOps::conv_im2col(const ConvCall& c, Tensor& y) const {
             GemmArgs g;
             g.m = count, g.n = sh.cout, g.k = kc;
             g.a = a, g.lda = direct ? pixels : count;
-            g.b = c.w.device_data(), g.ldb = kc;
+            g.b = filter, g.ldb = kc;
             g.c = y_img + first * esize(y), g.ldc = pixels;
             g.ab_type = g.c_type = x.dtype();
             g.tf32 = sh.tf32;

@@ -83,6 +83,10 @@ private:
     ConvShape conv_shape(int64_t n, int64_t cin, int64_t h, int64_t w, const Tensor& weight, int stride, int padding,
                          DType type) const;
     void conv_im2col(const ConvCall& c, Tensor& y) const;
+    // A convolution filter in the layout a route reads (channels-last for the NHWC route, PyTorch's for the
+    // others), its storage or a copy kept alive in `keep` for the call.
+    const void* channels_last_filter(const Tensor& w, Tensor& keep) const;
+    const void* pytorch_filter(const Tensor& w, Tensor& keep) const;
     void conv_few_outputs(const ConvCall& c, Tensor& y) const;
     struct ConvFusion {  // {} (value-initialised): neither
         bool upsampled;      // convolve x's nearest-2x upsampling

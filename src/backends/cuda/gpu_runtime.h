@@ -47,6 +47,9 @@
 #define cudaMemcpyAsync hipMemcpyAsync
 #define cudaMemset hipMemset
 #define cudaStreamSynchronize hipStreamSynchronize
+#define cudaStreamIsCapturing hipStreamIsCapturing
+#define cudaStreamCaptureStatus hipStreamCaptureStatus
+#define cudaStreamCaptureStatusNone hipStreamCaptureStatusNone
 #define cudaEventCreate hipEventCreate
 #define cudaEventDestroy hipEventDestroy
 #define cudaEventRecord hipEventRecord
