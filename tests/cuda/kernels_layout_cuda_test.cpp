@@ -38,8 +38,9 @@ TEST(KernelsCuda, UpsampleNearest2xCopiesEachPixelTwiceTwice) {
 
 TEST(KernelsCuda, ConcatChannelsPutsAThenBPerImage) {
     KILN_SKIP_WITHOUT_GPU();
-    const int64_t shapes[][4] = {{1, 1, 1, 1}, {2, 3, 5, 31}, {1, 33, 1, 65}, {2, 0, 3, 7}, {2, 4, 0, 5},
-                                 {70001, 1, 2, 1}};  // n, ca, cb, inner
+    // n, ca, cb, inner; the last three move 16 bytes per copy (12 values: float only)
+    const int64_t shapes[][4] = {{1, 1, 1, 1},     {2, 3, 5, 31}, {1, 33, 1, 65}, {2, 0, 3, 7}, {2, 4, 0, 5},
+                                 {70001, 1, 2, 1}, {2, 3, 5, 64}, {2, 0, 4, 8},   {3, 2, 2, 12}};
     for (DType type : kStorageTypes)
         for (const auto& s : shapes) {
             const int64_t n = s[0], ca = s[1], cb = s[2], inner = s[3];
