@@ -73,6 +73,17 @@ __device__ __forceinline__ float block_reduce_max(float v) {
     return block_reduce_detail::block_reduce(v, block_reduce_detail::Max{});
 }
 
+// A thread's own sum of f(B) .. f(B + N - 1), as a balanced tree: ceil(log2 N) roundings per term rather than
+// N - 1. The indices are compile-time, so values f reads from a local array stay in registers.
+template <int B, int N, class F>
+__device__ __forceinline__ float pairwise_sum(const F& f) {
+    if constexpr (N == 1) {
+        return f(B);
+    } else {
+        return pairwise_sum<B, (N + 1) / 2>(f) + pairwise_sum<B + (N + 1) / 2, N / 2>(f);
+    }
+}
+
 // The float sum over one warp, on every lane: all lanes of the warp call it (no barrier, so warps of a block
 // may call it independently). Its order is fixed by the warp size.
 __device__ __forceinline__ float warp_sum(float v) {

@@ -176,6 +176,19 @@ Tensor CudaDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, in
     return y;
 }
 
+// The GroupNorm+SiLU a fused convolution applies to its input, for the kernels that apply it as they read:
+// statistics of every image from `first_image` on (im2col takes one image at a time). Call is
+// CudaDeviceOps::ConvCall.
+template <class Call>
+static Im2colNorm fused_norm(const Call& c, int64_t first_image = 0) {
+    Im2colNorm norm;
+    norm.stats = static_cast<const float*>(c.stats->device_data()) + first_image * c.groups * 2;
+    norm.gamma = c.gamma->device_data();
+    norm.beta = c.beta->device_data();
+    norm.groups = c.groups;
+    return norm;
+}
+
 static const char* route_name(CudaDeviceOps::ConvRoute r) {
     switch (r) {
         case CudaDeviceOps::ConvRoute::Im2col: return "im2col";
@@ -283,13 +296,7 @@ void CudaDeviceOps::conv_cudnn_nhwc(const ConvCall& c, Tensor& y) const {
     const Tensor& x = c.x;
     cudaStream_t s = backend_.stream();
     Tensor xt = Tensor::empty_on(backend_, {sh.n, sh.h, sh.w, sh.cin}, x.dtype());
-    Im2colNorm norm;
-    if (c.stats) {
-        norm.stats = static_cast<const float*>(c.stats->device_data());
-        norm.gamma = c.gamma->device_data();
-        norm.beta = c.beta->device_data();
-        norm.groups = c.groups;
-    }
+    const Im2colNorm norm = c.stats ? fused_norm(c) : Im2colNorm{};
     to_nhwc(x.device_data(), xt.device_data(), x.dtype(), sh.n, sh.cin, sh.h * sh.w, c.stats ? &norm : nullptr, s,
             c.upsampled ? sh.w : 0);
     Tensor wt;
@@ -304,13 +311,7 @@ void CudaDeviceOps::conv_cudnn_nhwc(const ConvCall& c, Tensor& y) const {
 // The direct kernel for 1 to 4 output channels (conv_few_outputs.cu), on NCHW: no copies around it.
 void CudaDeviceOps::conv_few_outputs(const ConvCall& c, Tensor& y) const {
     const ConvShape& sh = c.shape;
-    Im2colNorm norm;
-    if (c.stats) {
-        norm.stats = static_cast<const float*>(c.stats->device_data());
-        norm.gamma = c.gamma->device_data();
-        norm.beta = c.beta->device_data();
-        norm.groups = c.groups;
-    }
+    const Im2colNorm norm = c.stats ? fused_norm(c) : Im2colNorm{};
     Tensor wn;
     cuda::conv_few_outputs(c.x.device_data(), pytorch_filter(c.w, wn), c.b ? c.b->device_data() : nullptr, y.device_data(),
                            y.dtype(), sh.n, sh.cin, sh.h, sh.w, sh.cout, int(sh.padding), c.stats ? &norm : nullptr,
@@ -393,13 +394,7 @@ void CudaDeviceOps::conv_im2col(const ConvCall& c, Tensor& y) const {
             const int64_t count = std::min(tile, pixels - first);
             const void* a = x_img;
             if (!direct) {
-                Im2colNorm norm;
-                if (c.stats) {
-                    norm.stats = static_cast<const float*>(c.stats->device_data()) + img * c.groups * 2;
-                    norm.gamma = c.gamma->device_data();
-                    norm.beta = c.beta->device_data();
-                    norm.groups = c.groups;
-                }
+                const Im2colNorm norm = c.stats ? fused_norm(c, img) : Im2colNorm{};
                 im2col(x_img, col.device_data(), x.dtype(), sh.cin, sh.h, sh.w, int(sh.k), int(sh.stride),
                        int(sh.padding), sh.oh, sh.ow, first, count, c.stats ? &norm : nullptr, s);
                 a = col.device_data();

@@ -78,16 +78,6 @@ constexpr int64_t kChunkedAbove = 8192;  // smaller groups: one block per group 
 constexpr int kPerLane = 16;             // kChunk / the smallest warp
 constexpr int kChunkThreads = 256;
 
-// The sum of v[0 .. N) as a balanced tree (N a power of 2): log2(N) roundings per value.
-template <int N>
-__device__ __forceinline__ float tree_sum(float (&t)[N]) {
-#pragma unroll
-    for (int w = N / 2; w > 0; w /= 2)
-#pragma unroll
-        for (int k = 0; k < w; ++k) t[k] += t[k + w];
-    return t[0];
-}
-
 // A lane's values of a chunk, kept as loaded (16-bit values two to a register, so that a block of 256 threads
 // needs few registers and several blocks share a multiprocessor): with kWideLoads, kWide consecutive values
 // per 16-byte load (the group size a multiple of kWide and x aligned: chunks then hold whole loads); else one
@@ -125,16 +115,11 @@ __global__ void __launch_bounds__(kChunkThreads, 4)
         // The pairwise sum of f(y), y = value - pivot, over the valid slots: each load's kWide values as a tree,
         // then the loads as a tree, so a balanced tree of depth log2(kPerLane) in all.
         auto lane_sum = [&](auto f) {
-            float part[kLoads];
-#pragma unroll
-            for (int it = 0; it < kLoads; ++it) {
-                float a[kWide];
-#pragma unroll
-                for (int k = 0; k < kWide; ++k)
-                    a[k] = it < used && index(it, k) < n ? f(detail::to_float(raw[it].v[k]) - pivot) : 0.0f;
-                part[it] = tree_sum(a);
-            }
-            return tree_sum(part);
+            return pairwise_sum<0, kLoads>([&](int it) {
+                return pairwise_sum<0, kWide>([&](int k) {
+                    return it < used && index(it, k) < n ? f(detail::to_float(raw[it].v[k]) - pivot) : 0.0f;
+                });
+            });
         };
         const float sum = warp_sum(lane_sum([](float y) { return y; }));
         const float mean_c = sum / static_cast<float>(n);

@@ -36,17 +36,6 @@ __global__ void layer_norm_kernel(const T* x, const T* gamma, const T* beta, T* 
     }
 }
 
-// The sum of f(B) .. f(B + N - 1) as a balanced tree: ceil(log2 N) roundings per term; the indices are
-// compile-time, so what f reads stays in registers.
-template <int B, int N, class F>
-__device__ __forceinline__ float tree_sum(const F& f) {
-    if constexpr (N == 1) {
-        return f(B);
-    } else {
-        return tree_sum<B, (N + 1) / 2>(f) + tree_sum<B + (N + 1) / 2, N / 2>(f);
-    }
-}
-
 // A warp per row of at most kPer * 32 values (on 64-lane warps it uses half the slots). The block kernel's
 // arithmetic (pivot, mean, centred squares), with sums of depth ceil(log2 kPer) in the lane and
 // log2(warpSize) across the warp: below the block kernel's depth bound (sum_depth in the tests). Registers
@@ -68,9 +57,9 @@ __global__ void __launch_bounds__(128, 8) layer_norm_warp_kernel(const T* x, con
             v[k] = j < cols ? detail::to_float(src[j]) : 0.0f;
         }
         auto in_row = [&](int k) { return lane + k * warpSize < cols; };
-        const float sum = warp_sum(tree_sum<0, kPer>([&](int k) { return in_row(k) ? v[k] - pivot : 0.0f; }));
+        const float sum = warp_sum(pairwise_sum<0, kPer>([&](int k) { return in_row(k) ? v[k] - pivot : 0.0f; }));
         const float mean = pivot + sum / static_cast<float>(cols);
-        const float sq = warp_sum(tree_sum<0, kPer>([&](int k) {
+        const float sq = warp_sum(pairwise_sum<0, kPer>([&](int k) {
             const float d = v[k] - mean;
             return in_row(k) ? d * d : 0.0f;
         }));
