@@ -124,20 +124,13 @@ void CudaBackend::deallocate(void* p) noexcept {
 }
 
 void CudaBackend::download(void* dst, const void* src, int64_t bytes) {
-    void* restored = nullptr;  // a channels-last filter, back in [cout, cin, k, k] for the host
+    Tensor restored;  // a channels-last filter, back in [cout, cin, k, k] for the host
     if (const ChannelsLastFilter* f = channels_last(src)) {
-        restored = allocate(f->cout * f->cin * f->taps * int64_t(dtype_size(f->type)));
+        restored = Tensor::empty_on(*this, {f->cout, f->cin, f->taps}, f->type);
         // [cout][taps][cin] -> [cout][cin][taps] is the same rearrangement with cin and taps exchanged.
-        filter_to_krsc(src, restored, f->type, f->cout, f->taps, f->cin, stream_);
-        src = restored;
+        filter_to_krsc(src, restored.device_data(), f->type, f->cout, f->taps, f->cin, stream_);
+        src = restored.device_data();
     }
-    struct Release {
-        CudaBackend* b;
-        void* p;
-        ~Release() {
-            if (p) b->deallocate(p);
-        }
-    } release{this, restored};
     KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToHost, stream_));
     KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
     timeline_->synchronized();  // the GPU spans of the ops before it can be read now, without another wait
