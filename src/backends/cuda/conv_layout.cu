@@ -34,8 +34,9 @@ dim3 tile_grid(int64_t n, int64_t rows, int64_t cols) {  // source [n][rows][col
 // kVec 2 needs c and hw even. kUp: x is the nearest-2x downsampled image, [n][c][hw / 4] of width w2 / 2, read
 // as its upsampled copy of width w2 (conv2d_upsample2x without that copy); hw < 2^31.
 template <class T, int kVec, bool kUp>
-__global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks) to_nhwc_kernel(const T* x, T* out, int64_t n, int64_t c, int64_t hw, const float* stats,
-                               const T* gamma, const T* beta, int64_t channels_per_group, uint32_t w2) {
+__global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
+    to_nhwc_kernel(const T* x, T* out, int64_t n, int64_t c, int64_t hw, const float* stats, const T* gamma,
+                   const T* beta, int64_t channels_per_group, uint32_t w2) {
     constexpr int kT = kTile * kVec;
     __shared__ float tile[kT][kT + 1];
     // The tile's channels' GroupNorm terms (mean, rstd, gamma, beta), found once per tile: a thread per value
@@ -96,8 +97,8 @@ __global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks) to_nhwc_kernel
 // out [n][c][hw] = x [n][hw][c] + bias[c] (bias may be null), rounded; with `accumulate`, out += that instead
 // (the sum of the rounded value, as add_ would make it). kVec 2 needs c and hw even.
 template <class T, int kVec>
-__global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks) from_nhwc_kernel(const T* x, const T* bias, T* out, int64_t n, int64_t hw, int64_t c,
-                                 bool accumulate) {
+__global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
+    from_nhwc_kernel(const T* x, const T* bias, T* out, int64_t n, int64_t hw, int64_t c, bool accumulate) {
     constexpr int kT = kTile * kVec;
     __shared__ float tile[kT][kT + 1];
     const int64_t c0 = int64_t(blockIdx.x) * kT;
@@ -158,7 +159,8 @@ __global__ void filter_to_krsc_kernel(const W* w, W* out, int64_t cout, int64_t 
         const W* src = w + (co * cin + c0) * taps;
         W* dst = out + co * taps * cin + c0;
         const bool pairs_in = sizeof(W) == 2 && values % 2 == 0 && reinterpret_cast<uintptr_t>(src) % 4 == 0;
-        const bool pairs_out = sizeof(W) == 2 && count % 2 == 0 && cin % 2 == 0 && reinterpret_cast<uintptr_t>(dst) % 4 == 0;
+        const bool pairs_out =
+            sizeof(W) == 2 && count % 2 == 0 && cin % 2 == 0 && reinterpret_cast<uintptr_t>(dst) % 4 == 0;
         if (pairs_in) {
             for (int i = threadIdx.x; i < values / 2; i += blockDim.x)
                 reinterpret_cast<uint32_t*>(slab)[i] = reinterpret_cast<const uint32_t*>(src)[i];

@@ -278,8 +278,8 @@ void CudaDeviceOps::conv_cudnn(const ConvCall& c, Tensor& y) const {
     }
     std::vector<Tensor> scratch;  // alive until the convolution is queued; the stream orders its reuse
     Tensor wn;
-    backend_.cudnn()->run(sh, c.stats ? normed.device_data() : x.device_data(), pytorch_filter(c.w, wn), y.device_data(), s,
-                          scratch_in(scratch));
+    backend_.cudnn()->run(sh, c.stats ? normed.device_data() : x.device_data(), pytorch_filter(c.w, wn),
+                          y.device_data(), s, scratch_in(scratch));
     if (c.b)
         for (int64_t img = 0; img < sh.n; ++img)
             add_channel_bias(at(y, img * sh.cout * sh.oh * sh.ow), c.b->device_data(), y.dtype(), 1, sh.cout,
@@ -313,9 +313,9 @@ void CudaDeviceOps::conv_few_outputs(const ConvCall& c, Tensor& y) const {
     const ConvShape& sh = c.shape;
     const Im2colNorm norm = c.stats ? fused_norm(c) : Im2colNorm{};
     Tensor wn;
-    cuda::conv_few_outputs(c.x.device_data(), pytorch_filter(c.w, wn), c.b ? c.b->device_data() : nullptr, y.device_data(),
-                           y.dtype(), sh.n, sh.cin, sh.h, sh.w, sh.cout, int(sh.padding), c.stats ? &norm : nullptr,
-                           backend_.stream());
+    cuda::conv_few_outputs(c.x.device_data(), pytorch_filter(c.w, wn), c.b ? c.b->device_data() : nullptr,
+                           y.device_data(), y.dtype(), sh.n, sh.cin, sh.h, sh.w, sh.cout, int(sh.padding),
+                           c.stats ? &norm : nullptr, backend_.stream());
 }
 
 // The filter w [cout, cin, k, k] as [cout, k, k, cin] for the NHWC route. A 1x1 filter is the same in both. A

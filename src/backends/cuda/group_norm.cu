@@ -105,7 +105,8 @@ __global__ void __launch_bounds__(kChunkThreads, 4)
 #pragma unroll
         for (int it = 0; it < kLoads; ++it) {
             if (kWideLoads) {
-                if (it < used && index(it, 0) < n) raw[it] = *reinterpret_cast<const detail::Vec<T, kWide>*>(src + index(it, 0));
+                if (it < used && index(it, 0) < n)
+                    raw[it] = *reinterpret_cast<const detail::Vec<T, kWide>*>(src + index(it, 0));
             } else {
 #pragma unroll
                 for (int k = 0; k < kWide; ++k)

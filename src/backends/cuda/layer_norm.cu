@@ -42,8 +42,8 @@ __global__ void layer_norm_kernel(const T* x, const T* gamma, const T* beta, T* 
 // are capped at 64 so that many rows are in flight (unbounded, the compiler kept a 64-bit address per value
 // and used 80 to 200); 40 values a lane (rows of 1280) then spill, so such rows take the block kernel.
 template <class T, int kPer>
-__global__ void __launch_bounds__(128, 8) layer_norm_warp_kernel(const T* x, const T* gamma, const T* beta, T* out, int64_t rows, int cols,
-                                       float eps) {
+__global__ void __launch_bounds__(128, 8)
+    layer_norm_warp_kernel(const T* x, const T* gamma, const T* beta, T* out, int64_t rows, int cols, float eps) {
     const int lane = threadIdx.x % warpSize, warps_per_block = blockDim.x / warpSize;
     const int64_t warps = int64_t(gridDim.x) * warps_per_block;
     for (int64_t r = blockIdx.x * int64_t(warps_per_block) + threadIdx.x / warpSize; r < rows; r += warps) {
