@@ -41,22 +41,30 @@ __global__ void layer_norm_kernel(const T* x, const T* gamma, const T* beta, T* 
 // log2(warpSize) across the warp: below the block kernel's depth bound (sum_depth in the tests). Registers
 // are capped at 64 so that many rows are in flight (unbounded, the compiler kept a 64-bit address per value
 // and used 80 to 200); 40 values a lane (rows of 1280) then spill, so such rows take the block kernel.
-template <class T, int kPer>
+// kVec consecutive values per load and store (4: 8 bytes of 16-bit values, where the row length is a multiple
+// of 4 and the pointers align; ncu showed the 2-byte accesses taking 15 us for SD 1.5's 8192 x 320, where an
+// add of twice the bytes takes 6): the lane's slot (i, e) is value (lane + i * warpSize) * kVec + e.
+template <class T, int kPer, int kVec>
 __global__ void __launch_bounds__(128, 8)
     layer_norm_warp_kernel(const T* x, const T* gamma, const T* beta, T* out, int64_t rows, int cols, float eps) {
+    using V = detail::Vec<T, kVec>;
+    constexpr int kLoads = kPer / kVec;
     const int lane = threadIdx.x % warpSize, warps_per_block = blockDim.x / warpSize;
     const int64_t warps = int64_t(gridDim.x) * warps_per_block;
+    auto at = [&](int k) { return (lane + k / kVec * warpSize) * kVec + k % kVec; };  // slot k's column
     for (int64_t r = blockIdx.x * int64_t(warps_per_block) + threadIdx.x / warpSize; r < rows; r += warps) {
         const T* src = x + r * cols;
         T* dst = out + r * cols;
         const float pivot = detail::to_float(src[0]);
         float v[kPer];
 #pragma unroll
-        for (int k = 0; k < kPer; ++k) {
-            const int j = lane + k * warpSize;
-            v[k] = j < cols ? detail::to_float(src[j]) : 0.0f;
+        for (int i = 0; i < kLoads; ++i) {
+            V in{};
+            if (at(i * kVec) < cols) in = *reinterpret_cast<const V*>(src + at(i * kVec));  // whole loads
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) v[i * kVec + e] = detail::to_float(in.v[e]);
         }
-        auto in_row = [&](int k) { return lane + k * warpSize < cols; };
+        auto in_row = [&](int k) { return at(k) < cols; };
         const float sum = warp_sum(pairwise_sum<0, kPer>([&](int k) { return in_row(k) ? v[k] - pivot : 0.0f; }));
         const float mean = pivot + sum / static_cast<float>(cols);
         const float sq = warp_sum(pairwise_sum<0, kPer>([&](int k) {
@@ -65,13 +73,30 @@ __global__ void __launch_bounds__(128, 8)
         }));
         const float rstd = 1.0f / sqrtf(sq / static_cast<float>(cols) + eps);
 #pragma unroll
-        for (int k = 0; k < kPer; ++k) {
-            const int j = lane + k * warpSize;
-            if (j < cols)
-                dst[j] = detail::from_float<T>((v[k] - mean) * rstd * detail::to_float(gamma[j]) +
-                                               detail::to_float(beta[j]));
+        for (int i = 0; i < kLoads; ++i) {
+            const int j = at(i * kVec);
+            if (j >= cols) continue;
+            const V g = *reinterpret_cast<const V*>(gamma + j), b = *reinterpret_cast<const V*>(beta + j);
+            V o;
+#pragma unroll
+            for (int e = 0; e < kVec; ++e)
+                o.v[e] = detail::from_float<T>((v[i * kVec + e] - mean) * rstd * detail::to_float(g.v[e]) +
+                                               detail::to_float(b.v[e]));
+            *reinterpret_cast<V*>(dst + j) = o;
         }
     }
+}
+
+// A warp per row with kPer values a lane, in loads of 4 where they fit.
+template <class T, int kPer>
+void launch_warp_rows(const T* x, const T* g, const T* b, T* o, int64_t rows, int cols, float eps, bool quads,
+                      cudaStream_t stream) {
+    constexpr int kWarpsPerBlock = 4;  // rows per block, a warp each (2 warps of 64 lanes on AMD's GCN)
+    const unsigned blocks = detail::blocks_for(rows, kWarpsPerBlock);
+    if (quads)
+        layer_norm_warp_kernel<T, kPer, 4><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(x, g, b, o, rows, cols, eps);
+    else
+        layer_norm_warp_kernel<T, kPer, 1><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(x, g, b, o, rows, cols, eps);
 }
 
 }  // namespace
@@ -92,15 +117,16 @@ void layer_norm(const void* x, const void* gamma, const void* beta, void* out, D
         const T* g = static_cast<const T*>(gamma);
         const T* bt = static_cast<const T*>(beta);
         T* o = static_cast<T*>(out);
-        constexpr int kWarpsPerBlock = 4;  // rows per block, a warp each (2 warps of 64 lanes on AMD's GCN)
-        const unsigned blocks = detail::blocks_for(rows, kWarpsPerBlock);
-        const int threads = 32 * kWarpsPerBlock, c = static_cast<int>(std::min<int64_t>(cols, 4096));
+        // 4 values per access where rows are whole quads and every row, gamma and beta start on one.
+        const bool quads = cols % 4 == 0 && detail::quad_aligned<T>(x) && detail::quad_aligned<T>(gamma) &&
+                           detail::quad_aligned<T>(beta) && detail::quad_aligned<T>(out);
+        const int c = static_cast<int>(std::min<int64_t>(cols, 4096));
         if (cols <= 32 * 8)
-            layer_norm_warp_kernel<T, 8><<<blocks, threads, 0, stream>>>(xt, g, bt, o, rows, c, eps);
+            launch_warp_rows<T, 8>(xt, g, bt, o, rows, c, eps, quads, stream);
         else if (cols <= 32 * 16)
-            layer_norm_warp_kernel<T, 16><<<blocks, threads, 0, stream>>>(xt, g, bt, o, rows, c, eps);
+            launch_warp_rows<T, 16>(xt, g, bt, o, rows, c, eps, quads, stream);
         else if (cols <= 32 * 24)
-            layer_norm_warp_kernel<T, 24><<<blocks, threads, 0, stream>>>(xt, g, bt, o, rows, c, eps);
+            launch_warp_rows<T, 24>(xt, g, bt, o, rows, c, eps, quads, stream);
         else
             layer_norm_kernel<T><<<detail::blocks_for(rows, 1), detail::threads_for(cols, 256), 0, stream>>>(
                 xt, g, bt, o, rows, cols, eps);
