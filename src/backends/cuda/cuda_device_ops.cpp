@@ -535,11 +535,10 @@ Tensor CudaDeviceOps::attention_by_products(const Tensor& q, const Tensor& k, co
             if (causal) causal_mask(static_cast<float*>(scores.device_data()), heads, rows, lk, q0, s);
             softmax_f32_rows_to(static_cast<const float*>(scores.device_data()), probs.device_data(), q.dtype(),
                                 heads * rows, lk, s);
-            const void* p = probs.device_data();
             GemmArgs o;  // out_h^T (d x rows) = v_h^T p_h^T
             o.m = d, o.n = rows, o.k = lk;
             o.a = at(v, bi * lk * hd), o.lda = hd;
-            o.b = p, o.ldb = lk;
+            o.b = probs.device_data(), o.ldb = lk;
             o.c = at(out, (bi * lq + q0) * hd), o.ldc = hd;
             o.ab_type = o.c_type = q.dtype();
             o.tf32 = backend_.fast_float32();

@@ -89,7 +89,7 @@ void add_channel_bias(void* x, const void* bias, DType type, int64_t n, int64_t 
     detail::dispatch("add_channel_bias", type, [&](auto t) {
         using T = typename decltype(t)::type;
         constexpr int kWide = 16 / int(sizeof(T));
-        const bool wide = inner % kWide == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+        const bool wide = inner % kWide == 0 && detail::aligned16(x);
         const detail::PlaneGrid grid = detail::plane_grid(n * c, wide ? inner / kWide : inner);
         auto kernel = wide ? add_channel_bias_kernel<T, kWide> : add_channel_bias_kernel<T, 1>;
         kernel<<<grid.blocks, grid.threads, 0, stream>>>(static_cast<T*>(x), static_cast<const T*>(bias), n * c, inner);

@@ -44,7 +44,6 @@ constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 constexpr int kAlgoCandidates = 8;
 constexpr int kAlgoRuns = 3;
 
-size_t element_size(DType t) { return t == DType::F32 ? 4 : 2; }
 
 }  // namespace
 
@@ -60,13 +59,15 @@ struct Gemm::Impl {
     };
     std::map<Key, Plan> plans;
 
+    static void destroy(Plan& p) {
+        cublasLtMatrixLayoutDestroy(p.a);
+        cublasLtMatrixLayoutDestroy(p.b);
+        cublasLtMatrixLayoutDestroy(p.c);
+        cublasLtMatmulDescDestroy(p.op);
+    }
+
     ~Impl() {
-        for (auto& [k, p] : plans) {
-            cublasLtMatrixLayoutDestroy(p.a);
-            cublasLtMatrixLayoutDestroy(p.b);
-            cublasLtMatrixLayoutDestroy(p.c);
-            cublasLtMatmulDescDestroy(p.op);
-        }
+        for (auto& [k, p] : plans) destroy(p);
         if (workspace) cudaFree(workspace);
         if (handle) cublasLtDestroy(handle);
     }
@@ -92,7 +93,7 @@ struct Gemm::Impl {
         KILN_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
         if (found <= 1 || capture != cudaStreamCaptureStatusNone) return results[0].algo;
         const size_t c_bytes =
-            size_t((g.batch - 1) * g.stride_c + g.ldc * (g.n - 1) + g.m) * element_size(g.c_type);
+            size_t((g.batch - 1) * g.stride_c + g.ldc * (g.n - 1) + g.m) * dtype_size(g.c_type);
         void* scratch = nullptr;
         if (cudaMalloc(&scratch, c_bytes) != cudaSuccess) {
             (void)cudaGetLastError();
@@ -158,10 +159,7 @@ struct Gemm::Impl {
             cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.c, pref, kAlgoCandidates, results, &found);
         cublasLtMatmulPreferenceDestroy(pref);
         if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
-            cublasLtMatrixLayoutDestroy(p.a);
-            cublasLtMatrixLayoutDestroy(p.b);
-            cublasLtMatrixLayoutDestroy(p.c);
-            cublasLtMatmulDescDestroy(p.op);
+            destroy(p);
             fail(ErrorKind::Unsupported, "cuBLASLt has no algorithm for a " + std::to_string(g.m) + "x" +
                                              std::to_string(g.n) + "x" + std::to_string(g.k) + " product of " +
                                              dtype_name(g.ab_type) + " (status " + std::to_string(int(s)) + ")");
@@ -169,10 +167,7 @@ struct Gemm::Impl {
         try {
             p.algo = fastest(p, g, results, found, stream);
         } catch (...) {
-            cublasLtMatrixLayoutDestroy(p.a);
-            cublasLtMatrixLayoutDestroy(p.b);
-            cublasLtMatrixLayoutDestroy(p.c);
-            cublasLtMatmulDescDestroy(p.op);
+            destroy(p);
             throw;
         }
         return plans.emplace(key, p).first->second;

@@ -218,7 +218,7 @@ void group_norm_stats(const void* x, DType type, int64_t n, int64_t c, int64_t h
             using T = typename decltype(t)::type;
             const T* xt = static_cast<const T*>(x);
             // Whole 16-byte loads: every group starts a multiple of 16 bytes from x, which is aligned to 16.
-            const bool wide = group_size * int64_t(sizeof(T)) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+            const bool wide = group_size * int64_t(sizeof(T)) % 16 == 0 && detail::aligned16(x);
             // A warp per chunk: kChunkThreads / 32 chunks per block (half as many on 64-lane warps).
             auto kernel = wide ? chunk_moments_kernel<T, true> : chunk_moments_kernel<T, false>;
             kernel<<<detail::blocks_for(blocks, kChunkThreads / 32), kChunkThreads, 0, stream>>>(
@@ -251,8 +251,7 @@ void group_norm_apply(const void* x, const float* stats, const void* gamma, cons
     detail::dispatch("group_norm_apply", type, [&](auto t) {
         using T = typename decltype(t)::type;
         constexpr int kWide = 16 / int(sizeof(T));
-        const bool wide = hw % kWide == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                          reinterpret_cast<uintptr_t>(out) % 16 == 0;
+        const bool wide = hw % kWide == 0 && detail::aligned16(x) && detail::aligned16(out);
         auto kernel = wide ? (silu ? group_norm_apply_kernel<T, true, kWide> : group_norm_apply_kernel<T, false, kWide>)
                            : (silu ? group_norm_apply_kernel<T, true, 1> : group_norm_apply_kernel<T, false, 1>);
         const detail::PlaneGrid grid = detail::plane_grid(n * c, wide ? hw / kWide : hw);

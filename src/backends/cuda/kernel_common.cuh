@@ -53,6 +53,8 @@ template <class T>
 inline bool quad_aligned(const void* p) {
     return reinterpret_cast<uintptr_t>(p) % sizeof(Quad<T>) == 0;
 }
+// For the widest accesses, Vec<T, 16 / sizeof(T)>: 16 bytes (a null pointer counts as aligned).
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Grid-stride loops in 64-bit indices: a launch covers any count with a capped grid (blocks_for).
 __device__ __forceinline__ int64_t grid_first() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }

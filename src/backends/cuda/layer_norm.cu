@@ -44,8 +44,10 @@ __global__ void layer_norm_kernel(const T* x, const T* gamma, const T* beta, T* 
 // kVec consecutive values per load and store (4: 8 bytes of 16-bit values, where the row length is a multiple
 // of 4 and the pointers align; ncu showed the 2-byte accesses taking 15 us for SD 1.5's 8192 x 320, where an
 // add of twice the bytes takes 6): the lane's slot (i, e) is value (lane + i * warpSize) * kVec + e.
+constexpr int kWarpsPerBlock = 4;  // rows per block, a warp each (2 warps of 64 lanes on AMD's GCN)
+
 template <class T, int kPer, int kVec>
-__global__ void __launch_bounds__(128, 8)
+__global__ void __launch_bounds__(32 * kWarpsPerBlock, 8)
     layer_norm_warp_kernel(const T* x, const T* gamma, const T* beta, T* out, int64_t rows, int cols, float eps) {
     using V = detail::Vec<T, kVec>;
     constexpr int kLoads = kPer / kVec;
@@ -91,7 +93,6 @@ __global__ void __launch_bounds__(128, 8)
 template <class T, int kPer>
 void launch_warp_rows(const T* x, const T* g, const T* b, T* o, int64_t rows, int cols, float eps, bool quads,
                       cudaStream_t stream) {
-    constexpr int kWarpsPerBlock = 4;  // rows per block, a warp each (2 warps of 64 lanes on AMD's GCN)
     const unsigned blocks = detail::blocks_for(rows, kWarpsPerBlock);
     if (quads)
         layer_norm_warp_kernel<T, kPer, 4><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(x, g, b, o, rows, cols, eps);

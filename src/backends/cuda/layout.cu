@@ -66,8 +66,8 @@ void concat_channels(const void* a, const void* b, void* out, DType type, int64_
     // 16 bytes per copy where both blocks are whole 16-byte runs and every pointer is aligned to them (2- or
     // 4-byte copies ran at half the memory's speed in the UNet's skip concatenations).
     const int64_t esize = int64_t(dtype_size(type)), a_bytes = ca * inner * esize, b_bytes = cb * inner * esize;
-    auto aligned = [](const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    if (a_bytes % 16 == 0 && b_bytes % 16 == 0 && aligned(a) && aligned(b) && aligned(out)) {
+    if (a_bytes % 16 == 0 && b_bytes % 16 == 0 && detail::aligned16(a) && detail::aligned16(b) &&
+        detail::aligned16(out)) {
         const detail::PlaneGrid grid = detail::plane_grid(n, (a_bytes + b_bytes) / 16);
         concat_channels_kernel<uint4><<<grid.blocks, grid.threads, 0, stream>>>(
             static_cast<const uint4*>(a), static_cast<const uint4*>(b), static_cast<uint4*>(out), n, a_bytes / 16,

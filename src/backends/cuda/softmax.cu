@@ -2,8 +2,6 @@
 // subtracted before exp, so nothing overflows; the sum of e^(x - max) is a float block sum, and each
 // output is e / sum, one division, rounded once on the store. softmax_f32_rows_to reads float32 scores and
 // stores the probabilities in another type: attention's products take them so, with no float32 copy between.
-#include <climits>
-
 #include "backends/cuda/block_reduce.cuh"
 #include "backends/cuda/kernel_common.cuh"
 #include "backends/cuda/kernels.h"
@@ -66,19 +64,19 @@ __global__ void __launch_bounds__(kRowThreads) softmax_row_in_registers_kernel(c
     }
 }
 
-// Rows of more than 2048 values that fit in registers there; the loop kernel otherwise.
+// Rows of 2049 to 16384 values in registers (16, 32 or 64 a thread); the loop kernel otherwise.
 template <class Tin, class Tout>
 void launch_softmax(const Tin* x, Tout* out, int64_t rows, int64_t cols, cudaStream_t stream) {
     const unsigned blocks = detail::blocks_for(rows, 1);
-    const int c = static_cast<int>(std::min<int64_t>(cols, INT_MAX));
-    if (cols > 8 * kRowThreads && cols <= 16 * kRowThreads)
-        softmax_row_in_registers_kernel<Tin, Tout, 16><<<blocks, kRowThreads, 0, stream>>>(x, out, rows, c);
-    else if (cols > 16 * kRowThreads && cols <= 32 * kRowThreads)
-        softmax_row_in_registers_kernel<Tin, Tout, 32><<<blocks, kRowThreads, 0, stream>>>(x, out, rows, c);
-    else if (cols > 32 * kRowThreads && cols <= 64 * kRowThreads)
-        softmax_row_in_registers_kernel<Tin, Tout, 64><<<blocks, kRowThreads, 0, stream>>>(x, out, rows, c);
-    else
+    const int c = static_cast<int>(cols);  // used only where cols <= 16384
+    if (cols <= 8 * kRowThreads || cols > 64 * kRowThreads)
         softmax_kernel<Tin, Tout><<<blocks, detail::threads_for(cols, 256), 0, stream>>>(x, out, rows, cols);
+    else if (cols <= 16 * kRowThreads)
+        softmax_row_in_registers_kernel<Tin, Tout, 16><<<blocks, kRowThreads, 0, stream>>>(x, out, rows, c);
+    else if (cols <= 32 * kRowThreads)
+        softmax_row_in_registers_kernel<Tin, Tout, 32><<<blocks, kRowThreads, 0, stream>>>(x, out, rows, c);
+    else
+        softmax_row_in_registers_kernel<Tin, Tout, 64><<<blocks, kRowThreads, 0, stream>>>(x, out, rows, c);
 }
 
 }  // namespace
