@@ -1,6 +1,7 @@
 // Each convolution route of the CUDA backend (im2col + cuBLASLt, cuDNN on NCHW, cuDNN's graph API on
-// channels-last copies, the direct kernel for 1 to 4 output channels), forced one at a time through KILN_CUDA_CONV on a backend of its own, against the
-// host's float32 convolution: plain and with GroupNorm+SiLU fused, bias included, on shapes that break tiles
+// channels-last copies, the direct kernel for 1 to 4 output channels), forced one at a time through
+// KILN_CUDA_CONV on a backend of its own, against the host's float32 convolution: plain and with
+// GroupNorm+SiLU fused, bias included, on shapes that break tiles
 // (odd sides, 1x1, strided, 3 and 4 channels, more than one image) and one at SD's widths. The bound is
 // tests/gpu/device_ops_test.cpp's (the same compositions: a product rounded to the storage type, then the
 // bias; the normalised input rounded once more). A route that has no kernel for a shape falls back to
@@ -134,38 +135,45 @@ TEST(ConvRoutesCuda, EveryRouteAgreesWithTheHost) {
 
 // The NHWC route keeps a filter channels-last in its own storage after its first use (CudaBackend::
 // channels_last). The tensor must still read as [cout, cin, k, k]: to_host, a copy and a conversion of it;
-// and the other routes must still convolve with it (the same weight at a second, tiny size, where im2col or
-// cuDNN's NCHW kernels usually win).
+// freeing it forgets the mark. And on measured routes the same weight must convolve right at every size,
+// whichever route each size takes (at a tiny one im2col or cuDNN's NCHW kernels usually win, and read the
+// filter rearranged back).
 TEST(ConvRoutesCuda, AFilterKeptChannelsLastStillReadsInPyTorchsLayout) {
     KILN_SKIP_WITHOUT_GPU();
-    auto gpu = std::make_unique<CudaBackend>(0);
-    if (!gpu->cudnn_nhwc()) GTEST_SKIP() << "built without cuDNN: no NHWC route";
-    const auto& ops = static_cast<const CudaDeviceOps&>(gpu->ops());
     const DType t = DType::F16;
     Tensor w = random_in({24, 16, 3, 3}, 41, t), b = random_in({24}, 42, t);
-    Tensor wd = w.to_device(*gpu, t), bd = b.to_device(*gpu, t);
-    const std::vector<float> w_host = w.to_device(*gpu, t).to_host().values();  // rounded to F16, never rearranged
     Tensor babs = abs_of(b);
-    for (int side : {64, 3, 64}) {
+    auto check_conv = [&](const CudaDeviceOps& ops, CudaBackend& gpu, const Tensor& wd, const Tensor& bd, int side,
+                          const std::string& what) {
         Tensor x = random_in({2, 16, side, side}, 43 + side, t);
         Tensor ref = kiln::ops::conv2d(x, w, &b, 1, 1);
         Tensor scale = kiln::ops::conv2d(abs_of(x), abs_of(w), &babs, 1, 1);
-        expect_close(ops.conv2d(x.to_device(*gpu, t), wd, &bd, 1, 1).to_host(), ref, scale, 16.0 * 9, t, 1,
-                     "measured routes, side " + std::to_string(side));
-    }
-    std::printf("[ routes   ] filter channels-last after the convolutions: %s\n",
-                gpu->channels_last(wd.device_data()) ? "yes" : "no");
-    EXPECT_EQ(wd.to_host().values(), w_host);
-    const Tensor copy = wd;
-    EXPECT_EQ(copy.to_host().values(), w_host);
-    EXPECT_EQ(wd.to_device(*gpu, DType::F32).to_host().values(), w_host);
-    // A filter rearranged in place, then freed: the storage's next owner is not taken for a filter.
-    if (const auto* f = gpu->channels_last(wd.device_data())) {
+        expect_close(ops.conv2d(x.to_device(gpu, t), wd, &bd, 1, 1).to_host(), ref, scale, 16.0 * 9, t, 1,
+                     what + ", side " + std::to_string(side));
+    };
+    {
+        std::unique_ptr<CudaBackend> gpu = backend_with_route("nhwc");
+        if (!gpu->cudnn_nhwc()) GTEST_SKIP() << "built without cuDNN: no NHWC route";
+        const auto& ops = static_cast<const CudaDeviceOps&>(gpu->ops());
+        Tensor wd = w.to_device(*gpu, t), bd = b.to_device(*gpu, t);
+        const std::vector<float> w_host = w.to_device(*gpu, t).to_host().values();  // F16, never rearranged
+        check_conv(ops, *gpu, wd, bd, 64, "NHWC route");
+        const auto* f = gpu->channels_last(wd.device_data());
+        ASSERT_NE(f, nullptr) << "the NHWC route did not keep the filter channels-last";
         EXPECT_EQ(f->cout, 24);
+        EXPECT_EQ(wd.to_host().values(), w_host);
+        const Tensor copy = wd;
+        EXPECT_NE(gpu->channels_last(copy.device_data()), nullptr);
+        EXPECT_EQ(copy.to_host().values(), w_host);
+        EXPECT_EQ(wd.to_device(*gpu, DType::F32).to_host().values(), w_host);
         const void* storage = wd.device_data();
-        wd = Tensor();
+        wd = Tensor();  // freed: the storage's next owner is not taken for a filter
         EXPECT_EQ(gpu->channels_last(storage), nullptr);
     }
+    auto gpu = std::make_unique<CudaBackend>(0);
+    const auto& ops = static_cast<const CudaDeviceOps&>(gpu->ops());
+    Tensor wd = w.to_device(*gpu, t), bd = b.to_device(*gpu, t);
+    for (int side : {64, 3, 64}) check_conv(ops, *gpu, wd, bd, side, "measured routes");
 }
 
 TEST(ConvRoutesCuda, AnUnknownRouteIsAnErrorNamingTheSetting) {
