@@ -48,6 +48,12 @@ public:
     virtual void scale_(Tensor& x, float s) const = 0;
     virtual Tensor nchw_to_nlc(const Tensor& x) const = 0;
     virtual Tensor nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) const = 0;
+    // nchw_to_nlc(group_norm(x, ...)) and y += nlc_to_nchw(tokens); a backend without a fused form composes them.
+    virtual Tensor group_norm_to_nlc(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                                     float eps) const {
+        return nchw_to_nlc(group_norm(x, groups, gamma, beta, eps));
+    }
+    virtual void add_nlc_(Tensor& y, const Tensor& tokens) const { add_(y, nlc_to_nchw(tokens, y.dim(2), y.dim(3))); }
     virtual Tensor softmax_lastdim(const Tensor& x) const = 0;
     // timesteps: float32 [n] on the device.
     virtual Tensor timestep_embedding(const Tensor& timesteps, int dim, bool flip_sin_to_cos,

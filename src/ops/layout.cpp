@@ -54,6 +54,20 @@ Tensor nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) {
     return y;
 }
 
+Tensor group_norm_to_nlc(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps) {
+    detail::check(x.rank() == 4, "group_norm_to_nlc", detail::desc("x", x) + " must be [N, C, H, W]");
+    if (x.on_device()) return device_ops(x).group_norm_to_nlc(x, groups, gamma, beta, eps);
+    return nchw_to_nlc(group_norm(x, groups, gamma, beta, eps));
+}
+
+void add_nlc_(Tensor& y, const Tensor& tokens) {
+    detail::check(y.rank() == 4 && tokens.rank() == 3 && tokens.dim(0) == y.dim(0) &&
+                      tokens.dim(1) == y.dim(2) * y.dim(3) && tokens.dim(2) == y.dim(1),
+                  "add_nlc_", detail::desc("tokens", tokens) + " must be [N, H*W, C] for " + detail::desc("y", y));
+    if (y.on_device()) return device_ops(y).add_nlc_(y, tokens);
+    add_(y, nlc_to_nchw(tokens, y.dim(2), y.dim(3)));
+}
+
 Tensor concat_channels(const Tensor& a, const Tensor& b) {
     using detail::desc;
     bool ok = a.rank() >= 2 && a.rank() == b.rank() && a.dim(0) == b.dim(0);

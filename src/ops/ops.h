@@ -82,6 +82,10 @@ void scale_(Tensor& x, float s);                             // x *= s
 
 Tensor nchw_to_nlc(const Tensor& x);                         // [N,C,H,W] -> [N,H*W,C]
 Tensor nlc_to_nchw(const Tensor& x, int64_t h, int64_t w);   // [N,h*w,C] -> [N,C,h,w]
+// A transformer's way in and out of the conv world: nchw_to_nlc(group_norm(x, ...)), and y [N,C,H,W] +=
+// nlc_to_nchw(tokens [N,H*W,C]), each with exactly the composition's bits; a GPU does each as one pass.
+Tensor group_norm_to_nlc(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps);
+void add_nlc_(Tensor& y, const Tensor& tokens);
 
 Tensor softmax_lastdim(const Tensor& x);
 

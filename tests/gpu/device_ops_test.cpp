@@ -191,6 +191,17 @@ TEST_P(DeviceOps, ElementwiseLayoutAndNorms) {
         check(ops::nchw_to_nlc(xd).to_host(), ops::nchw_to_nlc(x), 0, "nchw_to_nlc");
         check(ops::nlc_to_nchw(ops::nchw_to_nlc(xd), 5, 7).to_host(), x, 0, "nlc_to_nchw");
         {
+            // A transformer's way in and out: the device's fused forms give its compositions' bits exactly.
+            Tensor g = random({6}, 18, t, 0.5f, 1.5f).to_device(*gpu, t), b = random({6}, 19, t).to_device(*gpu, t);
+            EXPECT_EQ(ops::group_norm_to_nlc(xd, 3, g, b, 1e-5f).to_host().values(),
+                      ops::nchw_to_nlc(ops::group_norm(xd, 3, g, b, 1e-5f)).to_host().values())
+                << "group_norm_to_nlc " << dtype_name(t);
+            Tensor tokens = ops::nchw_to_nlc(yd), a = xd, ad = xd;
+            ops::add_(a, ops::nlc_to_nchw(tokens, 5, 7));
+            ops::add_nlc_(ad, tokens);
+            EXPECT_EQ(ad.to_host().values(), a.to_host().values()) << "add_nlc_ " << dtype_name(t);
+        }
+        {
             Tensor a = x, ad = xd;
             ops::add_(a, y);
             ops::add_(ad, yd);

@@ -109,6 +109,13 @@ TEST(OpsErrors, Layout) {
     expect_invalid([] { nlc_to_nchw(t({2, 12, 3}), 4, 4); }, {"nlc_to_nchw", "[2, 12, 3]", "h = 4"});
     expect_invalid([] { nlc_to_nchw(t({2, 12}), 3, 4); }, {"nlc_to_nchw"});
     expect_invalid([] { nlc_to_nchw(t({2, 12, 3}), -3, -4); }, {"nlc_to_nchw"});
+    expect_invalid([] { group_norm_to_nlc(t({2, 4, 3}), 2, t({4}), t({4}), 1e-5f); }, {"group_norm_to_nlc", "[2, 4, 3]"});
+    expect_invalid(
+        [] {
+            Tensor y = t({2, 3, 4, 4});
+            add_nlc_(y, t({2, 16, 4}));
+        },
+        {"add_nlc_", "[2, 16, 4]", "[2, 3, 4, 4]"});
 }
 
 TEST(OpsErrors, TimestepEmbedding) {

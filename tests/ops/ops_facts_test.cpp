@@ -163,5 +163,16 @@ TEST(LayoutFacts, NlcRoundTrip) {
     EXPECT_EQ(nchw_to_nlc(x).shape(), (Shape{2, 21, 5}));
 }
 
+TEST(LayoutFacts, TransformerWayInAndOutAreTheirCompositions) {
+    const Tensor x = random_tensor({2, 4, 3, 5}, 11), gamma = random_tensor({4}, 12), beta = random_tensor({4}, 13);
+    EXPECT_EQ(group_norm_to_nlc(x, 2, gamma, beta, 1e-6f).values(),
+              nchw_to_nlc(group_norm(x, 2, gamma, beta, 1e-6f)).values());
+    const Tensor tokens = random_tensor({2, 15, 4}, 14);
+    Tensor y = x, composed = x;
+    add_nlc_(y, tokens);
+    add_(composed, nlc_to_nchw(tokens, 3, 5));
+    EXPECT_EQ(y.values(), composed.values());
+}
+
 }  // namespace
 }  // namespace kiln::ops::testing

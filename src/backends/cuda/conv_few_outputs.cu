@@ -119,6 +119,8 @@ void conv_few_outputs(const void* x, const void* w, const void* bias, void* out,
         require(norm->groups >= 1 && cin % norm->groups == 0, ErrorKind::InvalidArgument,
                 "kiln::cuda::conv_few_outputs: " + std::to_string(norm->groups) + " groups must divide the " +
                     std::to_string(cin) + " channels");
+        require(norm->silu, ErrorKind::InvalidArgument,
+                "kiln::cuda::conv_few_outputs: applies GroupNorm+SiLU only (silu unset)");
         detail::check_pointer("conv_few_outputs", "stats", norm->stats);
         detail::check_pointer("conv_few_outputs", "gamma", norm->gamma);
         detail::check_pointer("conv_few_outputs", "beta", norm->beta);

@@ -30,13 +30,14 @@ dim3 tile_grid(int64_t n, int64_t rows, int64_t cols) {  // source [n][rows][col
                 unsigned(std::min<int64_t>(n, 65535)));
 }
 
-// out [n][hw][c] = f(x [n][c][hw]), f the GroupNorm+SiLU of the value's (image, channel) when stats is set.
+// out [n][hw][c] = f(x [n][c][hw]), f the GroupNorm+SiLU (or, silu false, the GroupNorm) of the value's
+// (image, channel) when stats is set.
 // kVec 2 needs c and hw even. kUp: x is the nearest-2x downsampled image, [n][c][hw / 4] of width w2 / 2, read
 // as its upsampled copy of width w2 (conv2d_upsample2x without that copy); hw < 2^31.
 template <class T, int kVec, bool kUp>
 __global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
     to_nhwc_kernel(const T* x, T* out, int64_t n, int64_t c, int64_t hw, const float* stats, const T* gamma,
-                   const T* beta, int64_t channels_per_group, uint32_t w2) {
+                   const T* beta, int64_t channels_per_group, uint32_t w2, bool silu) {
     constexpr int kT = kTile * kVec;
     __shared__ float tile[kT][kT + 1];
     // The tile's channels' GroupNorm terms (mean, rstd, gamma, beta), found once per tile: a thread per value
@@ -72,9 +73,10 @@ __global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
                 }
                 if (stats) {  // im2col's expression exactly (kernels_layout_cuda_test compares the two)
                     const float mean = norm[r][0], rstd = norm[r][1], scale = norm[r][2], shift = norm[r][3];
-                    for (int e = 0; e < kVec; ++e)
-                        tile[r][kVec * threadIdx.x + e] =
-                            detail::silu((detail::to_float(in.v[e]) - mean) * rstd * scale + shift);
+                    for (int e = 0; e < kVec; ++e) {
+                        const float y = (detail::to_float(in.v[e]) - mean) * rstd * scale + shift;
+                        tile[r][kVec * threadIdx.x + e] = silu ? detail::silu(y) : y;
+                    }
                 } else {
                     for (int e = 0; e < kVec; ++e) tile[r][kVec * threadIdx.x + e] = detail::to_float(in.v[e]);
                 }
@@ -218,18 +220,19 @@ void to_nhwc(const void* x, void* out, DType type, int64_t n, int64_t c, int64_t
         const T* bt = norm ? static_cast<const T*>(norm->beta) : nullptr;
         const int64_t cpg = norm ? c / norm->groups : 1;
         const uint32_t w2 = uint32_t(upsampled_width);
+        const bool sl = !norm || norm->silu;
         const dim3 threads(kTile, kTileRows);
         // An upsampled source is read value by value: only the output needs the pair alignment.
         if (pairs_fit<T>(c, hw, up ? out : x, out)) {
             if (up)
-                to_nhwc_kernel<T, 2, true><<<tile_grid<2>(n, c, hw), threads, 0, stream>>>(xt, o, n, c, hw, st, g, bt, cpg, w2);
+                to_nhwc_kernel<T, 2, true><<<tile_grid<2>(n, c, hw), threads, 0, stream>>>(xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
             else
-                to_nhwc_kernel<T, 2, false><<<tile_grid<2>(n, c, hw), threads, 0, stream>>>(xt, o, n, c, hw, st, g, bt, cpg, w2);
+                to_nhwc_kernel<T, 2, false><<<tile_grid<2>(n, c, hw), threads, 0, stream>>>(xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
         } else {
             if (up)
-                to_nhwc_kernel<T, 1, true><<<tile_grid<1>(n, c, hw), threads, 0, stream>>>(xt, o, n, c, hw, st, g, bt, cpg, w2);
+                to_nhwc_kernel<T, 1, true><<<tile_grid<1>(n, c, hw), threads, 0, stream>>>(xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
             else
-                to_nhwc_kernel<T, 1, false><<<tile_grid<1>(n, c, hw), threads, 0, stream>>>(xt, o, n, c, hw, st, g, bt, cpg, w2);
+                to_nhwc_kernel<T, 1, false><<<tile_grid<1>(n, c, hw), threads, 0, stream>>>(xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
         }
     });
     KILN_CUDA_CHECK(cudaGetLastError());

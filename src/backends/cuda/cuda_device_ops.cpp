@@ -623,6 +623,34 @@ Tensor CudaDeviceOps::nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) const {
     return y;
 }
 
+// GroupNorm applied as the values move into [n, hw, c]: the channels-last transpose's fused norm without SiLU.
+Tensor CudaDeviceOps::group_norm_to_nlc(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                                        float eps) const {
+    const int64_t n = x.dim(0), c = x.dim(1), hw = x.dim(2) * x.dim(3);
+    if (groups < 1 || c % groups || gamma.numel() != c || beta.numel() != c)
+        bad("group_norm_to_nlc", desc("x", x) + " with " + std::to_string(groups) + " groups");
+    Tensor y = Tensor::empty_on(backend_, {n, hw, c}, x.dtype());
+    if (y.numel() == 0) return y;
+    Timed timed(backend_, ops::OpKind::GroupNorm);
+    const Tensor stats = stats_for_conv("group_norm_to_nlc", x, groups, gamma, beta, eps);
+    Im2colNorm norm;
+    norm.stats = static_cast<const float*>(stats.device_data());
+    norm.gamma = gamma.device_data();
+    norm.beta = beta.device_data();
+    norm.groups = groups;
+    norm.silu = false;
+    to_nhwc(x.device_data(), y.device_data(), x.dtype(), n, c, hw, &norm, backend_.stream());
+    return y;
+}
+
+void CudaDeviceOps::add_nlc_(Tensor& y, const Tensor& tokens) const {
+    same_place("add_nlc_", y, tokens, "tokens");
+    if (y.numel() == 0) return;
+    Timed timed(backend_, ops::OpKind::NlcToNchw);
+    from_nhwc(tokens.device_data(), nullptr, y.device_data(), y.dtype(), y.dim(0), y.dim(2) * y.dim(3), y.dim(1),
+              backend_.stream(), true);
+}
+
 Tensor CudaDeviceOps::softmax_lastdim(const Tensor& x) const {
     Tensor y = Tensor::empty_on(backend_, x.shape(), x.dtype());
     if (y.numel() == 0) return y;

@@ -73,6 +73,7 @@ void im2col(const void* x, void* col, DType type, int64_t c, int64_t h, int64_t 
         require(norm->groups >= 1 && c % norm->groups == 0, ErrorKind::InvalidArgument,
                 "kiln::cuda::im2col: " + std::to_string(norm->groups) + " groups must divide the " + std::to_string(c) +
                     " channels");
+        require(norm->silu, ErrorKind::InvalidArgument, "kiln::cuda::im2col: applies GroupNorm+SiLU only (silu unset)");
     }
     if (detail::checked_count(op, {c, k, k, count}) == 0) return;
     detail::check_pointer(op, "x", x);

@@ -67,6 +67,7 @@ struct Im2colNorm {
     const void* gamma = nullptr;
     const void* beta = nullptr;
     int groups = 0;
+    bool silu = true;  // false (to_nhwc only): GroupNorm alone, for a transformer's way in (group_norm_to_nlc)
 };
 void im2col(const void* x, void* col, DType type, int64_t c, int64_t h, int64_t w, int k, int stride, int padding,
             int64_t oh, int64_t ow, int64_t first, int64_t count, const Im2colNorm* norm, cudaStream_t stream);

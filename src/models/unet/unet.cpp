@@ -180,28 +180,29 @@ Tensor UNet::forward(const UNetInputs& in) const {
     }
     ops::silu_(emb);  // every resnet applies SiLU before its time projection
 
-    Tensor h = conv_in_(x);
+    // Each down output is the next block's input and a skip: it moves into skips and is read from there (a
+    // copy of a device tensor is a copy of its storage).
     std::vector<Tensor> skips;
-    skips.push_back(h);
+    skips.push_back(conv_in_(x));
     for (const DownLevel& level : down_) {
         for (size_t j = 0; j < level.resnets.size(); ++j) {
-            h = level.resnets[j](h, emb);
-            if (!level.attentions.empty()) h = level.attentions[j](h, *in.context);
-            skips.push_back(h);
+            Tensor h = level.resnets[j](skips.back(), emb);
+            if (!level.attentions.empty()) level.attentions[j].add_to(h, *in.context);
+            skips.push_back(std::move(h));
         }
         if (level.has_downsampler) {
-            h = level.downsampler(h);
-            skips.push_back(h);
+            Tensor h = level.downsampler(skips.back());
+            skips.push_back(std::move(h));
         }
     }
-    h = mid_resnet_0_(h, emb);
-    h = mid_attention_(h, *in.context);
+    Tensor h = mid_resnet_0_(skips.back(), emb);
+    mid_attention_.add_to(h, *in.context);
     h = mid_resnet_1_(h, emb);
     for (const UpLevel& level : up_) {
         for (size_t j = 0; j < level.resnets.size(); ++j) {
             h = level.resnets[j](ops::concat_channels(h, skips.back()), emb);
             skips.pop_back();
-            if (!level.attentions.empty()) h = level.attentions[j](h, *in.context);
+            if (!level.attentions.empty()) level.attentions[j].add_to(h, *in.context);
         }
         if (level.has_upsampler) {
             h = upsample_then_conv(h, skips.back().dim(2), skips.back().dim(3), level.upsampler);

@@ -54,10 +54,15 @@ Tensor ResnetBlock::operator()(const Tensor& x, const Tensor& temb_silu) const {
     Tensor h = ops::conv2d_group_norm_silu(x, norm1.groups, norm1.gamma, norm1.beta, norm1.eps, conv1.weight,
                                            &conv1.bias, conv1.stride, conv1.padding);
     ops::add_channel_bias_(h, time_emb_proj(temb_silu));
+    if (has_shortcut) {  // conv2 adds onto the shortcut's fresh output: no pass of its own for the residual
+        Tensor out = shortcut(x);
+        ops::conv2d_group_norm_silu_add_(out, h, norm2.groups, norm2.gamma, norm2.beta, norm2.eps, conv2.weight,
+                                         &conv2.bias, conv2.stride, conv2.padding);
+        return out;
+    }
     h = ops::conv2d_group_norm_silu(h, norm2.groups, norm2.gamma, norm2.beta, norm2.eps, conv2.weight, &conv2.bias,
                                     conv2.stride, conv2.padding);
-    if (has_shortcut) ops::add_(h, shortcut(x));
-    else ops::add_(h, x);
+    ops::add_(h, x);
     return h;
 }
 
@@ -123,13 +128,10 @@ void SpatialTransformer::load(WeightReader& r, const std::string& name, int64_t 
     load_projection(proj_out, r, name + ".proj_out", channels);
 }
 
-Tensor SpatialTransformer::operator()(const Tensor& x, const Tensor& context) const {
-    const int64_t h = x.dim(2), w = x.dim(3);
-    Tensor tokens = proj_in(ops::nchw_to_nlc(norm(x)));
+void SpatialTransformer::add_to(Tensor& x, const Tensor& context) const {
+    Tensor tokens = proj_in(ops::group_norm_to_nlc(x, norm.groups, norm.gamma, norm.beta, norm.eps));
     for (const TransformerBlock& b : blocks) b.apply(tokens, context);
-    Tensor out = ops::nlc_to_nchw(proj_out(tokens), h, w);
-    ops::add_(out, x);
-    return out;
+    ops::add_nlc_(x, proj_out(tokens));
 }
 
 }  // namespace kiln

@@ -71,7 +71,7 @@ struct SpatialTransformer {
     std::vector<TransformerBlock> blocks;
     void load(WeightReader& r, const std::string& name, int64_t channels, int64_t context_dim, int heads, int depth,
               int groups);
-    Tensor operator()(const Tensor& x, const Tensor& context) const;
+    void add_to(Tensor& x, const Tensor& context) const;  // x [B, C, H, W] += the transformer's output
 };
 
 }  // namespace kiln

@@ -60,11 +60,10 @@ SpatialAttention SpatialAttention::load(WeightReader& r, const std::string& pref
     return a;
 }
 
-Tensor SpatialAttention::forward(const Tensor& x, int groups) const {
-    const int64_t h = x.dim(2), w = x.dim(3);
+void SpatialAttention::add_to(Tensor& x, int groups) const {
     Tensor q, k, v;
     {
-        Tensor tokens = ops::nchw_to_nlc(ops::group_norm(x, groups, norm.w, norm.b, kNormEps));
+        Tensor tokens = ops::group_norm_to_nlc(x, groups, norm.w, norm.b, kNormEps);
         q = ops::linear(tokens, q_w, &q_b);
         k = ops::linear(tokens, k_w, &k_b);
         v = ops::linear(tokens, v_w, &v_b);
@@ -74,9 +73,7 @@ Tensor SpatialAttention::forward(const Tensor& x, int groups) const {
     q = Tensor();
     k = Tensor();
     v = Tensor();
-    Tensor out = ops::nlc_to_nchw(ops::linear(mixed, out_w, &out_b), h, w);
-    ops::add_(out, x);
-    return out;
+    ops::add_nlc_(x, ops::linear(mixed, out_w, &out_b));
 }
 
 MidBlock MidBlock::load(WeightReader& r, const std::string& prefix, int64_t channels, bool with_attention) {
@@ -89,7 +86,7 @@ MidBlock MidBlock::load(WeightReader& r, const std::string& prefix, int64_t chan
 
 Tensor MidBlock::forward(Tensor x, int groups) const {
     Tensor h = first.forward(std::move(x), groups);
-    if (attention) h = attention->forward(h, groups);
+    if (attention) attention->add_to(h, groups);
     return second.forward(std::move(h), groups);
 }
 

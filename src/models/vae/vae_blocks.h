@@ -41,9 +41,9 @@ struct SpatialAttention {
     Norm norm;
     Tensor q_w, q_b, k_w, k_b, v_w, v_b, out_w, out_b;  // linears [C,C] (1x1 convs in original files)
     static SpatialAttention load(WeightReader& r, const std::string& prefix, int64_t channels);
-    // x + to_out(attention(to_q(n), to_k(n), to_v(n))) with n = group_norm(x) over the H*W tokens,
+    // x += to_out(attention(to_q(n), to_k(n), to_v(n))) with n = group_norm(x) over the H*W tokens,
     // one head of width C.
-    Tensor forward(const Tensor& x, int groups) const;
+    void add_to(Tensor& x, int groups) const;
 };
 
 struct MidBlock {
