@@ -37,17 +37,18 @@ __global__ void geglu_kernel(const T* x, T* out, int64_t rows, int64_t half) {
     }
 }
 
-// The same, 4 values per thread and load (half a multiple of 4, x and out aligned to Quads; counts in Quads).
-template <class T>
-__global__ void geglu_quads_kernel(const detail::Quad<T>* x, detail::Quad<T>* out, int64_t rows, int64_t half) {
+// The same, kN values per thread and load (16 bytes: half a multiple of kN, x and out aligned; counts in Vecs).
+template <class T, int kN>
+__global__ void geglu_wide_kernel(const detail::Vec<T, kN>* x, detail::Vec<T, kN>* out, int64_t rows, int64_t half) {
     for (int64_t r = detail::plane_first(); r < rows; r += detail::plane_step()) {
-        const detail::Quad<T>* value = x + r * 2 * half;
-        const detail::Quad<T>* gate = value + half;
-        detail::Quad<T>* dst = out + r * half;
+        const detail::Vec<T, kN>* value = x + r * 2 * half;
+        const detail::Vec<T, kN>* gate = value + half;
+        detail::Vec<T, kN>* dst = out + r * half;
         for (int64_t j = detail::grid_first(); j < half; j += detail::grid_step()) {
-            const detail::Quad<T> a = value[j], g = gate[j];
-            detail::Quad<T> y;
-            for (int k = 0; k < 4; ++k)
+            const detail::Vec<T, kN> a = value[j], g = gate[j];
+            detail::Vec<T, kN> y;
+#pragma unroll
+            for (int k = 0; k < kN; ++k)
                 y.v[k] = detail::from_float<T>(detail::to_float(a.v[k]) * detail::gelu(detail::to_float(g.v[k])));
             dst[j] = y;
         }
@@ -83,10 +84,12 @@ void geglu(const void* x, void* out, DType type, int64_t rows, int64_t half, cud
     detail::check_pointer("geglu", "out", out);
     detail::dispatch("geglu", type, [&](auto t) {
         using T = typename decltype(t)::type;
-        if (half % 4 == 0 && detail::quad_aligned<T>(x) && detail::quad_aligned<T>(out)) {
-            const detail::PlaneGrid grid = detail::plane_grid(rows, half / 4);
-            geglu_quads_kernel<T><<<grid.blocks, grid.threads, 0, stream>>>(
-                static_cast<const detail::Quad<T>*>(x), static_cast<detail::Quad<T>*>(out), rows, half / 4);
+        constexpr int kN = 16 / int(sizeof(T));
+        if (half % kN == 0 && detail::aligned16(x) && detail::aligned16(out)) {
+            using V = detail::Vec<T, kN>;
+            const detail::PlaneGrid grid = detail::plane_grid(rows, half / kN);
+            geglu_wide_kernel<T, kN><<<grid.blocks, grid.threads, 0, stream>>>(static_cast<const V*>(x),
+                                                                                static_cast<V*>(out), rows, half / kN);
             return;
         }
         const detail::PlaneGrid grid = detail::plane_grid(rows, half);

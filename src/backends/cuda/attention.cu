@@ -71,12 +71,28 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                  : "memory");
 }
 
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(addr)
+                 : "memory");
+}
+
 // c += a (16x16, row) * b (16x8, col), fp16 inputs, fp32 accumulators.
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// c += a (16x8, row) * b (8x8, col): a last k-step of 8 where the head dim stops there.
+__device__ __forceinline__ void mma_1688(float (&c)[4], const uint32_t (&a)[2], uint32_t b) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(b));
 }
 
 // 2^x, about 2 ulp; exp2(-inf) = 0.
@@ -125,15 +141,19 @@ __device__ __forceinline__ void load_tile(__half* tile, const __half* base, int 
 // kQRegs: keep q's operand fragments in registers for the whole pass rather than re-reading them from
 // shared memory for every key tile. kMinBlocks: blocks per multiprocessor the register budget must allow
 // (with 16 rows per warp the kernel fits in 128 registers, and twice the warps hide more latency).
-template <int Dp, int kWarps, int kMTiles, int kBc, bool kQRegs, int kMinBlocks>
+// kDn: the head dim rounded up to 8 (Dp by default): where it stops short of Dp, q k^T ends with a k-step of 8
+// and p v skips the zero columns (D = 40 in 48: a sixth of the products).
+template <int Dp, int kWarps, int kMTiles, int kBc, bool kQRegs, int kMinBlocks, int kDn = Dp>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) attention_kernel(const Params p) {
     constexpr int kStages = 2;  // key/value buffers in flight (3 measured no faster on an H200)
     constexpr int kThreads = kWarps * 32;
     constexpr int kWarpRows = kMTiles * 16;
     constexpr int kBr = kWarps * kWarpRows;
     constexpr int kPitch = Dp + 8;
-    constexpr int kKSteps = Dp / 16;   // k-steps of q k^T
-    constexpr int kDTiles = Dp / 8;    // n-tiles of p v
+    constexpr int kKSteps = kDn / 16;       // k-steps of 16 of q k^T
+    constexpr bool kK8 = kDn % 16 != 0;     // and one of 8
+    constexpr int kDTiles = kDn / 8;        // n-tiles of p v
+    static_assert(kDn % 8 == 0 && kDn <= Dp && Dp - kDn < 16, "kDn: the head dim rounded up to 8, within Dp");
     constexpr int kNTiles = kBc / 8;   // n-tiles of q k^T
 
     extern __shared__ __align__(16) unsigned char smem[];
@@ -168,6 +188,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) attention_kernel(cons
         cp_async_commit();  // possibly empty: keeps the group count per tile fixed
     }
     uint32_t qa[kQRegs ? kMTiles : 1][kQRegs ? kKSteps : 1][4];
+    uint32_t qa8[kQRegs && kK8 ? kMTiles : 1][2];
 
     float o[kMTiles][kDTiles][4];
     float m[kMTiles][2], l[kMTiles][2];  // running max (scaled, base 2) and this thread's share of the sum
@@ -202,6 +223,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) attention_kernel(cons
 #pragma unroll
                 for (int kk = 0; kk < kKSteps; ++kk)
                     ldmatrix_x4(qa[mt][kk], smem_u32(qs + (warp_row0 + mt * 16 + lane % 16) * kPitch + kk * 16 + (lane / 16) * 8));
+            if (kK8) {
+#pragma unroll
+                for (int mt = 0; mt < kMTiles; ++mt)
+                    ldmatrix_x2(qa8[mt], smem_u32(qs + (warp_row0 + mt * 16 + lane % 16) * kPitch + kKSteps * 16));
+            }
         }
 
         // s = q k^T for this warp's rows and the tile's kBc keys.
@@ -230,6 +256,28 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) attention_kernel(cons
                 for (int mt = 0; mt < kMTiles; ++mt) {
                     mma_16816(s[mt][2 * np], a[mt], bk[0], bk[1]);
                     mma_16816(s[mt][2 * np + 1], a[mt], bk[2], bk[3]);
+                }
+            }
+        }
+        if (kK8) {  // dims kKSteps*16 + 0..7
+            uint32_t a[kMTiles][2];
+#pragma unroll
+            for (int mt = 0; mt < kMTiles; ++mt) {
+                if (kQRegs) {
+                    a[mt][0] = qa8[mt][0];
+                    a[mt][1] = qa8[mt][1];
+                } else {
+                    ldmatrix_x2(a[mt], smem_u32(qs + (warp_row0 + mt * 16 + lane % 16) * kPitch + kKSteps * 16));
+                }
+            }
+#pragma unroll
+            for (int np = 0; np < kNTiles / 2; ++np) {
+                uint32_t bk[2];  // keys np*16 + 0..7 and + 8..15
+                ldmatrix_x2(bk, smem_u32(kt + (np * 16 + lane % 16) * kPitch + kKSteps * 16));
+#pragma unroll
+                for (int mt = 0; mt < kMTiles; ++mt) {
+                    mma_1688(s[mt][2 * np], a[mt], bk[0]);
+                    mma_1688(s[mt][2 * np + 1], a[mt], bk[1]);
                 }
             }
         }
@@ -301,6 +349,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) attention_kernel(cons
                     mma_16816(o[mt][2 * dp + 1], pa[mt], bv[2], bv[3]);
                 }
             }
+            if (kDTiles % 2) {  // an odd last n-tile of 8 dims
+                uint32_t bv[2];  // keys kk*16 + 0..7 and + 8..15
+                ldmatrix_x2_trans(bv, smem_u32(vt + (kk * 16 + lane % 16) * kPitch + (kDTiles - 1) * 8));
+#pragma unroll
+                for (int mt = 0; mt < kMTiles; ++mt) mma_16816(o[mt][kDTiles - 1], pa[mt], bv[0], bv[1]);
+            }
         }
     }
     cp_async_wait<0>();  // only empty groups can be pending here; leave none behind
@@ -354,17 +408,17 @@ struct Entry {
     size_t smem;
 };
 
-template <int Dp, int kWarps, int kMTiles, int kBc, bool kQRegs, int kMinBlocks>
+template <int Dp, int kWarps, int kMTiles, int kBc, bool kQRegs, int kMinBlocks, int kDn>
 void launch_kernel(const Params& p, int blocks, size_t smem, cudaStream_t stream) {
-    attention_kernel<Dp, kWarps, kMTiles, kBc, kQRegs, kMinBlocks><<<blocks, kWarps * 32, smem, stream>>>(p);
+    attention_kernel<Dp, kWarps, kMTiles, kBc, kQRegs, kMinBlocks, kDn><<<blocks, kWarps * 32, smem, stream>>>(p);
 }
 
-template <int Dp, int kWarps, int kMTiles, int kBc = 64, bool kQRegs = false, int kMinBlocks = 1>
+template <int Dp, int kWarps, int kMTiles, int kBc = 64, bool kQRegs = false, int kMinBlocks = 1, int kDn = Dp>
 Entry entry() {
     const int rows = kWarps * kMTiles * 16;
     return {{Dp, kWarps, kMTiles * 16, rows, kBc, 2, kQRegs},
-            &launch_kernel<Dp, kWarps, kMTiles, kBc, kQRegs, kMinBlocks>,
-            reinterpret_cast<const void*>(&attention_kernel<Dp, kWarps, kMTiles, kBc, kQRegs, kMinBlocks>),
+            &launch_kernel<Dp, kWarps, kMTiles, kBc, kQRegs, kMinBlocks, kDn>,
+            reinterpret_cast<const void*>(&attention_kernel<Dp, kWarps, kMTiles, kBc, kQRegs, kMinBlocks, kDn>),
             size_t(rows + 2 * 2 * kBc) * (Dp + 8) * sizeof(__half)};
 }
 
@@ -372,8 +426,13 @@ Entry entry() {
 // warp with q in registers, capped at 128 registers so that two 8-warp blocks share a multiprocessor,
 // measured fastest on an H200 at D = 40, 64 and 80 (32 rows per warp read k and v from shared memory half
 // as often but leave room for 8 warps only: kept as the alternative the benchmark times). 64-row blocks
-// are for short sequences with few heads, where 128-row blocks leave multiprocessors idle.
-const std::vector<Entry>& entries_for(int padded_d) {
+// are for short sequences with few heads, where 128-row blocks leave multiprocessors idle. Head dims 33 to 40
+// (SD 1.5's first level, its costliest attention) stop the products at 40 of the 48 (kDn): SD 1.5's 4096-token
+// self-attention 0.224 -> 0.2125 ms on an H200. Three blocks a multiprocessor (80 registers) measured slower
+// there, with or without kDn (0.220 and 0.250 ms).
+const std::vector<Entry>& entries_for(int padded_d, int kdn) {
+    static const std::vector<Entry> e40{entry<48, 8, 1, 64, true, 2, 40>(), entry<48, 4, 2, 128, false, 2, 40>(),
+                                        entry<48, 4, 1, 64, true, 4, 40>()};
     static const std::vector<Entry> e16{entry<16, 8, 1, 64, true, 2>(), entry<16, 4, 1, 64, true, 4>()};
     static const std::vector<Entry> e32{entry<32, 8, 1, 64, true, 2>(), entry<32, 4, 1, 64, true, 4>()};
     static const std::vector<Entry> e48{entry<48, 8, 1, 64, true, 2>(), entry<48, 4, 2, 128, false, 2>(),
@@ -391,7 +450,7 @@ const std::vector<Entry>& entries_for(int padded_d) {
     switch (padded_d) {
         case 16: return e16;
         case 32: return e32;
-        case 48: return e48;
+        case 48: return kdn == 40 ? e40 : e48;
         case 64: return e64;
         case 80: return e80;
         case 96: return e96;
@@ -411,6 +470,9 @@ int padded_width(int d) {
     if (d <= 192) return 192;
     return 256;
 }
+
+// The compiled configurations for head dim d.
+const std::vector<Entry>& entries_for_head(int d) { return entries_for(padded_width(d), (d + 7) / 8 * 8); }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -483,7 +545,7 @@ namespace detail {
 // on 132 SMs), while B = 2 x 10 heads of 1024 rows at D = 64 ran 9% faster in 64-row blocks (share 192
 // vs 256 rows).
 int choose_attention_config(int D, int B, int Lq, int H, int multiprocessors) {
-    const std::vector<Entry>& entries = entries_for(padded_width(D));
+    const std::vector<Entry>& entries = entries_for_head(D);
     const int64_t sms = std::max(multiprocessors, 1);
     int best = 0;
     int64_t best_share = INT64_MAX;
@@ -498,7 +560,7 @@ int choose_attention_config(int D, int B, int Lq, int H, int multiprocessors) {
 
 std::vector<AttentionConfig> attention_configs(int D) {
     std::vector<AttentionConfig> out;
-    for (const Entry& e : entries_for(padded_width(D))) out.push_back(e.config);
+    for (const Entry& e : entries_for_head(D)) out.push_back(e.config);
     return out;
 }
 
@@ -506,7 +568,7 @@ void cuda_attention_f16_config(const __half* q, const __half* k, const __half* v
                                int H, int D, cudaStream_t stream, bool causal, int config) {
     NvtxRange range("kiln::cuda_attention_f16");
     check_args(q, k, v, out, B, Lq, Lk, H, D);
-    const std::vector<Entry>& entries = entries_for(padded_width(D));
+    const std::vector<Entry>& entries = entries_for_head(D);
     require(config >= 0 && config < int(entries.size()), ErrorKind::InvalidArgument,
             "cuda_attention_f16: no configuration " + std::to_string(config) + " for D = " + std::to_string(D));
     if (B == 0 || Lq == 0) return;
