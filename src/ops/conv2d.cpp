@@ -73,6 +73,17 @@ Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, 
                                                 detail::kIm2colBudgetBytes);
 }
 
+Tensor conv2d_group_norm_silu_plus(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
+                                   const Tensor& w, const Tensor* b, const Tensor& image_bias, int stride,
+                                   int padding) {
+    if (x.on_device())
+        return device_ops(x).conv2d_group_norm_silu_plus(x, groups, gamma, beta, eps, w, b, image_bias, stride,
+                                                         padding);
+    Tensor y = conv2d_group_norm_silu(x, groups, gamma, beta, eps, w, b, stride, padding);
+    add_channel_bias_(y, image_bias);
+    return y;
+}
+
 Tensor detail::conv2d_group_norm_silu_tiled(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                                             float eps, const Tensor& w, const Tensor* b, int stride, int padding,
                                             int64_t im2col_budget_bytes, int64_t weight_budget_bytes) {

@@ -31,6 +31,14 @@ public:
                                              int stride, int padding) const {
         add_(y, conv2d_group_norm_silu(x, groups, gamma, beta, eps, w, b, stride, padding));
     }
+    // conv2d_group_norm_silu then add_channel_bias_(y, image_bias); composed where there is no fused form.
+    virtual Tensor conv2d_group_norm_silu_plus(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                                               float eps, const Tensor& w, const Tensor* b, const Tensor& image_bias,
+                                               int stride, int padding) const {
+        Tensor y = conv2d_group_norm_silu(x, groups, gamma, beta, eps, w, b, stride, padding);
+        add_channel_bias_(y, image_bias);
+        return y;
+    }
     virtual Tensor conv2d_upsample2x(const Tensor& x, const Tensor& w, const Tensor* b, int stride,
                                      int padding) const {
         return conv2d(upsample_nearest2x(x), w, b, stride, padding);

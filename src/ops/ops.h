@@ -34,6 +34,13 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride = 1,
 Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
                               const Tensor& w, const Tensor* b, int stride = 1, int padding = 0);
 
+// conv2d_group_norm_silu(x, ...) then add_channel_bias_(y, image_bias [N, Cout]) with exactly those bits: a
+// ResnetBlock's first convolution with its time embedding, which a GPU adds as the convolution's output is
+// written rather than in a pass of its own.
+Tensor conv2d_group_norm_silu_plus(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
+                                   const Tensor& w, const Tensor* b, const Tensor& image_bias, int stride = 1,
+                                   int padding = 0);
+
 // y += conv2d_group_norm_silu(x, ...) with exactly add_'s bits, without the convolution's output: each tile
 // of it is added as soon as it is made (a ResNet block's residual sum). y is [N, O, Ho, Wo] and not x.
 void conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,

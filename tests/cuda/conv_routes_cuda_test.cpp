@@ -77,8 +77,9 @@ TEST(ConvRoutesCuda, EveryRouteAgreesWithTheHost) {
                                  ref, scale, kk, t, 3, name + " +groupnorm+silu");
                 }
             }
-        // The fusions the VAE uses: y += conv(GroupNorm+SiLU(x)), and the convolution of x upsampled 2x. Each
-        // shape's first call composes the ops (and chooses the route); the second runs fused on the NHWC route.
+        // The fusions the VAE uses: y += conv(GroupNorm+SiLU(x)), and the convolution of x upsampled 2x; and the
+        // UNet's: conv(GroupNorm+SiLU(x)) plus a bias per image and channel. Each shape's first call composes the
+        // ops (and chooses the route); the second runs fused on the NHWC route.
         for (DType t : kStorageTypes)
             for (const ConvCase& c : {ConvCase{1, 32, 9, 7, 32, 3, 1, 1, 8}, ConvCase{2, 64, 8, 8, 40, 3, 1, 1, 32}}) {
                 Tensor x = random_in({c.n, c.cin, c.h, c.w}, 31, t), w = random_in({c.cout, c.cin, 3, 3}, 32, t);
@@ -98,6 +99,11 @@ TEST(ConvRoutesCuda, EveryRouteAgreesWithTheHost) {
                 Tensor up = kiln::ops::upsample_nearest2x(x);
                 Tensor up_ref = kiln::ops::conv2d(up, w, &b, 1, 1);
                 Tensor up_scale = kiln::ops::conv2d(abs_of(up), abs_of(w), &babs, 1, 1);
+                Tensor image_bias = random_in({c.n, c.cout}, 37, t), ibd = image_bias.to_device(*gpu, t);
+                Tensor plus_ref = kiln::ops::conv2d_group_norm_silu(x, c.groups, gamma, beta, 1e-5f, w, &b, 1, 1);
+                kiln::ops::add_channel_bias_(plus_ref, image_bias);
+                Tensor plus_scale = kiln::ops::conv2d(abs_of(normed), abs_of(w), &babs, 1, 1);
+                kiln::ops::add_channel_bias_(plus_scale, abs_of(image_bias));
                 for (int call = 1; call <= 2; ++call) {
                     const std::string name = std::string(route) + " call " + std::to_string(call) + " " + c.name();
                     Tensor accd = acc.to_device(*gpu, t);
@@ -107,6 +113,14 @@ TEST(ConvRoutesCuda, EveryRouteAgreesWithTheHost) {
                                  name + " conv2d_group_norm_silu_add_");
                     expect_close(ops.conv2d_upsample2x(xd, wd, &bd, 1, 1).to_host(), up_ref, up_scale, k, t, 1,
                                  name + " conv2d_upsample2x");
+                    // The same bits as its composition on the device, and its rounding once more in the bound.
+                    Tensor plus = ops.conv2d_group_norm_silu_plus(xd, c.groups, gd, betad, 1e-5f, wd, &bd, ibd, 1, 1);
+                    Tensor composed = ops.conv2d_group_norm_silu(xd, c.groups, gd, betad, 1e-5f, wd, &bd, 1, 1);
+                    ops.add_channel_bias_(composed, ibd);
+                    EXPECT_EQ(plus.to_host().values(), composed.to_host().values())
+                        << name << " conv2d_group_norm_silu_plus";
+                    expect_close(plus.to_host(), plus_ref, plus_scale, k + double(c.h) * c.w * c.cin / c.groups, t, 4,
+                                 name + " conv2d_group_norm_silu_plus");
                 }
             }
         using Route = CudaDeviceOps::ConvRoute;

@@ -163,6 +163,15 @@ TEST(LayoutFacts, NlcRoundTrip) {
     EXPECT_EQ(nchw_to_nlc(x).shape(), (Shape{2, 21, 5}));
 }
 
+TEST(LayoutFacts, ConvPlusImageBiasIsItsComposition) {
+    const Tensor x = random_tensor({2, 4, 5, 3}, 21), w = random_tensor({6, 4, 3, 3}, 22), b = random_tensor({6}, 23);
+    const Tensor gamma = random_tensor({4}, 24), beta = random_tensor({4}, 25), image_bias = random_tensor({2, 6}, 26);
+    Tensor composed = conv2d_group_norm_silu(x, 2, gamma, beta, 1e-5f, w, &b, 1, 1);
+    add_channel_bias_(composed, image_bias);
+    EXPECT_EQ(conv2d_group_norm_silu_plus(x, 2, gamma, beta, 1e-5f, w, &b, image_bias, 1, 1).values(),
+              composed.values());
+}
+
 TEST(LayoutFacts, TransformerWayInAndOutAreTheirCompositions) {
     const Tensor x = random_tensor({2, 4, 3, 5}, 11), gamma = random_tensor({4}, 12), beta = random_tensor({4}, 13);
     EXPECT_EQ(group_norm_to_nlc(x, 2, gamma, beta, 1e-6f).values(),

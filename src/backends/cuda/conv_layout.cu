@@ -96,11 +96,13 @@ __global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
     }
 }
 
-// out [n][c][hw] = x [n][hw][c] + bias[c] (bias may be null), rounded; with `accumulate`, out += that instead
-// (the sum of the rounded value, as add_ would make it). kVec 2 needs c and hw even.
+// out [n][c][hw] = x [n][hw][c] + bias[c] (bias may be null), rounded, then + image_bias[n][c] (may be null) rounded
+// again (add_channel_bias_'s bits); with `accumulate`, out += that instead (the sum of the rounded value, as add_
+// would make it). kVec 2 needs c and hw even.
 template <class T, int kVec>
 __global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
-    from_nhwc_kernel(const T* x, const T* bias, T* out, int64_t n, int64_t hw, int64_t c, bool accumulate) {
+    from_nhwc_kernel(const T* x, const T* bias, const T* image_bias, T* out, int64_t n, int64_t hw, int64_t c,
+                     bool accumulate) {
     constexpr int kT = kTile * kVec;
     __shared__ float tile[kT][kT + 1];
     const int64_t c0 = int64_t(blockIdx.x) * kT;
@@ -120,6 +122,7 @@ __global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
             const int64_t ch = c0 + r, p = p0 + kVec * threadIdx.x;
             if (ch < c && p < hw) {
                 const float add = bias ? detail::to_float(bias[ch]) : 0.0f;
+                const float add_image = image_bias ? detail::to_float(image_bias[b * c + ch]) : 0.0f;
                 detail::Vec<T, kVec> o;
                 detail::Vec<T, kVec> old;
                 if (accumulate) old = *reinterpret_cast<const detail::Vec<T, kVec>*>(dst + ch * hw + p);
@@ -127,6 +130,7 @@ __global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
                     float v = tile[kVec * threadIdx.x + e][r];
                     if (bias) v += add;
                     o.v[e] = detail::from_float<T>(v);
+                    if (image_bias) o.v[e] = detail::from_float<T>(detail::to_float(o.v[e]) + add_image);
                     if (accumulate) o.v[e] = detail::from_float<T>(detail::to_float(old.v[e]) + detail::to_float(o.v[e]));
                 }
                 *reinterpret_cast<detail::Vec<T, kVec>*>(dst + ch * hw + p) = o;
@@ -239,7 +243,7 @@ void to_nhwc(const void* x, void* out, DType type, int64_t n, int64_t c, int64_t
 }
 
 void from_nhwc(const void* x, const void* bias, void* out, DType type, int64_t n, int64_t hw, int64_t c,
-               cudaStream_t stream, bool accumulate) {
+               cudaStream_t stream, bool accumulate, const void* image_bias) {
     const int64_t count = detail::checked_count("from_nhwc", {n, hw, c});
     detail::dispatch("from_nhwc", type, [](auto) {});
     if (count == 0) return;
@@ -249,12 +253,13 @@ void from_nhwc(const void* x, const void* bias, void* out, DType type, int64_t n
         using T = typename decltype(t)::type;
         const T* xt = static_cast<const T*>(x);
         const T* bt = static_cast<const T*>(bias);
+        const T* ib = static_cast<const T*>(image_bias);
         T* o = static_cast<T*>(out);
         if (pairs_fit<T>(c, hw, x, out))
-            from_nhwc_kernel<T, 2><<<tile_grid<2>(n, hw, c), dim3(kTile, kTileRows), 0, stream>>>(xt, bt, o, n, hw, c,
+            from_nhwc_kernel<T, 2><<<tile_grid<2>(n, hw, c), dim3(kTile, kTileRows), 0, stream>>>(xt, bt, ib, o, n, hw, c,
                                                                                                 accumulate);
         else
-            from_nhwc_kernel<T, 1><<<tile_grid<1>(n, hw, c), dim3(kTile, kTileRows), 0, stream>>>(xt, bt, o, n, hw, c,
+            from_nhwc_kernel<T, 1><<<tile_grid<1>(n, hw, c), dim3(kTile, kTileRows), 0, stream>>>(xt, bt, ib, o, n, hw, c,
                                                                                                 accumulate);
     });
     KILN_CUDA_CHECK(cudaGetLastError());

@@ -156,10 +156,20 @@ Tensor CudaDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, in
         if (f.accumulate->shape() != Shape{sh.n, sh.cout, sh.oh, sh.ow})
             bad("conv2d", desc("y", *f.accumulate) + " to add the convolution of " + desc("x", x) + " onto");
     }
-    const bool fused = f.upsampled || f.accumulate;
+    if (f.image_bias) {
+        same_place("conv2d", x, *f.image_bias, "image_bias");
+        if (f.image_bias->shape() != Shape{sh.n, sh.cout} || f.upsampled || f.accumulate)
+            bad("conv2d", desc("image_bias", *f.image_bias) + " for " + desc("w", w) + " (alone, [N, Cout])");
+    }
+    const bool fused = f.upsampled || f.accumulate || f.image_bias;
     if (fused && !(on_nhwc_route(sh, stats != nullptr) && (!f.upsampled || h * wd < (int64_t(1) << 31)))) {
         if (f.upsampled)
-            return conv(upsample_nearest2x(x), w, b, stride, padding, stats, gamma, beta, groups, {false, f.accumulate});
+            return conv(upsample_nearest2x(x), w, b, stride, padding, stats, gamma, beta, groups, {false, f.accumulate, nullptr});
+        if (f.image_bias) {
+            Tensor y = conv(x, w, b, stride, padding, stats, gamma, beta, groups);
+            add_channel_bias_(y, *f.image_bias);
+            return y;
+        }
         add_(*f.accumulate, conv(x, w, b, stride, padding, stats, gamma, beta, groups));
         return Tensor();
     }
@@ -168,7 +178,7 @@ Tensor CudaDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, in
     if (out.numel() == 0) return y;
     Timed timed(backend_, ops::OpKind::Conv2d,
                 2.0 * double(sh.n) * double(sh.cout) * double(sh.oh * sh.ow) * double(sh.cin * sh.k * sh.k));
-    const ConvCall call{x, w, b, stats, gamma, beta, groups, sh, f.upsampled, f.accumulate != nullptr};
+    const ConvCall call{x, w, b, stats, gamma, beta, groups, sh, f.upsampled, f.accumulate != nullptr, f.image_bias};
     if (fused)
         run_conv_route(ConvRoute::CudnnNhwc, call, out);
     else
@@ -305,7 +315,7 @@ void CudaDeviceOps::conv_cudnn_nhwc(const ConvCall& c, Tensor& y) const {
     std::vector<Tensor> scratch;  // alive until the convolution is queued; the stream orders its reuse
     backend_.cudnn_nhwc()->run(sh, xt.device_data(), filter, yt.device_data(), s, scratch_in(scratch));
     from_nhwc(yt.device_data(), c.b ? c.b->device_data() : nullptr, y.device_data(), y.dtype(), sh.n, sh.oh * sh.ow,
-              sh.cout, s, c.accumulate);
+              sh.cout, s, c.accumulate, c.image_bias ? c.image_bias->device_data() : nullptr);
 }
 
 // The direct kernel for 1 to 4 output channels (conv_few_outputs.cu), on NCHW: no copies around it.
@@ -368,12 +378,12 @@ void CudaDeviceOps::conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int 
                                                 int stride, int padding) const {
     Timed timed(backend_, ops::OpKind::GroupNorm);
     const Tensor stats = stats_for_conv("conv2d_group_norm_silu_add_", x, groups, gamma, beta, eps);
-    conv(x, w, b, stride, padding, &stats, &gamma, &beta, groups, {false, &y});
+    conv(x, w, b, stride, padding, &stats, &gamma, &beta, groups, {false, &y, nullptr});
 }
 
 Tensor CudaDeviceOps::conv2d_upsample2x(const Tensor& x, const Tensor& w, const Tensor* b, int stride,
                                         int padding) const {
-    return conv(x, w, b, stride, padding, nullptr, nullptr, nullptr, 0, {true, nullptr});
+    return conv(x, w, b, stride, padding, nullptr, nullptr, nullptr, 0, {true, nullptr, nullptr});
 }
 
 void CudaDeviceOps::conv_im2col(const ConvCall& c, Tensor& y) const {
@@ -449,6 +459,14 @@ Tensor CudaDeviceOps::conv2d_group_norm_silu(const Tensor& x, int groups, const 
     Timed timed(backend_, ops::OpKind::GroupNorm);
     const Tensor stats = stats_for_conv("conv2d_group_norm_silu", x, groups, gamma, beta, eps);
     return conv(x, w, b, stride, padding, &stats, &gamma, &beta, groups);
+}
+
+Tensor CudaDeviceOps::conv2d_group_norm_silu_plus(const Tensor& x, int groups, const Tensor& gamma,
+                                                  const Tensor& beta, float eps, const Tensor& w, const Tensor* b,
+                                                  const Tensor& image_bias, int stride, int padding) const {
+    Timed timed(backend_, ops::OpKind::GroupNorm);
+    const Tensor stats = stats_for_conv("conv2d_group_norm_silu_plus", x, groups, gamma, beta, eps);
+    return conv(x, w, b, stride, padding, &stats, &gamma, &beta, groups, {false, nullptr, &image_bias});
 }
 
 Tensor CudaDeviceOps::group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,

@@ -28,6 +28,9 @@ public:
                                   const Tensor& w, const Tensor* b, int stride, int padding) const override;
     // Fused on the channels-last route, once a shape's first call has chosen it (the transposes read the small
     // image, or add onto y); the composition otherwise.
+    Tensor conv2d_group_norm_silu_plus(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                                       float eps, const Tensor& w, const Tensor* b, const Tensor& image_bias,
+                                       int stride, int padding) const override;
     void conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                                      float eps, const Tensor& w, const Tensor* b, int stride,
                                      int padding) const override;
@@ -73,6 +76,7 @@ private:
         ConvShape shape;
         bool upsampled = false;   // x is half the shape's size: read as its nearest-2x upsampling (NHWC route)
         bool accumulate = false;  // y += the convolution (NHWC route)
+        const Tensor* image_bias = nullptr;  // [n, cout] added after the bias (NHWC route)
     };
     void conv_routed(const ConvCall& c, Tensor& y) const;
     void run_conv_route(ConvRoute route, const ConvCall& c, Tensor& y) const;
@@ -94,6 +98,7 @@ private:
     struct ConvFusion {  // {} (value-initialised): neither
         bool upsampled;      // convolve x's nearest-2x upsampling
         Tensor* accumulate;  // add the result onto this instead of returning it
+        const Tensor* image_bias;  // [n, cout]: add_channel_bias_ onto the result
     };
     Tensor conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding, const Tensor* norm_stats,
                 const Tensor* gamma, const Tensor* beta, int groups, ConvFusion fusion = {}) const;

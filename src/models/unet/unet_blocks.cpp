@@ -51,9 +51,9 @@ void ResnetBlock::load(WeightReader& r, const std::string& name, int64_t in, int
 
 Tensor ResnetBlock::operator()(const Tensor& x, const Tensor& temb_silu) const {
     // conv(silu(norm(.))) fused: the normalised copies are never made.
-    Tensor h = ops::conv2d_group_norm_silu(x, norm1.groups, norm1.gamma, norm1.beta, norm1.eps, conv1.weight,
-                                           &conv1.bias, conv1.stride, conv1.padding);
-    ops::add_channel_bias_(h, time_emb_proj(temb_silu));
+    // The time embedding is added per image and channel as conv1's output is written.
+    Tensor h = ops::conv2d_group_norm_silu_plus(x, norm1.groups, norm1.gamma, norm1.beta, norm1.eps, conv1.weight,
+                                                &conv1.bias, time_emb_proj(temb_silu), conv1.stride, conv1.padding);
     if (has_shortcut) {  // conv2 adds onto the shortcut's fresh output: no pass of its own for the residual
         Tensor out = shortcut(x);
         ops::conv2d_group_norm_silu_add_(out, h, norm2.groups, norm2.gamma, norm2.beta, norm2.eps, conv2.weight,
