@@ -43,7 +43,8 @@ std::unique_ptr<CudaBackend> backend_with_route(const char* route) {
 TEST(ConvRoutesCuda, EveryRouteAgreesWithTheHost) {
     KILN_SKIP_WITHOUT_GPU();
     const ConvCase cases[] = {{1, 4, 7, 5, 3, 3, 1, 1, 2},    {2, 8, 9, 9, 8, 3, 2, 1, 4},
-                              {1, 6, 5, 6, 10, 1, 1, 0, 3},   {2, 32, 16, 16, 16, 3, 1, 1, 32},
+                              {1, 6, 5, 6, 10, 1, 1, 0, 3},   {3, 40, 6, 7, 24, 1, 1, 0, 4},  // 1x1: batched
+                              {2, 32, 16, 16, 16, 3, 1, 1, 32},
                               {2, 64, 17, 13, 40, 3, 1, 1, 32}, {1, 320, 16, 16, 320, 3, 1, 1, 32},
                               // few outputs: the VAE's last convolution at odd sides over several tiles, padding 2
                               {2, 128, 19, 37, 3, 3, 1, 1, 32}, {1, 9, 17, 40, 4, 3, 1, 2, 3}};

@@ -299,6 +299,16 @@ TEST(KernelsCuda, ChannelBiasMatchesTheReference) {
             expect_within(label(type, "add_channel_bias " + std::to_string(n) + "x" + std::to_string(c) + "x" +
                                           std::to_string(inner)),
                           download_values(dx, type, x.size()), ref.values(), one_rounding_bounds(type, ref));
+            // per_channel: bias [c] for every image, as the [n, c] bias that repeats it.
+            DeviceBuffer dy(x), dc(bias);
+            add_channel_bias(dy.get(), dc.get(), type, n, c, inner, nullptr, true);
+            Tensor repeated({n, c});
+            for (int64_t i = 0; i < n * c; ++i) repeated[i] = bias.f[size_t(i % c)];
+            Tensor ref_c = x.tensor({n, c, inner});
+            ops::ref::add_channel_bias_(ref_c, repeated);
+            expect_within(label(type, "add_channel_bias per channel " + std::to_string(n) + "x" + std::to_string(c) +
+                                          "x" + std::to_string(inner)),
+                          download_values(dy, type, x.size()), ref_c.values(), one_rounding_bounds(type, ref_c));
         }
 }
 

@@ -322,10 +322,14 @@ void CudaDeviceOps::conv_cudnn_nhwc(const ConvCall& c, Tensor& y) const {
 void CudaDeviceOps::conv_few_outputs(const ConvCall& c, Tensor& y) const {
     const ConvShape& sh = c.shape;
     const Im2colNorm norm = c.stats ? fused_norm(c) : Im2colNorm{};
-    Tensor wn;
+    Tensor wn, partial;
+    const int splits =
+        conv_few_outputs_splits(sh.n, sh.cin, sh.h, sh.w, int(sh.padding), backend_.multiprocessors());
+    if (splits > 1) partial = Tensor::empty_on(backend_, {splits, sh.n, sh.cout, sh.oh, sh.ow}, DType::F32);
     cuda::conv_few_outputs(c.x.device_data(), pytorch_filter(c.w, wn), c.b ? c.b->device_data() : nullptr,
                            y.device_data(), y.dtype(), sh.n, sh.cin, sh.h, sh.w, sh.cout, int(sh.padding),
-                           c.stats ? &norm : nullptr, backend_.stream());
+                           c.stats ? &norm : nullptr, backend_.stream(), splits,
+                           splits > 1 ? static_cast<float*>(partial.device_data()) : nullptr);
 }
 
 // The filter w [cout, cin, k, k] as [cout, k, k, cin] for the NHWC route. A 1x1 filter is the same in both. A
@@ -397,6 +401,22 @@ void CudaDeviceOps::conv_im2col(const ConvCall& c, Tensor& y) const {
     Tensor col, wn;
     if (!direct) col = Tensor::empty_on(backend_, {kc * tile}, x.dtype());
     const void* filter = pytorch_filter(c.w, wn);
+    if (direct && sh.n > 1) {
+        // A 1x1 convolution of every image as one batched product (the filter shared: batch stride 0), then one
+        // bias pass: not a product and a pass per image (the UNet's shortcuts).
+        GemmArgs g;
+        g.m = pixels, g.n = sh.cout, g.k = kc;
+        g.a = x.device_data(), g.lda = pixels;
+        g.b = filter, g.ldb = kc;
+        g.c = y.device_data(), g.ldc = pixels;
+        g.ab_type = g.c_type = x.dtype();
+        g.tf32 = sh.tf32;
+        g.batch = int(sh.n);
+        g.stride_a = sh.cin * pixels, g.stride_b = 0, g.stride_c = sh.cout * pixels;
+        backend_.gemm().run(g, s);
+        if (c.b) add_channel_bias(y.device_data(), c.b->device_data(), y.dtype(), sh.n, sh.cout, pixels, s, true);
+        return;
+    }
     for (int64_t img = 0; img < sh.n; ++img) {
         const char* x_img = at(x, img * sh.cin * sh.h * sh.w);
         char* y_img = at(y, img * sh.cout * pixels);

@@ -34,11 +34,11 @@ __global__ void scale_kernel(T* x, int64_t n, float s) {
 // its product's epilogue (gemm.h).
 // kN values per access: 16 bytes where the planes allow (2-byte accesses ran at a tenth of the memory's speed).
 template <class T, int kN>
-__global__ void add_channel_bias_kernel(T* x, const T* bias, int64_t planes, int64_t inner) {
+__global__ void add_channel_bias_kernel(T* x, const T* bias, int64_t planes, int64_t c, int64_t inner) {
     using V = detail::Vec<T, kN>;
     for (int64_t p = detail::plane_first(); p < planes; p += detail::plane_step()) {
         V* row = reinterpret_cast<V*>(x + p * inner);
-        const float plane_bias = detail::to_float(bias[p]);
+        const float plane_bias = detail::to_float(bias[c ? p % c : p]);
         for (int64_t j = detail::grid_first(); j < inner / kN; j += detail::grid_step()) {
             V v = row[j];
 #pragma unroll
@@ -80,7 +80,8 @@ void scale(void* x, DType type, int64_t n, float s, cudaStream_t stream) {
     KILN_CUDA_CHECK(cudaGetLastError());
 }
 
-void add_channel_bias(void* x, const void* bias, DType type, int64_t n, int64_t c, int64_t inner, cudaStream_t stream) {
+void add_channel_bias(void* x, const void* bias, DType type, int64_t n, int64_t c, int64_t inner, cudaStream_t stream,
+                      bool per_channel) {
     const int64_t count = detail::checked_count("add_channel_bias", {n, c, inner});
     detail::dispatch("add_channel_bias", type, [](auto) {});
     if (count == 0) return;
@@ -92,7 +93,8 @@ void add_channel_bias(void* x, const void* bias, DType type, int64_t n, int64_t 
         const bool wide = inner % kWide == 0 && detail::aligned16(x);
         const detail::PlaneGrid grid = detail::plane_grid(n * c, wide ? inner / kWide : inner);
         auto kernel = wide ? add_channel_bias_kernel<T, kWide> : add_channel_bias_kernel<T, 1>;
-        kernel<<<grid.blocks, grid.threads, 0, stream>>>(static_cast<T*>(x), static_cast<const T*>(bias), n * c, inner);
+        kernel<<<grid.blocks, grid.threads, 0, stream>>>(static_cast<T*>(x), static_cast<const T*>(bias), n * c,
+                                                         per_channel ? c : 0, inner);
     });
     KILN_CUDA_CHECK(cudaGetLastError());
 }

@@ -21,9 +21,9 @@ void activation(void* x, DType type, int64_t n, Activation f, cudaStream_t strea
 
 void add(void* a, const void* b, DType type, int64_t n, cudaStream_t stream);  // a += b
 void scale(void* x, DType type, int64_t n, float s, cudaStream_t stream);      // x *= s
-// x [n, c, inner] += bias [n, c] broadcast over inner.
+// x [n, c, inner] += bias [n, c] broadcast over inner; with per_channel, bias [c] for every image.
 void add_channel_bias(void* x, const void* bias, DType type, int64_t n, int64_t c, int64_t inner,
-                      cudaStream_t stream);
+                      cudaStream_t stream, bool per_channel = false);
 
 // x [rows, 2*half] -> out [rows, half]: out = a * gelu(g) with a = x[:, :half], g = x[:, half:] (diffusers' GEGLU).
 void geglu(const void* x, void* out, DType type, int64_t rows, int64_t half, cudaStream_t stream);
@@ -89,10 +89,14 @@ void filter_to_krsc(const void* w, void* out, DType type, int64_t cout, int64_t 
 // conv(x [n, cin, h, w], w [cout, cin, 3, 3]) + bias (may be null), float sums, one rounding; with `norm`,
 // of GroupNorm+SiLU(x), norm->stats then holding [n * groups * 2] (every image's, as to_nhwc's).
 // conv_few_outputs_fits says whether a shape is one it takes (padding up to 2, sides within its grid).
+// With splits > 1 (conv_few_outputs_splits: enough blocks for the GPU), the input channels are split over that
+// many blocks per tile, through a float workspace of splits * n * cout * oh * ow values.
 bool conv_few_outputs_fits(int64_t cout, int64_t k, int64_t stride, int64_t padding, int64_t h, int64_t w,
                            int64_t cin);
+int conv_few_outputs_splits(int64_t n, int64_t cin, int64_t h, int64_t wd, int padding, int multiprocessors);
 void conv_few_outputs(const void* x, const void* w, const void* bias, void* out, DType type, int64_t n, int64_t cin,
-                      int64_t h, int64_t wd, int64_t cout, int padding, const Im2colNorm* norm, cudaStream_t stream);
+                      int64_t h, int64_t wd, int64_t cout, int padding, const Im2colNorm* norm, cudaStream_t stream,
+                      int splits = 1, float* workspace = nullptr);
 
 // out [n, dim]: diffusers' get_timestep_embedding of the float32 timesteps [n] (a device array), as the CPU op
 // ops::timestep_embedding computes it (same argument order of sin/cos, same float arithmetic).
