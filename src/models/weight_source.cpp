@@ -121,6 +121,28 @@ Tensor WeightReader::get_matrix(const std::string& name, const Shape& expected) 
     return place(read(name, &expected, true));
 }
 Tensor WeightReader::get_matrix(const std::string& name) { return place(read(name, nullptr, true)); }
+Tensor WeightReader::get_matrix_stack(const std::vector<std::string>& names, const Shape& each) {
+    require(!names.empty() && each.size() == 2, ErrorKind::InvalidArgument, "get_matrix_stack: no matrices");
+    std::vector<Tensor> parts;
+    for (const std::string& n : names) parts.push_back(read(n, &each, true));
+    const DType type = parts.front().dtype();
+    for (const Tensor& p : parts)
+        require(p.dtype() == type, ErrorKind::InvalidModel,
+                "tensors " + where(names.front()) + " and " + names.back() + " differ in dtype");
+    const Shape shape{int64_t(parts.size()) * each[0], each[1]};
+    const int64_t n = parts.front().numel();
+    if (type == DType::F32) {
+        std::vector<float> all;
+        all.reserve(size_t(n) * parts.size());
+        for (const Tensor& p : parts) all.insert(all.end(), p.values().begin(), p.values().end());
+        return place(Tensor(shape, std::move(all)));
+    }
+    std::vector<uint16_t> all;
+    all.reserve(size_t(n) * parts.size());
+    for (const Tensor& p : parts) all.insert(all.end(), p.bits16(), p.bits16() + n);
+    return place(Tensor::from_bits16(shape, type, std::move(all)));
+}
+
 Tensor WeightReader::get_host(const std::string& name, const Shape& expected) { return read(name, &expected, false); }
 Tensor WeightReader::get_matrix_host(const std::string& name, const Shape& expected) {
     return read(name, &expected, true);

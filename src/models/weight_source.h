@@ -107,6 +107,9 @@ public:
     // source's weights_dtype, or as the file stores them.
     Tensor get_matrix(const std::string& name, const Shape& expected);
     Tensor get_matrix(const std::string& name);  // shape checked by the caller
+    // Matrices of shape `each` stacked along their rows, as get_matrix would give each: [count * rows, cols]
+    // (attention's q, k and v projections made by one product).
+    Tensor get_matrix_stack(const std::vector<std::string>& names, const Shape& each);
     // As get / get_matrix, but kept on the host whatever the source's device: tables the model reads by rows
     // on the host (CLIP's token and position embeddings).
     Tensor get_host(const std::string& name, const Shape& expected);

@@ -55,6 +55,22 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, b
     return detail::attention_blocked(q, k, v, heads, causal, 0);
 }
 
+Tensor attention_qkv(const Tensor& qkv, int heads) {
+    detail::check(qkv.rank() == 3 && qkv.dim(2) % 3 == 0, "attention_qkv",
+                  detail::desc("qkv", qkv) + " must be [B, L, 3C]: q | k | v of each token");
+    if (qkv.on_device()) return device_ops(qkv).attention_qkv(qkv, heads);
+    const int64_t c = qkv.dim(2) / 3;
+    return attention(columns(qkv, 0, c), columns(qkv, c, c), columns(qkv, 2 * c, c), heads);
+}
+
+Tensor attention_kv(const Tensor& q, const Tensor& kv, int heads) {
+    detail::check(q.rank() == 3 && kv.rank() == 3 && kv.dim(2) == 2 * q.dim(2), "attention_kv",
+                  detail::desc("q", q) + " [B, Lq, C] and " + detail::desc("kv", kv) + " [B, Lk, 2C]: k | v");
+    if (q.on_device()) return device_ops(q).attention_kv(q, kv, heads);
+    const int64_t c = q.dim(2);
+    return attention(q, columns(kv, 0, c), columns(kv, c, c), heads);
+}
+
 Tensor detail::attention_blocked(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal,
                                  int64_t block_rows) {
     using detail::check;

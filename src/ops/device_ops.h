@@ -47,6 +47,16 @@ public:
                               float eps) const = 0;
     virtual Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) const = 0;
     virtual Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal) const = 0;
+    // attention() of the parts, split off with columns() where the backend has no kernel reading them in place.
+    virtual Tensor attention_qkv(const Tensor& qkv, int heads) const {
+        const int64_t c = qkv.dim(2) / 3;
+        return attention(columns(qkv, 0, c), columns(qkv, c, c), columns(qkv, 2 * c, c), heads, false);
+    }
+    virtual Tensor attention_kv(const Tensor& q, const Tensor& kv, int heads) const {
+        const int64_t c = kv.dim(2) / 2;
+        return attention(q, columns(kv, 0, c), columns(kv, c, c), heads, false);
+    }
+    virtual Tensor columns(const Tensor& x, int64_t begin, int64_t count) const = 0;
     virtual void activation_(Tensor& x, DeviceActivation f) const = 0;
     virtual Tensor geglu(const Tensor& x) const = 0;
     virtual Tensor upsample_nearest2x(const Tensor& x) const = 0;

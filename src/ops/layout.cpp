@@ -54,6 +54,23 @@ Tensor nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) {
     return y;
 }
 
+Tensor columns(const Tensor& x, int64_t begin, int64_t count) {
+    detail::check(x.rank() >= 1 && begin >= 0 && count >= 0 && begin + count <= x.dim(-1), "columns",
+                  detail::desc("x", x) + ": columns [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                      ") of its last dim");
+    if (x.on_device()) return device_ops(x).columns(x, begin, count);
+    Shape shape = x.shape();
+    const int64_t width = shape.back();
+    shape.back() = count;
+    Tensor y(shape);
+    const int64_t rows = width ? x.numel() / width : 0;
+    if (y.empty()) return y;
+    const float* src = x.data();
+    float* dst = y.data();
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * count, src + r * width + begin, sizeof(float) * count);
+    return y;
+}
+
 Tensor group_norm_to_nlc(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps) {
     detail::check(x.rank() == 4, "group_norm_to_nlc", detail::desc("x", x) + " must be [N, C, H, W]");
     if (x.on_device()) return device_ops(x).group_norm_to_nlc(x, groups, gamma, beta, eps);

@@ -67,6 +67,13 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
 // q [B,Lq,H*D], k and v [B,Lk,H*D] -> [B,Lq,H*D]: softmax(q k^T / sqrt(D)) v per head, in float32.
 // causal masks key j for query i when j > i (top-left aligned, as torch's is_causal).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal = false);
+// Attention over projections that one product made side by side: qkv [B, L, 3C] holds q | k | v of each token
+// (self-attention); kv [B, Lk, 2C] holds k | v (cross-attention, with q [B, Lq, C]). Exactly attention() of
+// the parts (columns below); a GPU reads them where they are.
+Tensor attention_qkv(const Tensor& qkv, int heads);
+Tensor attention_kv(const Tensor& q, const Tensor& kv, int heads);
+// Columns [begin, begin + count) of x's last dim: [..., W] -> [..., count], a copy.
+Tensor columns(const Tensor& x, int64_t begin, int64_t count);
 
 // In-place activations.
 void silu_(Tensor& x);        // x * sigmoid(x)

@@ -172,6 +172,21 @@ TEST_P(DeviceOps, AttentionFlashAndProducts) {
                          ref, scale, score_err + a.lk, t, 2,
                          "attention " + std::to_string(a.lq) + "x" + std::to_string(a.lk) + " d" + std::to_string(a.d) +
                              (a.causal ? " causal" : ""));
+            if (a.causal) continue;
+            // The same attention over projections side by side (one product's output): q | k | v of each token
+            // (self, when the lengths agree), q with k | v (cross). Within the same bound of the host's.
+            const std::string tag = std::to_string(a.lq) + "x" + std::to_string(a.lk) + " d" + std::to_string(a.d);
+            Tensor kv = ops::concat_channels(k.reshaped({a.b * a.lk, hd, 1}), v.reshaped({a.b * a.lk, hd, 1}))
+                            .reshaped({a.b, a.lk, 2 * hd});
+            EXPECT_EQ(ops::columns(kv.to_device(*gpu, t), hd, hd).to_host().values(), v.values()) << "columns " << tag;
+            expect_close(ops::attention_kv(q.to_device(*gpu, t), kv.to_device(*gpu, t), a.heads).to_host(), ref, scale,
+                         score_err + a.lk, t, 2, "attention_kv " + tag);
+            if (a.lq == a.lk) {
+                Tensor qkv = ops::concat_channels(q.reshaped({a.b * a.lq, hd, 1}), kv.reshaped({a.b * a.lk, 2 * hd, 1}))
+                                 .reshaped({a.b, a.lq, 3 * hd});
+                expect_close(ops::attention_qkv(qkv.to_device(*gpu, t), a.heads).to_host(), ref, scale,
+                             score_err + a.lk, t, 2, "attention_qkv " + tag);
+            }
         }
 }
 

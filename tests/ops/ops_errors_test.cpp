@@ -82,6 +82,9 @@ TEST(OpsErrors, Attention) {
     expect_invalid([&] { attention(t({2, 5}), kv, kv, 2); }, {"attention", "[2, 5]"});
     expect_invalid([&] { attention(q, t({1, 7, 16}), t({1, 7, 16}), 2); }, {"attention", "batch"});
     expect_invalid([&] { attention(q, kv, t({2, 6, 16}), 2); }, {"attention", "same length"});
+    expect_invalid([&] { attention_qkv(t({2, 5, 16}), 2); }, {"attention_qkv", "[2, 5, 16]"});
+    expect_invalid([&] { attention_kv(t({2, 5, 8}), t({2, 6, 8}), 2); }, {"attention_kv", "[2, 6, 8]"});
+    expect_invalid([&] { columns(t({2, 5}), 3, 3); }, {"columns", "[2, 5]"});
     expect_invalid([&] { attention(q, t({2, 7, 8}), t({2, 7, 8}), 2); }, {"attention", "widths"});
     expect_invalid([&] { attention(q, kv, kv, 3); }, {"attention", "heads = 3"});
     expect_invalid([&] { attention(q, kv, kv, 0); }, {"attention", "heads = 0"});

@@ -109,6 +109,22 @@ TEST(AttentionFacts, EqualScoresAverageTheValues) {
         }
 }
 
+TEST(AttentionFacts, ProjectionsSideBySideAreTheirParts) {
+    const Tensor q = random_tensor({2, 5, 12}, 31), k = random_tensor({2, 5, 12}, 32), v = random_tensor({2, 5, 12}, 33);
+    Tensor qkv({2, 5, 36}), kv({2, 5, 24});
+    for (int64_t row = 0; row < 10; ++row)
+        for (int64_t j = 0; j < 12; ++j) {
+            qkv[row * 36 + j] = q[row * 12 + j];
+            qkv[row * 36 + 12 + j] = kv[row * 24 + j] = k[row * 12 + j];
+            qkv[row * 36 + 24 + j] = kv[row * 24 + 12 + j] = v[row * 12 + j];
+        }
+    EXPECT_EQ(columns(qkv, 12, 12).values(), k.values());
+    EXPECT_EQ(columns(qkv, 24, 12).values(), v.values());
+    const Tensor ref = attention(q, k, v, 3);
+    EXPECT_EQ(attention_qkv(qkv, 3).values(), ref.values());
+    EXPECT_EQ(attention_kv(q, kv, 3).values(), ref.values());
+}
+
 TEST(AttentionFacts, CausalFirstQuerySeesOnlyTheFirstKey) {
     const Tensor q = random_tensor({2, 6, 16}, 3), k = random_tensor({2, 6, 16}, 4), v = random_tensor({2, 6, 16}, 5);
     const Tensor out = attention(q, k, v, 4, true);

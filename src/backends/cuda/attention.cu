@@ -29,8 +29,8 @@ struct Params {
     const __half* k;
     const __half* v;
     __half* o;
-    int64_t q_batch_stride, kv_batch_stride;  // Lq*H*D, Lk*H*D
-    int row_stride;                           // H*D: from one token to the next
+    int64_t q_batch_stride, kv_batch_stride, o_batch_stride;  // Lq*q_stride, Lk*kv_stride, Lq*H*D
+    int q_stride, kv_stride, o_stride;  // from one token to the next: H*D, or more where q, k, v sit side by side
     int lq, lk, heads, d;
     int q_tiles;        // blocks per (batch, head)
     float scale_log2;   // log2(e) / sqrt(D): the softmax runs in base 2
@@ -171,19 +171,19 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) attention_kernel(cons
     const __half* qg = p.q + b * p.q_batch_stride + int64_t(h) * p.d;
     const __half* kg = p.k + b * p.kv_batch_stride + int64_t(h) * p.d;
     const __half* vg = p.v + b * p.kv_batch_stride + int64_t(h) * p.d;
-    __half* og = p.o + b * p.q_batch_stride + int64_t(h) * p.d;
+    __half* og = p.o + b * p.o_batch_stride + int64_t(h) * p.d;
 
     // Causal: no row of this block sees keys at or past q0 + kBr.
     const int kv_end = p.causal ? min(p.lk, q0 + kBr) : p.lk;
     const int kv_tiles = (kv_end + kBc - 1) / kBc;
 
     // Prologue: q with key tile 0 as one cp.async group, then tiles 1 .. kStages-2, one group each.
-    load_tile<Dp, kBr, kThreads>(qs, qg, q0, p.lq, p.row_stride, p.d, p.vec);
+    load_tile<Dp, kBr, kThreads>(qs, qg, q0, p.lq, p.q_stride, p.d, p.vec);
 #pragma unroll
     for (int st = 0; st < kStages - 1; ++st) {
         if (st < kv_tiles) {
-            load_tile<Dp, kBc, kThreads>(ks + st * kBc * kPitch, kg, st * kBc, p.lk, p.row_stride, p.d, p.vec);
-            load_tile<Dp, kBc, kThreads>(vs + st * kBc * kPitch, vg, st * kBc, p.lk, p.row_stride, p.d, p.vec);
+            load_tile<Dp, kBc, kThreads>(ks + st * kBc * kPitch, kg, st * kBc, p.lk, p.kv_stride, p.d, p.vec);
+            load_tile<Dp, kBc, kThreads>(vs + st * kBc * kPitch, vg, st * kBc, p.lk, p.kv_stride, p.d, p.vec);
         }
         cp_async_commit();  // possibly empty: keeps the group count per tile fixed
     }
@@ -209,8 +209,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) attention_kernel(cons
         {
             const int next = j + kStages - 1, nb = next % kStages;
             if (next < kv_tiles) {
-                load_tile<Dp, kBc, kThreads>(ks + nb * kBc * kPitch, kg, next * kBc, p.lk, p.row_stride, p.d, p.vec);
-                load_tile<Dp, kBc, kThreads>(vs + nb * kBc * kPitch, vg, next * kBc, p.lk, p.row_stride, p.d, p.vec);
+                load_tile<Dp, kBc, kThreads>(ks + nb * kBc * kPitch, kg, next * kBc, p.lk, p.kv_stride, p.d, p.vec);
+                load_tile<Dp, kBc, kThreads>(vs + nb * kBc * kPitch, vg, next * kBc, p.lk, p.kv_stride, p.d, p.vec);
             }
             cp_async_commit();
         }
@@ -386,13 +386,13 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) attention_kernel(cons
         for (int idx = lane; idx < kWarpRows * chunks; idx += 32) {
             const int r = idx / chunks, c = idx % chunks, gr = q0 + warp_row0 + r;
             if (gr < p.lq)
-                *reinterpret_cast<uint4*>(og + int64_t(gr) * p.row_stride + c * 8) =
+                *reinterpret_cast<uint4*>(og + int64_t(gr) * p.o_stride + c * 8) =
                     *reinterpret_cast<const uint4*>(qs + (warp_row0 + r) * kPitch + c * 8);
         }
     } else {
         for (int idx = lane; idx < kWarpRows * p.d; idx += 32) {
             const int r = idx / p.d, c = idx % p.d, gr = q0 + warp_row0 + r;
-            if (gr < p.lq) og[int64_t(gr) * p.row_stride + c] = qs[(warp_row0 + r) * kPitch + c];
+            if (gr < p.lq) og[int64_t(gr) * p.o_stride + c] = qs[(warp_row0 + r) * kPitch + c];
         }
     }
 }
@@ -477,22 +477,26 @@ const std::vector<Entry>& entries_for_head(int d) { return entries_for(padded_wi
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 void run(const Entry& e, const __half* q, const __half* k, const __half* v, __half* out, int B, int Lq, int Lk, int H,
-         int D, cudaStream_t stream, bool causal) {
+         int D, cudaStream_t stream, bool causal, AttentionStrides st) {
     Params p{};
     p.q = q;
     p.k = k;
     p.v = v;
     p.o = out;
-    p.row_stride = H * D;
-    p.q_batch_stride = int64_t(Lq) * H * D;
-    p.kv_batch_stride = int64_t(Lk) * H * D;
+    p.o_stride = H * D;
+    p.q_stride = st.q ? st.q : H * D;
+    p.kv_stride = st.kv ? st.kv : H * D;
+    p.q_batch_stride = int64_t(Lq) * p.q_stride;
+    p.kv_batch_stride = int64_t(Lk) * p.kv_stride;
+    p.o_batch_stride = int64_t(Lq) * H * D;
     p.lq = Lq;
     p.lk = Lk;
     p.heads = H;
     p.d = D;
     p.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(double(D)));
     p.causal = causal;
-    p.vec = D % 8 == 0 && aligned16(q) && aligned16(k) && aligned16(v) && aligned16(out);
+    p.vec = D % 8 == 0 && p.q_stride % 8 == 0 && p.kv_stride % 8 == 0 && aligned16(q) && aligned16(k) &&
+            aligned16(v) && aligned16(out);
     const int64_t q_tiles = (int64_t(Lq) + e.config.block_rows - 1) / e.config.block_rows;
     const int64_t blocks = q_tiles * B * H;
     require(blocks <= INT_MAX, ErrorKind::Unsupported,
@@ -512,7 +516,7 @@ void run(const Entry& e, const __half* q, const __half* k, const __half* v, __ha
 }
 
 void check_args(const __half* q, const __half* k, const __half* v, const __half* out, int B, int Lq, int Lk, int H,
-                int D) {
+                int D, AttentionStrides st = {}) {
     const std::string shape = "B=" + std::to_string(B) + " Lq=" + std::to_string(Lq) + " Lk=" + std::to_string(Lk) +
                               " H=" + std::to_string(H) + " D=" + std::to_string(D);
     require(B >= 0 && Lq >= 0 && Lk >= 1 && H >= 1 && D >= 1, ErrorKind::InvalidArgument,
@@ -520,6 +524,12 @@ void check_args(const __half* q, const __half* k, const __half* v, const __half*
     require(D <= 256, ErrorKind::Unsupported, "cuda_attention_f16: " + shape + ": head dims above 256 are not compiled");
     require(int64_t(H) * D <= INT_MAX && int64_t(std::max(Lq, Lk)) * H * D <= INT64_MAX / std::max(B, 1),
             ErrorKind::InvalidArgument, "cuda_attention_f16: " + shape + ": sizes overflow");
+    // Token strides of q and of k/v: 0 (H*D), or at least H*D (projections side by side) and within int.
+    for (int64_t stride : {st.q, st.kv})
+        require(stride == 0 || (stride >= int64_t(H) * D && stride <= INT_MAX &&
+                                int64_t(std::max(Lq, Lk)) * stride <= INT64_MAX / std::max(B, 1)),
+                ErrorKind::InvalidArgument,
+                "cuda_attention_f16: " + shape + ": token stride " + std::to_string(stride) + " below H*D or too large");
     require(B == 0 || Lq == 0 || (q && k && v && out), ErrorKind::InvalidArgument,
             "cuda_attention_f16: " + shape + ": null pointer");
 }
@@ -527,14 +537,14 @@ void check_args(const __half* q, const __half* k, const __half* v, const __half*
 }  // namespace
 
 void cuda_attention_f16(const __half* q, const __half* k, const __half* v, __half* out, int B, int Lq, int Lk, int H,
-                        int D, cudaStream_t stream, bool causal) {
-    check_args(q, k, v, out, B, Lq, Lk, H, D);  // before any runtime call: bad sizes are not device errors
+                        int D, cudaStream_t stream, bool causal, AttentionStrides strides) {
+    check_args(q, k, v, out, B, Lq, Lk, H, D, strides);  // before any runtime call: bad sizes are not device errors
     if (B == 0 || Lq == 0) return;
     int device = 0, sms = 0;
     KILN_CUDA_CHECK(cudaGetDevice(&device));
     KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     detail::cuda_attention_f16_config(q, k, v, out, B, Lq, Lk, H, D, stream, causal,
-                                      detail::choose_attention_config(D, B, Lq, H, sms));
+                                      detail::choose_attention_config(D, B, Lq, H, sms), strides);
 }
 
 namespace detail {
@@ -565,14 +575,14 @@ std::vector<AttentionConfig> attention_configs(int D) {
 }
 
 void cuda_attention_f16_config(const __half* q, const __half* k, const __half* v, __half* out, int B, int Lq, int Lk,
-                               int H, int D, cudaStream_t stream, bool causal, int config) {
+                               int H, int D, cudaStream_t stream, bool causal, int config, AttentionStrides strides) {
     NvtxRange range("kiln::cuda_attention_f16");
-    check_args(q, k, v, out, B, Lq, Lk, H, D);
+    check_args(q, k, v, out, B, Lq, Lk, H, D, strides);
     const std::vector<Entry>& entries = entries_for_head(D);
     require(config >= 0 && config < int(entries.size()), ErrorKind::InvalidArgument,
             "cuda_attention_f16: no configuration " + std::to_string(config) + " for D = " + std::to_string(D));
     if (B == 0 || Lq == 0) return;
-    run(entries[config], q, k, v, out, B, Lq, Lk, H, D, stream, causal);
+    run(entries[config], q, k, v, out, B, Lq, Lk, H, D, stream, causal, strides);
 }
 
 }  // namespace detail

@@ -10,12 +10,19 @@
 
 namespace kiln::cuda {
 
+// Token strides of q and of k and v, in elements: 0 means H*D (the layout above); more where the projections
+// sit side by side in one tensor (q | k | v of a token: q, k and v point 0, H*D and 2*H*D into it, stride 3*H*D).
+struct AttentionStrides {
+    int64_t q = 0, kv = 0;
+};
+
 // Enqueues the kernel on `stream` and returns. D from 1 to 256, Lk >= 1; B = 0 or Lq = 0 is a no-op.
 // causal: query i sees keys 0..i (top-left aligned, as the CPU op). Any alignment works; 16-byte-aligned
-// pointers with D a multiple of 8 take the fast (16-byte copy) path. out must not overlap q, k or v.
-// Throws kiln::Error (InvalidArgument for bad sizes, Unsupported for D > 256, or a launch failure).
+// pointers with D and the strides multiples of 8 take the fast (16-byte copy) path. out [B, Lq, H*D] must not
+// overlap q, k or v. Throws kiln::Error (InvalidArgument for bad sizes or strides, Unsupported for D > 256,
+// or a launch failure).
 void cuda_attention_f16(const __half* q, const __half* k, const __half* v, __half* out, int B, int Lq, int Lk,
-                        int H, int D, cudaStream_t stream, bool causal = false);
+                        int H, int D, cudaStream_t stream, bool causal = false, AttentionStrides strides = {});
 
 namespace detail {
 
@@ -41,7 +48,8 @@ int choose_attention_config(int D, int B, int Lq, int H, int multiprocessors);
 
 // cuda_attention_f16 with configuration attention_configs(D)[config].
 void cuda_attention_f16_config(const __half* q, const __half* k, const __half* v, __half* out, int B, int Lq, int Lk,
-                               int H, int D, cudaStream_t stream, bool causal, int config);
+                               int H, int D, cudaStream_t stream, bool causal, int config,
+                               AttentionStrides strides = {});
 
 }  // namespace detail
 

@@ -542,6 +542,50 @@ Tensor CudaDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor& 
     return attention_by_products(q, k, v, heads, causal);
 }
 
+// The flash kernel reads q, k and v where one product put them side by side (token strides 3C, or 2C for k | v);
+// other dtypes and head dims split them off first (DeviceOps's composition).
+Tensor CudaDeviceOps::attention_qkv(const Tensor& qkv, int heads) const {
+    const int64_t c = qkv.dim(2) / 3;
+    if (qkv.dtype() != DType::F16 || heads < 1 || c % heads || c / heads > 256 || qkv.dim(1) < 1)
+        return DeviceOps::attention_qkv(qkv, heads);
+    Timed timed(backend_, ops::OpKind::Attention, 4.0 * double(qkv.dim(0)) * double(qkv.dim(1)) * double(qkv.dim(1)) * double(c));
+    Tensor out = Tensor::empty_on(backend_, {qkv.dim(0), qkv.dim(1), c}, qkv.dtype());
+    if (out.numel() == 0) return out;
+    const __half* base = static_cast<const __half*>(qkv.device_data());
+    cuda_attention_f16(base, base + c, base + 2 * c, static_cast<__half*>(out.device_data()), int(qkv.dim(0)),
+                       int(qkv.dim(1)), int(qkv.dim(1)), heads, int(c / heads), backend_.stream(), false,
+                       {3 * c, 3 * c});
+    return out;
+}
+
+Tensor CudaDeviceOps::attention_kv(const Tensor& q, const Tensor& kv, int heads) const {
+    same_place("attention_kv", q, kv, "kv");
+    const int64_t c = q.dim(2);
+    if (q.dtype() != DType::F16 || q.dim(0) != kv.dim(0) || heads < 1 || c % heads || c / heads > 256 ||
+        kv.dim(1) < 1)
+        return DeviceOps::attention_kv(q, kv, heads);
+    Timed timed(backend_, ops::OpKind::Attention, 4.0 * double(q.dim(0)) * double(q.dim(1)) * double(kv.dim(1)) * double(c));
+    Tensor out = Tensor::empty_on(backend_, q.shape(), q.dtype());
+    if (out.numel() == 0) return out;
+    const __half* k = static_cast<const __half*>(kv.device_data());
+    cuda_attention_f16(static_cast<const __half*>(q.device_data()), k, k + c, static_cast<__half*>(out.device_data()),
+                       int(q.dim(0)), int(q.dim(1)), int(kv.dim(1)), heads, int(c / heads), backend_.stream(), false,
+                       {0, 2 * c});
+    return out;
+}
+
+Tensor CudaDeviceOps::columns(const Tensor& x, int64_t begin, int64_t count) const {
+    Shape shape = x.shape();
+    const int64_t width = shape.back(), es = esize(x);
+    shape.back() = count;
+    Tensor y = Tensor::empty_on(backend_, shape, x.dtype());
+    if (y.numel() == 0) return y;
+    KILN_CUDA_CHECK(cudaMemcpy2DAsync(y.device_data(), size_t(count * es), at(x, begin), size_t(width * es),
+                                      size_t(count * es), size_t(x.numel() / width), cudaMemcpyDeviceToDevice,
+                                      backend_.stream()));
+    return y;
+}
+
 // softmax(q k^T / sqrt(D)) v per (batch, head) in blocks of query rows: scores in float32, probabilities
 // rounded to the operands' dtype before the second product (as the flash kernel does).
 Tensor CudaDeviceOps::attention_by_products(const Tensor& q, const Tensor& k, const Tensor& v, int heads,

@@ -47,6 +47,9 @@ public:
     void scale_(Tensor& x, float s) const override;
     Tensor nchw_to_nlc(const Tensor& x) const override;
     Tensor nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) const override;
+    Tensor attention_qkv(const Tensor& qkv, int heads) const override;
+    Tensor attention_kv(const Tensor& q, const Tensor& kv, int heads) const override;
+    Tensor columns(const Tensor& x, int64_t begin, int64_t count) const override;
     Tensor group_norm_to_nlc(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                              float eps) const override;
     void add_nlc_(Tensor& y, const Tensor& tokens) const override;

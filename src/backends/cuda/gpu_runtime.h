@@ -45,6 +45,7 @@
 #define cudaFree hipFree
 #define cudaMemcpy hipMemcpy
 #define cudaMemcpyAsync hipMemcpyAsync
+#define cudaMemcpy2DAsync hipMemcpy2DAsync
 #define cudaMemset hipMemset
 #define cudaStreamSynchronize hipStreamSynchronize
 #define cudaStreamIsCapturing hipStreamIsCapturing

@@ -485,6 +485,15 @@ Tensor VulkanDeviceOps::nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) const
     return y;
 }
 
+Tensor VulkanDeviceOps::columns(const Tensor& x, int64_t begin, int64_t count) const {
+    Shape shape = x.shape();
+    const int64_t width = shape.back();
+    shape.back() = count;
+    Tensor y = Tensor::empty_on(backend_, shape, x.dtype());
+    layout(4, x, nullptr, y, count, width, begin, 1);
+    return y;
+}
+
 Tensor VulkanDeviceOps::timestep_embedding(const Tensor& timesteps, int dim, bool flip_sin_to_cos,
                                            float downscale_freq_shift, float max_period, DType out_type) const {
     if (timesteps.dtype() != DType::F32)

@@ -35,6 +35,7 @@ public:
     void scale_(Tensor& x, float s) const override;
     Tensor nchw_to_nlc(const Tensor& x) const override;
     Tensor nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) const override;
+    Tensor columns(const Tensor& x, int64_t begin, int64_t count) const override;
     Tensor softmax_lastdim(const Tensor& x) const override;
     Tensor timestep_embedding(const Tensor& timesteps, int dim, bool flip_sin_to_cos, float downscale_freq_shift,
                               float max_period, DType out_type) const override;

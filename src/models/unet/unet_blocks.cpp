@@ -66,32 +66,34 @@ Tensor ResnetBlock::operator()(const Tensor& x, const Tensor& temb_silu) const {
     return h;
 }
 
-void Attention::load(WeightReader& r, const std::string& name, int64_t dim, int64_t context_dim, int heads_) {
-    to_q.load(r, name + ".to_q", dim, dim, false);
-    to_k.load(r, name + ".to_k", context_dim, dim, false);
-    to_v.load(r, name + ".to_v", context_dim, dim, false);
+void Attention::load(WeightReader& r, const std::string& name, int64_t dim, int64_t context_dim, int heads_,
+                     bool self_) {
+    self = self_;
+    if (self) {
+        to_qkv.weight = r.get_matrix_stack({name + ".to_q.weight", name + ".to_k.weight", name + ".to_v.weight"},
+                                           {dim, dim});
+    } else {
+        to_q.load(r, name + ".to_q", dim, dim, false);
+        to_kv.weight = r.get_matrix_stack({name + ".to_k.weight", name + ".to_v.weight"}, {dim, context_dim});
+    }
     to_out.load(r, name + ".to_out.0", dim, dim);
     heads = heads_;
     require(dim % heads == 0, ErrorKind::InvalidModel,
             name + ": width " + std::to_string(dim) + " is not a multiple of " + std::to_string(heads) + " heads");
 }
 
-Tensor Attention::operator()(const Tensor& x, const Tensor* context) const {
-    const Tensor& kv = context ? *context : x;
-    return to_out(ops::attention(to_q(x), to_k(kv), to_v(kv), heads));
-}
-
 void Attention::add_to(Tensor& residual, const Tensor& x, const Tensor* context) const {
-    const Tensor& kv = context ? *context : x;
-    ops::linear_add_(residual, ops::attention(to_q(x), to_k(kv), to_v(kv), heads), to_out.weight,
-                     to_out.bias.empty() ? nullptr : &to_out.bias);
+    require(self == !context, ErrorKind::InvalidArgument,
+            self ? "self-attention given a context" : "cross-attention without a context");
+    const Tensor mixed = self ? ops::attention_qkv(to_qkv(x), heads) : ops::attention_kv(to_q(x), to_kv(*context), heads);
+    ops::linear_add_(residual, mixed, to_out.weight, to_out.bias.empty() ? nullptr : &to_out.bias);
 }
 
 void TransformerBlock::load(WeightReader& r, const std::string& name, int64_t dim, int64_t context_dim, int heads) {
     norm1.load(r, name + ".norm1", dim);
-    attn1.load(r, name + ".attn1", dim, dim, heads);
+    attn1.load(r, name + ".attn1", dim, dim, heads, true);
     norm2.load(r, name + ".norm2", dim);
-    attn2.load(r, name + ".attn2", dim, context_dim, heads);
+    attn2.load(r, name + ".attn2", dim, context_dim, heads, false);
     norm3.load(r, name + ".norm3", dim);
     ff_in.load(r, name + ".ff.net.0.proj", dim, dim * 8);
     ff_out.load(r, name + ".ff.net.2", dim * 4, dim);

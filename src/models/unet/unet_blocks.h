@@ -46,12 +46,17 @@ struct ResnetBlock {
     Tensor operator()(const Tensor& x, const Tensor& temb_silu) const;  // temb already through SiLU
 };
 
+// Self-attention stacks its q, k and v projections into one ([3 dim, dim]), cross-attention its k and v ([2 dim,
+// context width]): one product where there were three, or two, and the attention reads the parts in place.
 struct Attention {
-    Linear to_q, to_k, to_v, to_out;
+    Linear to_qkv;       // self
+    Linear to_q, to_kv;  // cross
+    Linear to_out;
     int heads = 1;
-    void load(WeightReader& r, const std::string& name, int64_t dim, int64_t context_dim, int heads);
-    Tensor operator()(const Tensor& x, const Tensor* context) const;  // [B, L, dim]; context null = self
-    // residual += attention of x (the output projection adds it: ops::linear_add_).
+    bool self = true;
+    void load(WeightReader& r, const std::string& name, int64_t dim, int64_t context_dim, int heads, bool self);
+    // residual += attention of x [B, L, dim] (the output projection adds it: ops::linear_add_); context: the
+    // cross-attention's keys and values, null for self-attention.
     void add_to(Tensor& residual, const Tensor& x, const Tensor* context) const;
 };
 

@@ -2,6 +2,7 @@
 //   op 0: nearest 2x upsample of [planes, h, w]
 //   op 1: concatenation along channels of a [N, c, hw] and b [N, c2, hw]
 //   op 2: [N, c, hw] -> [N, hw, c]       op 3: [N, hw, c] -> [N, c, hw]
+//   op 4: [rows, c2] -> [rows, c], columns h .. h + c - 1
 #version 450
 #include "common.glsl"
 layout(local_size_x = 256) in;
@@ -19,9 +20,12 @@ void main() {
         } else if (p.op == 2u) {
             const uint hw = p.h * p.w, batch = i / (hw * p.c), r = i - batch * hw * p.c, l = r / p.c, ch = r % p.c;
             v = ld(p.a, (batch * p.c + ch) * hw + l);
-        } else {
+        } else if (p.op == 3u) {
             const uint hw = p.h * p.w, batch = i / (hw * p.c), r = i - batch * hw * p.c, ch = r / hw, l = r % hw;
             v = ld(p.a, (batch * hw + l) * p.c + ch);
+        } else {
+            const uint row = i / p.c, col = i - row * p.c;
+            v = ld(p.a, row * p.c2 + p.h + col);
         }
         st(p.y, i, v);
     }
