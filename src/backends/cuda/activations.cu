@@ -28,6 +28,8 @@ void launch_activation(void* x, int64_t n, cudaStream_t stream) {
 
 template <class T>
 __global__ void geglu_kernel(const T* x, T* out, int64_t rows, int64_t half) {
+    detail::wait_for_previous();
+    detail::allow_dependents();
     for (int64_t r = detail::plane_first(); r < rows; r += detail::plane_step()) {
         const T* value = x + r * 2 * half;
         const T* gate = value + half;
@@ -40,6 +42,8 @@ __global__ void geglu_kernel(const T* x, T* out, int64_t rows, int64_t half) {
 // The same, kN values per thread and load (16 bytes: half a multiple of kN, x and out aligned; counts in Vecs).
 template <class T, int kN>
 __global__ void geglu_wide_kernel(const detail::Vec<T, kN>* x, detail::Vec<T, kN>* out, int64_t rows, int64_t half) {
+    detail::wait_for_previous();
+    detail::allow_dependents();
     for (int64_t r = detail::plane_first(); r < rows; r += detail::plane_step()) {
         const detail::Vec<T, kN>* value = x + r * 2 * half;
         const detail::Vec<T, kN>* gate = value + half;
@@ -88,13 +92,13 @@ void geglu(const void* x, void* out, DType type, int64_t rows, int64_t half, cud
         if (half % kN == 0 && detail::aligned16(x) && detail::aligned16(out)) {
             using V = detail::Vec<T, kN>;
             const detail::PlaneGrid grid = detail::plane_grid(rows, half / kN);
-            geglu_wide_kernel<T, kN><<<grid.blocks, grid.threads, 0, stream>>>(static_cast<const V*>(x),
-                                                                                static_cast<V*>(out), rows, half / kN);
+            detail::launch_dependent(geglu_wide_kernel<T, kN>, grid.blocks, grid.threads, 0, stream,
+                                     static_cast<const V*>(x), static_cast<V*>(out), rows, half / kN);
             return;
         }
         const detail::PlaneGrid grid = detail::plane_grid(rows, half);
-        geglu_kernel<T><<<grid.blocks, grid.threads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(out), rows,
-                                                                  half);
+        detail::launch_dependent(geglu_kernel<T>, grid.blocks, grid.threads, 0, stream, static_cast<const T*>(x),
+                                 static_cast<T*>(out), rows, half);
     });
     KILN_CUDA_CHECK(cudaGetLastError());
 }

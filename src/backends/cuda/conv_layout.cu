@@ -38,6 +38,8 @@ template <class T, int kVec, bool kUp>
 __global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
     to_nhwc_kernel(const T* x, T* out, int64_t n, int64_t c, int64_t hw, const float* stats, const T* gamma,
                    const T* beta, int64_t channels_per_group, uint32_t w2, bool silu) {
+    detail::wait_for_previous();
+    detail::allow_dependents();
     constexpr int kT = kTile * kVec;
     __shared__ float tile[kT][kT + 1];
     // The tile's channels' GroupNorm terms (mean, rstd, gamma, beta), found once per tile: a thread per value
@@ -103,6 +105,8 @@ template <class T, int kVec>
 __global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
     from_nhwc_kernel(const T* x, const T* bias, const T* image_bias, T* out, int64_t n, int64_t hw, int64_t c,
                      bool accumulate) {
+    detail::wait_for_previous();
+    detail::allow_dependents();
     constexpr int kT = kTile * kVec;
     __shared__ float tile[kT][kT + 1];
     const int64_t c0 = int64_t(blockIdx.x) * kT;
@@ -229,14 +233,14 @@ void to_nhwc(const void* x, void* out, DType type, int64_t n, int64_t c, int64_t
         // An upsampled source is read value by value: only the output needs the pair alignment.
         if (pairs_fit<T>(c, hw, up ? out : x, out)) {
             if (up)
-                to_nhwc_kernel<T, 2, true><<<tile_grid<2>(n, c, hw), threads, 0, stream>>>(xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
+                detail::launch_dependent(to_nhwc_kernel<T, 2, true>, tile_grid<2>(n, c, hw), threads, 0, stream, xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
             else
-                to_nhwc_kernel<T, 2, false><<<tile_grid<2>(n, c, hw), threads, 0, stream>>>(xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
+                detail::launch_dependent(to_nhwc_kernel<T, 2, false>, tile_grid<2>(n, c, hw), threads, 0, stream, xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
         } else {
             if (up)
-                to_nhwc_kernel<T, 1, true><<<tile_grid<1>(n, c, hw), threads, 0, stream>>>(xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
+                detail::launch_dependent(to_nhwc_kernel<T, 1, true>, tile_grid<1>(n, c, hw), threads, 0, stream, xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
             else
-                to_nhwc_kernel<T, 1, false><<<tile_grid<1>(n, c, hw), threads, 0, stream>>>(xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
+                detail::launch_dependent(to_nhwc_kernel<T, 1, false>, tile_grid<1>(n, c, hw), threads, 0, stream, xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
         }
     });
     KILN_CUDA_CHECK(cudaGetLastError());
@@ -256,11 +260,9 @@ void from_nhwc(const void* x, const void* bias, void* out, DType type, int64_t n
         const T* ib = static_cast<const T*>(image_bias);
         T* o = static_cast<T*>(out);
         if (pairs_fit<T>(c, hw, x, out))
-            from_nhwc_kernel<T, 2><<<tile_grid<2>(n, hw, c), dim3(kTile, kTileRows), 0, stream>>>(xt, bt, ib, o, n, hw, c,
-                                                                                                accumulate);
+            detail::launch_dependent(from_nhwc_kernel<T, 2>, tile_grid<2>(n, hw, c), dim3(kTile, kTileRows), 0, stream, xt, bt, ib, o, n, hw, c, accumulate);
         else
-            from_nhwc_kernel<T, 1><<<tile_grid<1>(n, hw, c), dim3(kTile, kTileRows), 0, stream>>>(xt, bt, ib, o, n, hw, c,
-                                                                                                accumulate);
+            detail::launch_dependent(from_nhwc_kernel<T, 1>, tile_grid<1>(n, hw, c), dim3(kTile, kTileRows), 0, stream, xt, bt, ib, o, n, hw, c, accumulate);
     });
     KILN_CUDA_CHECK(cudaGetLastError());
 }

@@ -9,6 +9,8 @@ namespace {
 
 template <class T>
 __global__ void add_kernel(T* a, const T* b, int64_t n) {
+    detail::wait_for_previous();
+    detail::allow_dependents();
     for (int64_t i = detail::grid_first(); i < n; i += detail::grid_step())
         a[i] = detail::from_float<T>(detail::to_float(a[i]) + detail::to_float(b[i]));
 }
@@ -16,6 +18,8 @@ __global__ void add_kernel(T* a, const T* b, int64_t n) {
 // The same sums, 4 values per thread and load (a and b aligned to Quads; n counts Quads).
 template <class T>
 __global__ void add_quads_kernel(detail::Quad<T>* a, const detail::Quad<T>* b, int64_t n) {
+    detail::wait_for_previous();
+    detail::allow_dependents();
     for (int64_t i = detail::grid_first(); i < n; i += detail::grid_step()) {
         detail::Quad<T> x = a[i];
         const detail::Quad<T> y = b[i];
@@ -35,6 +39,8 @@ __global__ void scale_kernel(T* x, int64_t n, float s) {
 // kN values per access: 16 bytes where the planes allow (2-byte accesses ran at a tenth of the memory's speed).
 template <class T, int kN>
 __global__ void add_channel_bias_kernel(T* x, const T* bias, int64_t planes, int64_t c, int64_t inner) {
+    detail::wait_for_previous();
+    detail::allow_dependents();
     using V = detail::Vec<T, kN>;
     for (int64_t p = detail::plane_first(); p < planes; p += detail::plane_step()) {
         V* row = reinterpret_cast<V*>(x + p * inner);
@@ -59,11 +65,11 @@ void add(void* a, const void* b, DType type, int64_t n, cudaStream_t stream) {
     detail::dispatch("add", type, [&](auto t) {
         using T = typename decltype(t)::type;
         if (count % 4 == 0 && detail::quad_aligned<T>(a) && detail::quad_aligned<T>(b))
-            add_quads_kernel<T><<<detail::blocks_for(count / 4), detail::kThreads, 0, stream>>>(
-                static_cast<detail::Quad<T>*>(a), static_cast<const detail::Quad<T>*>(b), count / 4);
+            detail::launch_dependent(add_quads_kernel<T>, detail::blocks_for(count / 4), detail::kThreads, 0, stream,
+                                     static_cast<detail::Quad<T>*>(a), static_cast<const detail::Quad<T>*>(b), count / 4);
         else
-            add_kernel<T><<<detail::blocks_for(count), detail::kThreads, 0, stream>>>(static_cast<T*>(a),
-                                                                                        static_cast<const T*>(b), count);
+            detail::launch_dependent(add_kernel<T>, detail::blocks_for(count), detail::kThreads, 0, stream,
+                                     static_cast<T*>(a), static_cast<const T*>(b), count);
     });
     KILN_CUDA_CHECK(cudaGetLastError());
 }
@@ -93,8 +99,8 @@ void add_channel_bias(void* x, const void* bias, DType type, int64_t n, int64_t 
         const bool wide = inner % kWide == 0 && detail::aligned16(x);
         const detail::PlaneGrid grid = detail::plane_grid(n * c, wide ? inner / kWide : inner);
         auto kernel = wide ? add_channel_bias_kernel<T, kWide> : add_channel_bias_kernel<T, 1>;
-        kernel<<<grid.blocks, grid.threads, 0, stream>>>(static_cast<T*>(x), static_cast<const T*>(bias), n * c,
-                                                         per_channel ? c : 0, inner);
+        detail::launch_dependent(kernel, grid.blocks, grid.threads, 0, stream, static_cast<T*>(x),
+                                 static_cast<const T*>(bias), n * c, per_channel ? c : 0, inner);
     });
     KILN_CUDA_CHECK(cudaGetLastError());
 }

@@ -34,6 +34,8 @@ struct RunSum {
 
 template <class T>
 __global__ void group_norm_stats_kernel(const T* x, int64_t groups_total, int64_t group_size, float eps, float* stats) {
+    detail::wait_for_previous();
+    detail::allow_dependents();
     const float count = static_cast<float>(group_size);
     for (int64_t g = blockIdx.x; g < groups_total; g += gridDim.x) {  // uniform over the block
         const T* src = x + g * group_size;
@@ -86,6 +88,8 @@ template <class T, bool kWideLoads>
 __global__ void __launch_bounds__(kChunkThreads, 4)
     chunk_moments_kernel(const T* x, int64_t groups_total, int64_t group_size, int64_t chunks, float* sums,
                          float* squares) {
+    detail::wait_for_previous();
+    detail::allow_dependents();
     constexpr int kWide = 16 / int(sizeof(T));
     constexpr int kLoads = kPerLane / kWide;
     static_assert(kPerLane % kWide == 0, "a lane's values are whole loads");
@@ -139,6 +143,8 @@ __global__ void __launch_bounds__(kChunkThreads, 4)
 template <class T>
 __global__ void finish_kernel(const T* x, int64_t groups_total, int64_t group_size, int64_t chunks, const float* sums,
                               const float* squares, float eps, float* stats) {
+    detail::wait_for_previous();
+    detail::allow_dependents();
     for (int64_t g = blockIdx.x; g < groups_total; g += gridDim.x) {  // uniform over the block
         const float* s = sums + g * chunks;
         const float* m2 = squares + g * chunks;
@@ -164,6 +170,8 @@ __global__ void finish_kernel(const T* x, int64_t groups_total, int64_t group_si
 template <class T, bool kSilu, int kN>
 __global__ void group_norm_apply_kernel(const T* x, const float* stats, const T* gamma, const T* beta, T* out,
                                         int64_t planes, int64_t c, int64_t hw, int64_t channels_per_group) {
+    detail::wait_for_previous();
+    detail::allow_dependents();
     using V = detail::Vec<T, kN>;
     for (int64_t p = detail::plane_first(); p < planes; p += detail::plane_step()) {
         const int64_t ch = p % c, g = p / c * (c / channels_per_group) + ch / channels_per_group;
@@ -221,18 +229,19 @@ void group_norm_stats(const void* x, DType type, int64_t n, int64_t c, int64_t h
             const bool wide = group_size * int64_t(sizeof(T)) % 16 == 0 && detail::aligned16(x);
             // A warp per chunk: kChunkThreads / 32 chunks per block (half as many on 64-lane warps).
             auto kernel = wide ? chunk_moments_kernel<T, true> : chunk_moments_kernel<T, false>;
-            kernel<<<detail::blocks_for(blocks, kChunkThreads / 32), kChunkThreads, 0, stream>>>(
-                xt, groups_total, group_size, chunks, sums, squares);
-            finish_kernel<T><<<detail::blocks_for(groups_total, 1), kChunkThreads, 0, stream>>>(
-                xt, groups_total, group_size, chunks, sums, squares, eps, stats);
+            detail::launch_dependent(kernel, detail::blocks_for(blocks, kChunkThreads / 32), kChunkThreads, 0, stream,
+                                     xt, groups_total, group_size, chunks, sums, squares);
+            detail::launch_dependent(finish_kernel<T>, detail::blocks_for(groups_total, 1), kChunkThreads, 0, stream,
+                                     xt, groups_total, group_size, chunks, sums, squares, eps, stats);
         });
         KILN_CUDA_CHECK(cudaGetLastError());
         return;
     }
     detail::dispatch("group_norm_stats", type, [&](auto t) {
         using T = typename decltype(t)::type;
-        group_norm_stats_kernel<T><<<detail::blocks_for(groups_total, 1), detail::threads_for(group_size, 512), 0,
-                                     stream>>>(static_cast<const T*>(x), groups_total, group_size, eps, stats);
+        detail::launch_dependent(group_norm_stats_kernel<T>, detail::blocks_for(groups_total, 1),
+                                 detail::threads_for(group_size, 512), 0, stream, static_cast<const T*>(x), groups_total,
+                                 group_size, eps, stats);
     });
     KILN_CUDA_CHECK(cudaGetLastError());
 }
@@ -255,9 +264,9 @@ void group_norm_apply(const void* x, const float* stats, const void* gamma, cons
         auto kernel = wide ? (silu ? group_norm_apply_kernel<T, true, kWide> : group_norm_apply_kernel<T, false, kWide>)
                            : (silu ? group_norm_apply_kernel<T, true, 1> : group_norm_apply_kernel<T, false, 1>);
         const detail::PlaneGrid grid = detail::plane_grid(n * c, wide ? hw / kWide : hw);
-        kernel<<<grid.blocks, grid.threads, 0, stream>>>(static_cast<const T*>(x), stats, static_cast<const T*>(gamma),
-                                                         static_cast<const T*>(beta), static_cast<T*>(out), n * c, c, hw,
-                                                         c / groups);
+        detail::launch_dependent(kernel, grid.blocks, grid.threads, 0, stream, static_cast<const T*>(x), stats,
+                                 static_cast<const T*>(gamma), static_cast<const T*>(beta), static_cast<T*>(out), n * c,
+                                 c, hw, c / groups);
     });
     KILN_CUDA_CHECK(cudaGetLastError());
 }

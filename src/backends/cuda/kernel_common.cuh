@@ -56,6 +56,22 @@ inline bool quad_aligned(const void* p) {
 // For the widest accesses, Vec<T, 16 / sizeof(T)>: 16 bytes (a null pointer counts as aligned).
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Programmatic dependent launch (launch_dependent below; Hopper and later): a kernel so launched may be scheduled
+// while the kernel before it on the stream runs its last blocks, so the boundary between the two costs less. Its
+// first lines must be wait_for_previous() (returns once the previous kernel is complete and its writes visible)
+// and allow_dependents() (lets the next such kernel be scheduled once every block of this one has started).
+// Elsewhere both do nothing.
+__device__ __forceinline__ void wait_for_previous() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(KILN_HIP)
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(KILN_HIP)
+    asm volatile("griddepcontrol.launch_dependents;\n" :::);
+#endif
+}
+
 // Grid-stride loops in 64-bit indices: a launch covers any count with a capped grid (blocks_for).
 __device__ __forceinline__ int64_t grid_first() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ int64_t grid_step() { return int64_t(gridDim.x) * blockDim.x; }
@@ -66,6 +82,33 @@ __device__ __forceinline__ int64_t plane_first() { return blockIdx.y; }
 __device__ __forceinline__ int64_t plane_step() { return gridDim.y; }
 
 // -------------------------------------------------------------------------------------------- host side
+
+// Whether the current device takes programmatic dependent launches (compute capability 9.0 or later).
+bool dependent_launch_supported();
+
+// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch where the device takes one
+// (the kernel starts with wait_for_previous() and allow_dependents()).
+template <class... KernelArgs, class... Args>
+void launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      Args... args) {
+#if !defined(KILN_HIP)
+    if (dependent_launch_supported()) {
+        cudaLaunchConfig_t config{};
+        config.gridDim = grid;
+        config.blockDim = block;
+        config.dynamicSmemBytes = smem;
+        config.stream = stream;
+        cudaLaunchAttribute attribute{};
+        attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute.val.programmaticStreamSerializationAllowed = 1;
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+        KILN_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...));
+        return;
+    }
+#endif
+    kernel<<<grid, block, smem, stream>>>(static_cast<KernelArgs>(args)...);
+}
 
 // Threads per block of the elementwise kernels. Block reductions need a multiple of the warp size, which
 // is 32 or 64 depending on the GPU: every block size here is a multiple of 64.

@@ -15,6 +15,8 @@ namespace {
 template <class T>
 __global__ void layer_norm_kernel(const T* x, const T* gamma, const T* beta, T* out, int64_t rows, int64_t cols,
                                   float eps) {
+    detail::wait_for_previous();
+    detail::allow_dependents();
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {  // uniform over the block: the barriers are safe
         const T* src = x + r * cols;
         T* dst = out + r * cols;
@@ -49,6 +51,8 @@ constexpr int kWarpsPerBlock = 4;  // rows per block, a warp each (2 warps of 64
 template <class T, int kPer, int kVec>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock, 8)
     layer_norm_warp_kernel(const T* x, const T* gamma, const T* beta, T* out, int64_t rows, int cols, float eps) {
+    detail::wait_for_previous();
+    detail::allow_dependents();
     using V = detail::Vec<T, kVec>;
     constexpr int kLoads = kPer / kVec;
     const int lane = threadIdx.x % warpSize, warps_per_block = blockDim.x / warpSize;
@@ -95,9 +99,11 @@ void launch_warp_rows(const T* x, const T* g, const T* b, T* o, int64_t rows, in
                       cudaStream_t stream) {
     const unsigned blocks = detail::blocks_for(rows, kWarpsPerBlock);
     if (quads)
-        layer_norm_warp_kernel<T, kPer, 4><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(x, g, b, o, rows, cols, eps);
+        detail::launch_dependent(layer_norm_warp_kernel<T, kPer, 4>, blocks, 32 * kWarpsPerBlock, 0, stream, x, g, b, o,
+                                 rows, cols, eps);
     else
-        layer_norm_warp_kernel<T, kPer, 1><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(x, g, b, o, rows, cols, eps);
+        detail::launch_dependent(layer_norm_warp_kernel<T, kPer, 1>, blocks, 32 * kWarpsPerBlock, 0, stream, x, g, b, o,
+                                 rows, cols, eps);
 }
 
 }  // namespace
@@ -129,8 +135,8 @@ void layer_norm(const void* x, const void* gamma, const void* beta, void* out, D
         else if (cols <= 32 * 24)
             launch_warp_rows<T, 24>(xt, g, bt, o, rows, c, eps, quads, stream);
         else
-            layer_norm_kernel<T><<<detail::blocks_for(rows, 1), detail::threads_for(cols, 256), 0, stream>>>(
-                xt, g, bt, o, rows, cols, eps);
+            detail::launch_dependent(layer_norm_kernel<T>, detail::blocks_for(rows, 1), detail::threads_for(cols, 256),
+                                     0, stream, xt, g, bt, o, rows, cols, eps);
     });
     KILN_CUDA_CHECK(cudaGetLastError());
 }

@@ -23,6 +23,8 @@ __global__ void upsample_nearest2x_kernel(const W* x, W* out, int64_t planes, in
 // Planes are images: a's block of ca * inner values, then b's.
 template <class W>
 __global__ void concat_channels_kernel(const W* a, const W* b, W* out, int64_t n, int64_t a_block, int64_t b_block) {
+    detail::wait_for_previous();
+    detail::allow_dependents();
     for (int64_t img = detail::plane_first(); img < n; img += detail::plane_step()) {
         const W* pa = a + img * a_block;
         const W* pb = b + img * b_block;
@@ -69,17 +71,18 @@ void concat_channels(const void* a, const void* b, void* out, DType type, int64_
     if (a_bytes % 16 == 0 && b_bytes % 16 == 0 && detail::aligned16(a) && detail::aligned16(b) &&
         detail::aligned16(out)) {
         const detail::PlaneGrid grid = detail::plane_grid(n, (a_bytes + b_bytes) / 16);
-        concat_channels_kernel<uint4><<<grid.blocks, grid.threads, 0, stream>>>(
-            static_cast<const uint4*>(a), static_cast<const uint4*>(b), static_cast<uint4*>(out), n, a_bytes / 16,
-            b_bytes / 16);
+        detail::launch_dependent(concat_channels_kernel<uint4>, grid.blocks, grid.threads, 0, stream,
+                                 static_cast<const uint4*>(a), static_cast<const uint4*>(b), static_cast<uint4*>(out), n,
+                                 a_bytes / 16, b_bytes / 16);
         KILN_CUDA_CHECK(cudaGetLastError());
         return;
     }
     const detail::PlaneGrid grid = detail::plane_grid(n, count / n);
     detail::dispatch_bits("concat_channels", type, [&](auto t) {
         using W = typename decltype(t)::type;
-        concat_channels_kernel<W><<<grid.blocks, grid.threads, 0, stream>>>(
-            static_cast<const W*>(a), static_cast<const W*>(b), static_cast<W*>(out), n, ca * inner, cb * inner);
+        detail::launch_dependent(concat_channels_kernel<W>, grid.blocks, grid.threads, 0, stream,
+                                 static_cast<const W*>(a), static_cast<const W*>(b), static_cast<W*>(out), n,
+                                 ca * inner, cb * inner);
     });
     KILN_CUDA_CHECK(cudaGetLastError());
 }
