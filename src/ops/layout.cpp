@@ -67,7 +67,10 @@ Tensor columns(const Tensor& x, int64_t begin, int64_t count) {
     if (y.empty()) return y;
     const float* src = x.data();
     float* dst = y.data();
-    for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * count, src + r * width + begin, sizeof(float) * count);
+    detail::parallel_for(rows, count, [&](int64_t first, int64_t last) {
+        for (int64_t r = first; r < last; ++r)
+            std::memcpy(dst + r * count, src + r * width + begin, sizeof(float) * count);
+    });
     return y;
 }
 
