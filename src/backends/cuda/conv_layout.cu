@@ -233,14 +233,18 @@ void to_nhwc(const void* x, void* out, DType type, int64_t n, int64_t c, int64_t
         // An upsampled source is read value by value: only the output needs the pair alignment.
         if (pairs_fit<T>(c, hw, up ? out : x, out)) {
             if (up)
-                detail::launch_dependent(to_nhwc_kernel<T, 2, true>, tile_grid<2>(n, c, hw), threads, 0, stream, xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
+                detail::launch_dependent(to_nhwc_kernel<T, 2, true>, tile_grid<2>(n, c, hw), threads, 0,
+                                         stream, xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
             else
-                detail::launch_dependent(to_nhwc_kernel<T, 2, false>, tile_grid<2>(n, c, hw), threads, 0, stream, xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
+                detail::launch_dependent(to_nhwc_kernel<T, 2, false>, tile_grid<2>(n, c, hw), threads, 0,
+                                         stream, xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
         } else {
             if (up)
-                detail::launch_dependent(to_nhwc_kernel<T, 1, true>, tile_grid<1>(n, c, hw), threads, 0, stream, xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
+                detail::launch_dependent(to_nhwc_kernel<T, 1, true>, tile_grid<1>(n, c, hw), threads, 0,
+                                         stream, xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
             else
-                detail::launch_dependent(to_nhwc_kernel<T, 1, false>, tile_grid<1>(n, c, hw), threads, 0, stream, xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
+                detail::launch_dependent(to_nhwc_kernel<T, 1, false>, tile_grid<1>(n, c, hw), threads, 0,
+                                         stream, xt, o, n, c, hw, st, g, bt, cpg, w2, sl);
         }
     });
     KILN_CUDA_CHECK(cudaGetLastError());
@@ -260,9 +264,11 @@ void from_nhwc(const void* x, const void* bias, void* out, DType type, int64_t n
         const T* ib = static_cast<const T*>(image_bias);
         T* o = static_cast<T*>(out);
         if (pairs_fit<T>(c, hw, x, out))
-            detail::launch_dependent(from_nhwc_kernel<T, 2>, tile_grid<2>(n, hw, c), dim3(kTile, kTileRows), 0, stream, xt, bt, ib, o, n, hw, c, accumulate);
+            detail::launch_dependent(from_nhwc_kernel<T, 2>, tile_grid<2>(n, hw, c), dim3(kTile, kTileRows), 0,
+                                     stream, xt, bt, ib, o, n, hw, c, accumulate);
         else
-            detail::launch_dependent(from_nhwc_kernel<T, 1>, tile_grid<1>(n, hw, c), dim3(kTile, kTileRows), 0, stream, xt, bt, ib, o, n, hw, c, accumulate);
+            detail::launch_dependent(from_nhwc_kernel<T, 1>, tile_grid<1>(n, hw, c), dim3(kTile, kTileRows), 0,
+                                     stream, xt, bt, ib, o, n, hw, c, accumulate);
     });
     KILN_CUDA_CHECK(cudaGetLastError());
 }

@@ -164,7 +164,8 @@ Tensor CudaDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, in
     const bool fused = f.upsampled || f.accumulate || f.image_bias;
     if (fused && !(on_nhwc_route(sh, stats != nullptr) && (!f.upsampled || h * wd < (int64_t(1) << 31)))) {
         if (f.upsampled)
-            return conv(upsample_nearest2x(x), w, b, stride, padding, stats, gamma, beta, groups, {false, f.accumulate, nullptr});
+            return conv(upsample_nearest2x(x), w, b, stride, padding, stats, gamma, beta, groups,
+                        {false, f.accumulate, nullptr});
         if (f.image_bias) {
             Tensor y = conv(x, w, b, stride, padding, stats, gamma, beta, groups);
             add_channel_bias_(y, *f.image_bias);
@@ -548,7 +549,8 @@ Tensor CudaDeviceOps::attention_qkv(const Tensor& qkv, int heads) const {
     const int64_t c = qkv.dim(2) / 3;
     if (qkv.dtype() != DType::F16 || heads < 1 || c % heads || c / heads > 256 || qkv.dim(1) < 1)
         return DeviceOps::attention_qkv(qkv, heads);
-    Timed timed(backend_, ops::OpKind::Attention, 4.0 * double(qkv.dim(0)) * double(qkv.dim(1)) * double(qkv.dim(1)) * double(c));
+    Timed timed(backend_, ops::OpKind::Attention,
+                4.0 * double(qkv.dim(0)) * double(qkv.dim(1)) * double(qkv.dim(1)) * double(c));
     Tensor out = Tensor::empty_on(backend_, {qkv.dim(0), qkv.dim(1), c}, qkv.dtype());
     if (out.numel() == 0) return out;
     const __half* base = static_cast<const __half*>(qkv.device_data());
@@ -564,7 +566,8 @@ Tensor CudaDeviceOps::attention_kv(const Tensor& q, const Tensor& kv, int heads)
     if (q.dtype() != DType::F16 || q.dim(0) != kv.dim(0) || heads < 1 || c % heads || c / heads > 256 ||
         kv.dim(1) < 1)
         return DeviceOps::attention_kv(q, kv, heads);
-    Timed timed(backend_, ops::OpKind::Attention, 4.0 * double(q.dim(0)) * double(q.dim(1)) * double(kv.dim(1)) * double(c));
+    Timed timed(backend_, ops::OpKind::Attention,
+                4.0 * double(q.dim(0)) * double(q.dim(1)) * double(kv.dim(1)) * double(c));
     Tensor out = Tensor::empty_on(backend_, q.shape(), q.dtype());
     if (out.numel() == 0) return out;
     const __half* k = static_cast<const __half*>(kv.device_data());

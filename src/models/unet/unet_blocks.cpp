@@ -85,7 +85,8 @@ void Attention::load(WeightReader& r, const std::string& name, int64_t dim, int6
 void Attention::add_to(Tensor& residual, const Tensor& x, const Tensor* context) const {
     require(self == !context, ErrorKind::InvalidArgument,
             self ? "self-attention given a context" : "cross-attention without a context");
-    const Tensor mixed = self ? ops::attention_qkv(to_qkv(x), heads) : ops::attention_kv(to_q(x), to_kv(*context), heads);
+    const Tensor mixed =
+        self ? ops::attention_qkv(to_qkv(x), heads) : ops::attention_kv(to_q(x), to_kv(*context), heads);
     ops::linear_add_(residual, mixed, to_out.weight, to_out.bias.empty() ? nullptr : &to_out.bias);
 }
 
