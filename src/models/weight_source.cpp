@@ -122,7 +122,8 @@ Tensor WeightReader::get_matrix(const std::string& name, const Shape& expected) 
 }
 Tensor WeightReader::get_matrix(const std::string& name) { return place(read(name, nullptr, true)); }
 Tensor WeightReader::get_matrix_stack(const std::vector<std::string>& names, const Shape& each) {
-    require(!names.empty() && each.size() == 2, ErrorKind::InvalidArgument, "get_matrix_stack: no matrices");
+    require(!names.empty() && each.size() == 2, ErrorKind::InvalidArgument,
+            "get_matrix_stack: needs one or more names and a 2D shape");
     std::vector<Tensor> parts;
     for (const std::string& n : names) parts.push_back(read(n, &each, true));
     const DType type = parts.front().dtype();

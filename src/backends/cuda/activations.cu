@@ -28,8 +28,7 @@ void launch_activation(void* x, int64_t n, cudaStream_t stream) {
 
 template <class T>
 __global__ void geglu_kernel(const T* x, T* out, int64_t rows, int64_t half) {
-    detail::wait_for_previous();
-    detail::allow_dependents();
+    detail::dependent_launch_prologue();
     for (int64_t r = detail::plane_first(); r < rows; r += detail::plane_step()) {
         const T* value = x + r * 2 * half;
         const T* gate = value + half;
@@ -42,8 +41,7 @@ __global__ void geglu_kernel(const T* x, T* out, int64_t rows, int64_t half) {
 // The same, kN values per thread and load (16 bytes: half a multiple of kN, x and out aligned; counts in Vecs).
 template <class T, int kN>
 __global__ void geglu_wide_kernel(const detail::Vec<T, kN>* x, detail::Vec<T, kN>* out, int64_t rows, int64_t half) {
-    detail::wait_for_previous();
-    detail::allow_dependents();
+    detail::dependent_launch_prologue();
     for (int64_t r = detail::plane_first(); r < rows; r += detail::plane_step()) {
         const detail::Vec<T, kN>* value = x + r * 2 * half;
         const detail::Vec<T, kN>* gate = value + half;

@@ -38,8 +38,7 @@ template <class T, int kVec, bool kUp>
 __global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
     to_nhwc_kernel(const T* x, T* out, int64_t n, int64_t c, int64_t hw, const float* stats, const T* gamma,
                    const T* beta, int64_t channels_per_group, uint32_t w2, bool silu) {
-    detail::wait_for_previous();
-    detail::allow_dependents();
+    detail::dependent_launch_prologue();
     constexpr int kT = kTile * kVec;
     __shared__ float tile[kT][kT + 1];
     // The tile's channels' GroupNorm terms (mean, rstd, gamma, beta), found once per tile: a thread per value
@@ -105,8 +104,7 @@ template <class T, int kVec>
 __global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
     from_nhwc_kernel(const T* x, const T* bias, const T* image_bias, T* out, int64_t n, int64_t hw, int64_t c,
                      bool accumulate) {
-    detail::wait_for_previous();
-    detail::allow_dependents();
+    detail::dependent_launch_prologue();
     constexpr int kT = kTile * kVec;
     __shared__ float tile[kT][kT + 1];
     const int64_t c0 = int64_t(blockIdx.x) * kT;

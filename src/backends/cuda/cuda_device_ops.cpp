@@ -190,14 +190,18 @@ Tensor CudaDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, in
 // The GroupNorm+SiLU a fused convolution applies to its input, for the kernels that apply it as they read:
 // statistics of every image from `first_image` on (im2col takes one image at a time). Call is
 // CudaDeviceOps::ConvCall.
+static Im2colNorm group_norm_terms(const Tensor& stats, const Tensor& gamma, const Tensor& beta, int groups,
+                                   int64_t first_image = 0) {
+    Im2colNorm norm;
+    norm.stats = static_cast<const float*>(stats.device_data()) + first_image * groups * 2;
+    norm.gamma = gamma.device_data();
+    norm.beta = beta.device_data();
+    norm.groups = groups;
+    return norm;
+}
 template <class Call>
 static Im2colNorm fused_norm(const Call& c, int64_t first_image = 0) {
-    Im2colNorm norm;
-    norm.stats = static_cast<const float*>(c.stats->device_data()) + first_image * c.groups * 2;
-    norm.gamma = c.gamma->device_data();
-    norm.beta = c.beta->device_data();
-    norm.groups = c.groups;
-    return norm;
+    return group_norm_terms(*c.stats, *c.gamma, *c.beta, c.groups, first_image);
 }
 
 static const char* route_name(CudaDeviceOps::ConvRoute r) {
@@ -291,10 +295,7 @@ void CudaDeviceOps::conv_cudnn(const ConvCall& c, Tensor& y) const {
     Tensor wn;
     backend_.cudnn()->run(sh, c.stats ? normed.device_data() : x.device_data(), pytorch_filter(c.w, wn),
                           y.device_data(), s, scratch_in(scratch));
-    if (c.b)
-        for (int64_t img = 0; img < sh.n; ++img)
-            add_channel_bias(at(y, img * sh.cout * sh.oh * sh.ow), c.b->device_data(), y.dtype(), 1, sh.cout,
-                             sh.oh * sh.ow, s);
+    if (c.b) add_channel_bias(y.device_data(), c.b->device_data(), y.dtype(), sh.n, sh.cout, sh.oh * sh.ow, s, true);
 }
 
 // cuDNN's channels-last engines on NHWC copies: the input transposed (GroupNorm+SiLU applied on the way),
@@ -402,46 +403,42 @@ void CudaDeviceOps::conv_im2col(const ConvCall& c, Tensor& y) const {
     Tensor col, wn;
     if (!direct) col = Tensor::empty_on(backend_, {kc * tile}, x.dtype());
     const void* filter = pytorch_filter(c.w, wn);
+    // y_img [cout, pixels] row-major = col^T x w^T column-major: m = pixels of the tile, n = cout.
+    GemmArgs g;
+    g.n = sh.cout, g.k = kc;
+    g.b = filter, g.ldb = kc;
+    g.ldc = pixels;
+    g.ab_type = g.c_type = x.dtype();
+    g.tf32 = sh.tf32;
     if (direct && sh.n > 1) {
-        // A 1x1 convolution of every image as one batched product (the filter shared: batch stride 0), then one
-        // bias pass: not a product and a pass per image (the UNet's shortcuts).
-        GemmArgs g;
-        g.m = pixels, g.n = sh.cout, g.k = kc;
+        // A 1x1 convolution of every image as one batched product (the filter shared: batch stride 0), not a
+        // product per image (the UNet's shortcuts).
+        g.m = pixels;
         g.a = x.device_data(), g.lda = pixels;
-        g.b = filter, g.ldb = kc;
-        g.c = y.device_data(), g.ldc = pixels;
-        g.ab_type = g.c_type = x.dtype();
-        g.tf32 = sh.tf32;
+        g.c = y.device_data();
         g.batch = int(sh.n);
         g.stride_a = sh.cin * pixels, g.stride_b = 0, g.stride_c = sh.cout * pixels;
         backend_.gemm().run(g, s);
-        if (c.b) add_channel_bias(y.device_data(), c.b->device_data(), y.dtype(), sh.n, sh.cout, pixels, s, true);
-        return;
-    }
-    for (int64_t img = 0; img < sh.n; ++img) {
-        const char* x_img = at(x, img * sh.cin * sh.h * sh.w);
-        char* y_img = at(y, img * sh.cout * pixels);
-        for (int64_t first = 0; first < pixels; first += tile) {
-            const int64_t count = std::min(tile, pixels - first);
-            const void* a = x_img;
-            if (!direct) {
-                const Im2colNorm norm = c.stats ? fused_norm(c, img) : Im2colNorm{};
-                im2col(x_img, col.device_data(), x.dtype(), sh.cin, sh.h, sh.w, int(sh.k), int(sh.stride),
-                       int(sh.padding), sh.oh, sh.ow, first, count, c.stats ? &norm : nullptr, s);
-                a = col.device_data();
+    } else {
+        for (int64_t img = 0; img < sh.n; ++img) {
+            const char* x_img = at(x, img * sh.cin * sh.h * sh.w);
+            char* y_img = at(y, img * sh.cout * pixels);
+            for (int64_t first = 0; first < pixels; first += tile) {
+                const int64_t count = std::min(tile, pixels - first);
+                g.a = x_img, g.lda = pixels;
+                if (!direct) {
+                    const Im2colNorm norm = c.stats ? fused_norm(c, img) : Im2colNorm{};
+                    im2col(x_img, col.device_data(), x.dtype(), sh.cin, sh.h, sh.w, int(sh.k), int(sh.stride),
+                           int(sh.padding), sh.oh, sh.ow, first, count, c.stats ? &norm : nullptr, s);
+                    g.a = col.device_data(), g.lda = count;
+                }
+                g.m = count;
+                g.c = y_img + first * esize(y);
+                backend_.gemm().run(g, s);
             }
-            // y_img [cout, pixels] row-major = col^T x w^T column-major: m = pixels of the tile, n = cout.
-            GemmArgs g;
-            g.m = count, g.n = sh.cout, g.k = kc;
-            g.a = a, g.lda = direct ? pixels : count;
-            g.b = filter, g.ldb = kc;
-            g.c = y_img + first * esize(y), g.ldc = pixels;
-            g.ab_type = g.c_type = x.dtype();
-            g.tf32 = sh.tf32;
-            backend_.gemm().run(g, s);
         }
-        if (c.b) add_channel_bias(y_img, c.b->device_data(), y.dtype(), 1, sh.cout, pixels, s);
     }
+    if (c.b) add_channel_bias(y.device_data(), c.b->device_data(), y.dtype(), sh.n, sh.cout, pixels, s, true);
 }
 
 Tensor CudaDeviceOps::conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const {
@@ -529,52 +526,48 @@ Tensor CudaDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor& 
                              " heads");
     same_place("attention", q, k, "k");
     same_place("attention", q, v, "v");
-    const int64_t d = q.dim(2) / heads;
+    if (flash_fits(q.dtype(), q.dim(2), heads, k.dim(1)))
+        return flash(q.dtype(), q.device_data(), k.device_data(), v.device_data(), q.dim(0), q.dim(1), k.dim(1),
+                     q.dim(2), heads, causal, {});
     Timed timed(backend_, ops::OpKind::Attention,
                 4.0 * double(q.dim(0)) * double(q.dim(1)) * double(k.dim(1)) * double(q.dim(2)));
-    if (q.dtype() == DType::F16 && d <= 256 && k.dim(1) >= 1) {
-        Tensor out = Tensor::empty_on(backend_, q.shape(), q.dtype());
-        if (out.numel() == 0) return out;
-        cuda_attention_f16(static_cast<const __half*>(q.device_data()), static_cast<const __half*>(k.device_data()),
-                           static_cast<const __half*>(v.device_data()), static_cast<__half*>(out.device_data()),
-                           int(q.dim(0)), int(q.dim(1)), int(k.dim(1)), heads, int(d), backend_.stream(), causal);
-        return out;
-    }
     return attention_by_products(q, k, v, heads, causal);
+}
+
+// Whether the flash kernel takes these: fp16, head dims up to 256 (width c over heads), keys to attend to.
+bool CudaDeviceOps::flash_fits(DType type, int64_t c, int heads, int64_t lk) {
+    return type == DType::F16 && heads >= 1 && c % heads == 0 && c / heads <= 256 && lk >= 1;
+}
+
+// The flash kernel on q [b, lq, c] and k, v [b, lk, c] at their pointers, rows `strides` apart (0: c), into a new
+// [b, lq, c].
+Tensor CudaDeviceOps::flash(DType type, const void* q, const void* k, const void* v, int64_t b, int64_t lq,
+                            int64_t lk, int64_t c, int heads, bool causal, AttentionStrides strides) const {
+    Timed timed(backend_, ops::OpKind::Attention, 4.0 * double(b) * double(lq) * double(lk) * double(c));
+    Tensor out = Tensor::empty_on(backend_, {b, lq, c}, type);
+    if (out.numel() == 0) return out;
+    cuda_attention_f16(static_cast<const __half*>(q), static_cast<const __half*>(k), static_cast<const __half*>(v),
+                       static_cast<__half*>(out.device_data()), int(b), int(lq), int(lk), heads, int(c / heads),
+                       backend_.stream(), causal, strides);
+    return out;
 }
 
 // The flash kernel reads q, k and v where one product put them side by side (token strides 3C, or 2C for k | v);
 // other dtypes and head dims split them off first (DeviceOps's composition).
 Tensor CudaDeviceOps::attention_qkv(const Tensor& qkv, int heads) const {
     const int64_t c = qkv.dim(2) / 3;
-    if (qkv.dtype() != DType::F16 || heads < 1 || c % heads || c / heads > 256 || qkv.dim(1) < 1)
-        return DeviceOps::attention_qkv(qkv, heads);
-    Timed timed(backend_, ops::OpKind::Attention,
-                4.0 * double(qkv.dim(0)) * double(qkv.dim(1)) * double(qkv.dim(1)) * double(c));
-    Tensor out = Tensor::empty_on(backend_, {qkv.dim(0), qkv.dim(1), c}, qkv.dtype());
-    if (out.numel() == 0) return out;
-    const __half* base = static_cast<const __half*>(qkv.device_data());
-    cuda_attention_f16(base, base + c, base + 2 * c, static_cast<__half*>(out.device_data()), int(qkv.dim(0)),
-                       int(qkv.dim(1)), int(qkv.dim(1)), heads, int(c / heads), backend_.stream(), false,
-                       {3 * c, 3 * c});
-    return out;
+    if (!flash_fits(qkv.dtype(), c, heads, qkv.dim(1))) return DeviceOps::attention_qkv(qkv, heads);
+    return flash(qkv.dtype(), qkv.device_data(), at(qkv, c), at(qkv, 2 * c), qkv.dim(0), qkv.dim(1), qkv.dim(1), c,
+                 heads, false, {3 * c, 3 * c});
 }
 
 Tensor CudaDeviceOps::attention_kv(const Tensor& q, const Tensor& kv, int heads) const {
     same_place("attention_kv", q, kv, "kv");
     const int64_t c = q.dim(2);
-    if (q.dtype() != DType::F16 || q.dim(0) != kv.dim(0) || heads < 1 || c % heads || c / heads > 256 ||
-        kv.dim(1) < 1)
+    if (q.dim(0) != kv.dim(0) || !flash_fits(q.dtype(), c, heads, kv.dim(1)))
         return DeviceOps::attention_kv(q, kv, heads);
-    Timed timed(backend_, ops::OpKind::Attention,
-                4.0 * double(q.dim(0)) * double(q.dim(1)) * double(kv.dim(1)) * double(c));
-    Tensor out = Tensor::empty_on(backend_, q.shape(), q.dtype());
-    if (out.numel() == 0) return out;
-    const __half* k = static_cast<const __half*>(kv.device_data());
-    cuda_attention_f16(static_cast<const __half*>(q.device_data()), k, k + c, static_cast<__half*>(out.device_data()),
-                       int(q.dim(0)), int(q.dim(1)), int(kv.dim(1)), heads, int(c / heads), backend_.stream(), false,
-                       {0, 2 * c});
-    return out;
+    return flash(q.dtype(), q.device_data(), kv.device_data(), at(kv, c), q.dim(0), q.dim(1), kv.dim(1), c, heads,
+                 false, {0, 2 * c});
 }
 
 Tensor CudaDeviceOps::columns(const Tensor& x, int64_t begin, int64_t count) const {
@@ -711,18 +704,12 @@ Tensor CudaDeviceOps::nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) const {
 // GroupNorm applied as the values move into [n, hw, c]: the channels-last transpose's fused norm without SiLU.
 Tensor CudaDeviceOps::group_norm_to_nlc(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                                         float eps) const {
+    Timed timed(backend_, ops::OpKind::GroupNorm);
+    const Tensor stats = stats_for_conv("group_norm_to_nlc", x, groups, gamma, beta, eps);  // checks the operands
     const int64_t n = x.dim(0), c = x.dim(1), hw = x.dim(2) * x.dim(3);
-    if (groups < 1 || c % groups || gamma.numel() != c || beta.numel() != c)
-        bad("group_norm_to_nlc", desc("x", x) + " with " + std::to_string(groups) + " groups");
     Tensor y = Tensor::empty_on(backend_, {n, hw, c}, x.dtype());
     if (y.numel() == 0) return y;
-    Timed timed(backend_, ops::OpKind::GroupNorm);
-    const Tensor stats = stats_for_conv("group_norm_to_nlc", x, groups, gamma, beta, eps);
-    Im2colNorm norm;
-    norm.stats = static_cast<const float*>(stats.device_data());
-    norm.gamma = gamma.device_data();
-    norm.beta = beta.device_data();
-    norm.groups = groups;
+    Im2colNorm norm = group_norm_terms(stats, gamma, beta, groups);
     norm.silu = false;
     to_nhwc(x.device_data(), y.device_data(), x.dtype(), n, c, hw, &norm, backend_.stream());
     return y;

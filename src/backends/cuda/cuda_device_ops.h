@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backends/cuda/attention.h"
 #include "backends/cuda/cudnn_conv.h"
 #include "ops/device_ops.h"
 
@@ -106,6 +107,9 @@ private:
     Tensor conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding, const Tensor* norm_stats,
                 const Tensor* gamma, const Tensor* beta, int groups, ConvFusion fusion = {}) const;
     Tensor attention_by_products(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal) const;
+    static bool flash_fits(DType type, int64_t c, int heads, int64_t lk);
+    Tensor flash(DType type, const void* q, const void* k, const void* v, int64_t b, int64_t lq, int64_t lk, int64_t c,
+                 int heads, bool causal, AttentionStrides strides) const;
 
     CudaBackend& backend_;
     mutable std::map<RouteKey, ConvRoute> routes_;

@@ -1,13 +1,23 @@
-// Whether kernels go out as programmatic dependent launches (kernel_common.cuh's launch_dependent): on devices
-// of compute capability 9.0 or later, unless KILN_CUDA_PDL=0 (for comparisons). Asked once per device.
+#include "backends/cuda/dependent_launch.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 
-#include "backends/cuda/kernel_common.cuh"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/gpu_runtime.h"
+#include "kiln/error.h"
 
 namespace kiln::cuda::detail {
+
+bool dependent_launch_wanted(const char* setting) {
+    if (!setting || !*setting || std::strcmp(setting, "1") == 0) return true;
+    if (std::strcmp(setting, "0") == 0) return false;
+    fail(ErrorKind::InvalidArgument,
+         std::string("KILN_CUDA_PDL=") + setting + ": 0 (plain launches) or 1 (dependent launches, the default)");
+}
 
 bool dependent_launch_supported() {
 #if defined(KILN_HIP)
@@ -22,8 +32,7 @@ bool dependent_launch_supported() {
     if (it != known.end()) return it->second;
     int major = 0;
     KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    const char* setting = std::getenv("KILN_CUDA_PDL");
-    const bool on = major >= 9 && !(setting && std::strcmp(setting, "0") == 0);
+    const bool on = dependent_launch_wanted(std::getenv("KILN_CUDA_PDL")) && major >= 9;
     known[device] = on;
     return on;
 #endif

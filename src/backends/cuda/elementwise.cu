@@ -9,8 +9,7 @@ namespace {
 
 template <class T>
 __global__ void add_kernel(T* a, const T* b, int64_t n) {
-    detail::wait_for_previous();
-    detail::allow_dependents();
+    detail::dependent_launch_prologue();
     for (int64_t i = detail::grid_first(); i < n; i += detail::grid_step())
         a[i] = detail::from_float<T>(detail::to_float(a[i]) + detail::to_float(b[i]));
 }
@@ -18,8 +17,7 @@ __global__ void add_kernel(T* a, const T* b, int64_t n) {
 // The same sums, 4 values per thread and load (a and b aligned to Quads; n counts Quads).
 template <class T>
 __global__ void add_quads_kernel(detail::Quad<T>* a, const detail::Quad<T>* b, int64_t n) {
-    detail::wait_for_previous();
-    detail::allow_dependents();
+    detail::dependent_launch_prologue();
     for (int64_t i = detail::grid_first(); i < n; i += detail::grid_step()) {
         detail::Quad<T> x = a[i];
         const detail::Quad<T> y = b[i];
@@ -39,8 +37,7 @@ __global__ void scale_kernel(T* x, int64_t n, float s) {
 // kN values per access: 16 bytes where the planes allow (2-byte accesses ran at a tenth of the memory's speed).
 template <class T, int kN>
 __global__ void add_channel_bias_kernel(T* x, const T* bias, int64_t planes, int64_t c, int64_t inner) {
-    detail::wait_for_previous();
-    detail::allow_dependents();
+    detail::dependent_launch_prologue();
     using V = detail::Vec<T, kN>;
     for (int64_t p = detail::plane_first(); p < planes; p += detail::plane_step()) {
         V* row = reinterpret_cast<V*>(x + p * inner);

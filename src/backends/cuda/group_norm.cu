@@ -34,8 +34,7 @@ struct RunSum {
 
 template <class T>
 __global__ void group_norm_stats_kernel(const T* x, int64_t groups_total, int64_t group_size, float eps, float* stats) {
-    detail::wait_for_previous();
-    detail::allow_dependents();
+    detail::dependent_launch_prologue();
     const float count = static_cast<float>(group_size);
     for (int64_t g = blockIdx.x; g < groups_total; g += gridDim.x) {  // uniform over the block
         const T* src = x + g * group_size;
@@ -88,8 +87,7 @@ template <class T, bool kWideLoads>
 __global__ void __launch_bounds__(kChunkThreads, 4)
     chunk_moments_kernel(const T* x, int64_t groups_total, int64_t group_size, int64_t chunks, float* sums,
                          float* squares) {
-    detail::wait_for_previous();
-    detail::allow_dependents();
+    detail::dependent_launch_prologue();
     constexpr int kWide = 16 / int(sizeof(T));
     constexpr int kLoads = kPerLane / kWide;
     static_assert(kPerLane % kWide == 0, "a lane's values are whole loads");
@@ -143,8 +141,7 @@ __global__ void __launch_bounds__(kChunkThreads, 4)
 template <class T>
 __global__ void finish_kernel(const T* x, int64_t groups_total, int64_t group_size, int64_t chunks, const float* sums,
                               const float* squares, float eps, float* stats) {
-    detail::wait_for_previous();
-    detail::allow_dependents();
+    detail::dependent_launch_prologue();
     for (int64_t g = blockIdx.x; g < groups_total; g += gridDim.x) {  // uniform over the block
         const float* s = sums + g * chunks;
         const float* m2 = squares + g * chunks;
@@ -170,8 +167,7 @@ __global__ void finish_kernel(const T* x, int64_t groups_total, int64_t group_si
 template <class T, bool kSilu, int kN>
 __global__ void group_norm_apply_kernel(const T* x, const float* stats, const T* gamma, const T* beta, T* out,
                                         int64_t planes, int64_t c, int64_t hw, int64_t channels_per_group) {
-    detail::wait_for_previous();
-    detail::allow_dependents();
+    detail::dependent_launch_prologue();
     using V = detail::Vec<T, kN>;
     for (int64_t p = detail::plane_first(); p < planes; p += detail::plane_step()) {
         const int64_t ch = p % c, g = p / c * (c / channels_per_group) + ch / channels_per_group;

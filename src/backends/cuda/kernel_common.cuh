@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/dependent_launch.h"
 #include "backends/cuda/gpu_runtime.h"
 #include "core/dtype.h"
 #include "kiln/error.h"
@@ -58,16 +59,12 @@ inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 1
 
 // Programmatic dependent launch (launch_dependent below; Hopper and later): a kernel so launched may be scheduled
 // while the kernel before it on the stream runs its last blocks, so the boundary between the two costs less. Its
-// first lines must be wait_for_previous() (returns once the previous kernel is complete and its writes visible)
-// and allow_dependents() (lets the next such kernel be scheduled once every block of this one has started).
-// Elsewhere both do nothing.
-__device__ __forceinline__ void wait_for_previous() {
+// first line must be dependent_launch_prologue(): it returns once the previous kernel is complete and its writes
+// visible, and lets the next such kernel be scheduled once every block of this one has started. Elsewhere it
+// does nothing.
+__device__ __forceinline__ void dependent_launch_prologue() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(KILN_HIP)
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void allow_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(KILN_HIP)
     asm volatile("griddepcontrol.launch_dependents;\n" :::);
 #endif
 }
@@ -83,11 +80,8 @@ __device__ __forceinline__ int64_t plane_step() { return gridDim.y; }
 
 // -------------------------------------------------------------------------------------------- host side
 
-// Whether the current device takes programmatic dependent launches (compute capability 9.0 or later).
-bool dependent_launch_supported();
-
 // kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch where the device takes one
-// (the kernel starts with wait_for_previous() and allow_dependents()).
+// (the kernel starts with dependent_launch_prologue()).
 template <class... KernelArgs, class... Args>
 void launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                       Args... args) {

@@ -15,8 +15,7 @@ namespace {
 template <class T>
 __global__ void layer_norm_kernel(const T* x, const T* gamma, const T* beta, T* out, int64_t rows, int64_t cols,
                                   float eps) {
-    detail::wait_for_previous();
-    detail::allow_dependents();
+    detail::dependent_launch_prologue();
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {  // uniform over the block: the barriers are safe
         const T* src = x + r * cols;
         T* dst = out + r * cols;
@@ -51,8 +50,7 @@ constexpr int kWarpsPerBlock = 4;  // rows per block, a warp each (2 warps of 64
 template <class T, int kPer, int kVec>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock, 8)
     layer_norm_warp_kernel(const T* x, const T* gamma, const T* beta, T* out, int64_t rows, int cols, float eps) {
-    detail::wait_for_previous();
-    detail::allow_dependents();
+    detail::dependent_launch_prologue();
     using V = detail::Vec<T, kVec>;
     constexpr int kLoads = kPer / kVec;
     const int lane = threadIdx.x % warpSize, warps_per_block = blockDim.x / warpSize;

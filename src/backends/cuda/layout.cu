@@ -23,8 +23,7 @@ __global__ void upsample_nearest2x_kernel(const W* x, W* out, int64_t planes, in
 // Planes are images: a's block of ca * inner values, then b's.
 template <class W>
 __global__ void concat_channels_kernel(const W* a, const W* b, W* out, int64_t n, int64_t a_block, int64_t b_block) {
-    detail::wait_for_previous();
-    detail::allow_dependents();
+    detail::dependent_launch_prologue();
     for (int64_t img = detail::plane_first(); img < n; img += detail::plane_step()) {
         const W* pa = a + img * a_block;
         const W* pb = b + img * b_block;

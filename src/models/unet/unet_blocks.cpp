@@ -67,8 +67,7 @@ Tensor ResnetBlock::operator()(const Tensor& x, const Tensor& temb_silu) const {
 }
 
 void Attention::load(WeightReader& r, const std::string& name, int64_t dim, int64_t context_dim, int heads_,
-                     bool self_) {
-    self = self_;
+                     bool self) {
     if (self) {
         to_qkv.weight = r.get_matrix_stack({name + ".to_q.weight", name + ".to_k.weight", name + ".to_v.weight"},
                                            {dim, dim});
@@ -83,6 +82,7 @@ void Attention::load(WeightReader& r, const std::string& name, int64_t dim, int6
 }
 
 void Attention::add_to(Tensor& residual, const Tensor& x, const Tensor* context) const {
+    const bool self = !to_qkv.weight.empty();
     require(self == !context, ErrorKind::InvalidArgument,
             self ? "self-attention given a context" : "cross-attention without a context");
     const Tensor mixed =

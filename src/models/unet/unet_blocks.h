@@ -49,11 +49,10 @@ struct ResnetBlock {
 // Self-attention stacks its q, k and v projections into one ([3 dim, dim]), cross-attention its k and v ([2 dim,
 // context width]): one product where there were three, or two, and the attention reads the parts in place.
 struct Attention {
-    Linear to_qkv;       // self
-    Linear to_q, to_kv;  // cross
+    Linear to_qkv;       // self-attention (empty for cross-attention)
+    Linear to_q, to_kv;  // cross-attention
     Linear to_out;
     int heads = 1;
-    bool self = true;
     void load(WeightReader& r, const std::string& name, int64_t dim, int64_t context_dim, int heads, bool self);
     // residual += attention of x [B, L, dim] (the output projection adds it: ops::linear_add_); context: the
     // cross-attention's keys and values, null for self-attention.
