@@ -4,6 +4,7 @@
 #include <climits>
 #include <functional>
 
+#include "backends/cuda/dependent_launch.h"
 #include "cuda/kernel_test_support.h"
 
 namespace kiln::cuda::test {
@@ -95,6 +96,22 @@ TEST(KernelsCudaArgs, EmptyProblemsDoNothing) {
     EXPECT_NO_THROW(im2col(nullptr, nullptr, t, 0, 5, 5, 3, 1, 1, 5, 5, 0, 25, nullptr, nullptr));  // no channels
     EXPECT_NO_THROW(timestep_embedding(nullptr, nullptr, t, 0, 320, true, 1.0f, nullptr));
     EXPECT_NO_THROW(find_nonfinite(nullptr, t, 0, nullptr, nullptr));
+}
+
+TEST(KernelsCudaArgs, DependentLaunchSettingIsZeroOrOne) {
+    EXPECT_TRUE(detail::dependent_launch_wanted(nullptr));  // unset: the default
+    EXPECT_TRUE(detail::dependent_launch_wanted(""));
+    EXPECT_TRUE(detail::dependent_launch_wanted("1"));
+    EXPECT_FALSE(detail::dependent_launch_wanted("0"));
+    for (const char* bad : {"yes", "2", "00"}) {
+        try {
+            detail::dependent_launch_wanted(bad);
+            ADD_FAILURE() << "KILN_CUDA_PDL=" << bad << " was accepted";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find(std::string("KILN_CUDA_PDL=") + bad), std::string::npos) << e.what();
+        }
+    }
 }
 
 // F16 values 0x3c3c (1.05859375) by the byte, 2^31 + 65 of them: indices past 2^31 must be reached.

@@ -116,9 +116,10 @@ TEST_P(DeviceOps, Conv2dAndFusedNorm) {
         }
 }
 
-// The VAE's fused convolutions (ops::conv2d_group_norm_silu_add_, ops::conv2d_upsample2x): each backend's
-// DeviceOps fuses them or composes them. Two calls each: on CUDA the first composes and chooses the route, the
-// second may run fused. The bounds are the GroupNorm conv's (above) plus add_'s rounding, and conv2d's.
+// The fused convolutions (the VAE's ops::conv2d_group_norm_silu_add_ and ops::conv2d_upsample2x, the UNet's
+// ops::conv2d_group_norm_silu_plus): each backend's DeviceOps fuses them or composes them. Two calls each: on
+// CUDA the first composes and chooses the route, the second may run fused. The bounds are the GroupNorm conv's
+// (above) plus the added term's rounding, and conv2d's.
 TEST_P(DeviceOps, ResidualAndUpsampledConvolutions) {
     Backend* gpu = &this->gpu();
     for (DType t : kiln::test::gpu_dtypes(*gpu)) {
@@ -136,8 +137,12 @@ TEST_P(DeviceOps, ResidualAndUpsampledConvolutions) {
         Tensor up = ops::upsample_nearest2x(x);
         Tensor up_ref = ops::conv2d(up, wt, &b, 1, 1);
         Tensor up_scale = ops::conv2d(abs_of(up), abs_of(wt), &babs, 1, 1);
+        Tensor image_bias = random({n, cout}, 47, t);
+        Tensor plus_ref = ops::conv2d_group_norm_silu_plus(x, groups, gamma, beta, 1e-5f, wt, &b, image_bias, 1, 1);
+        Tensor plus_scale = ops::conv2d(abs_of(normed), abs_of(wt), &babs, 1, 1);
+        ops::add_channel_bias_(plus_scale, abs_of(image_bias));
         Tensor xd = x.to_device(*gpu, t), wd = wt.to_device(*gpu, t), bd = b.to_device(*gpu, t);
-        Tensor gd = gamma.to_device(*gpu, t), betad = beta.to_device(*gpu, t);
+        Tensor gd = gamma.to_device(*gpu, t), betad = beta.to_device(*gpu, t), ibd = image_bias.to_device(*gpu, t);
         const double k = double(cin) * 9;
         for (int call = 1; call <= 2; ++call) {
             Tensor accd = acc.to_device(*gpu, t);
@@ -146,6 +151,9 @@ TEST_P(DeviceOps, ResidualAndUpsampledConvolutions) {
                          "conv2d_group_norm_silu_add_ call " + std::to_string(call));
             expect_close(ops::conv2d_upsample2x(xd, wd, &bd, 1, 1).to_host(), up_ref, up_scale, k, t, 1,
                          "conv2d_upsample2x call " + std::to_string(call));
+            expect_close(ops::conv2d_group_norm_silu_plus(xd, groups, gd, betad, 1e-5f, wd, &bd, ibd, 1, 1).to_host(),
+                         plus_ref, plus_scale, k + double(h) * w * cin / groups, t, 4,
+                         "conv2d_group_norm_silu_plus call " + std::to_string(call));
         }
     }
 }

@@ -6,6 +6,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_device_ops.h"
+#include "backends/cuda/dependent_launch.h"
 #include "backends/cuda/device_info.h"
 #include "backends/cuda/kernels.h"
 #include "core/tensor.h"
@@ -63,6 +64,7 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
                 conv == "few",
             ErrorKind::InvalidArgument,
             "KILN_CUDA_CONV=" + conv + ": the convolution route is one of measured, im2col, cudnn, nhwc, few");
+    detail::dependent_launch_wanted(std::getenv("KILN_CUDA_PDL"));  // a bad value is an error here, not at a launch
     conv_measured_ = conv.empty() || conv == "measured";
     conv_few_outputs_ = conv_measured_ || conv == "few";
     const char* conv_log = std::getenv("KILN_CUDA_CONV_LOG");
