@@ -3,6 +3,7 @@
 #include <map>
 #include <mutex>
 
+#include "core/dtype_convert.h"
 #include "core/tensor.h"
 #include "kiln/error.h"
 
@@ -10,6 +11,13 @@ namespace kiln {
 
 Tensor Backend::run_recorded(const std::string&, const std::vector<const Tensor*>& inputs, const RecordedFn& fn) {
     return fn(inputs);
+}
+
+void Backend::download_f32(float* dst, const void* src, DType src_type, int64_t n) {
+    if (src_type == DType::F32) return download(dst, src, n * 4);
+    std::vector<uint8_t> bits(size_t(n) * dtype_size(src_type));
+    download(bits.data(), src, int64_t(bits.size()));
+    decode_to_float(src_type, bits.data(), dst, size_t(n));
 }
 
 DeviceBuffer::DeviceBuffer(Backend& backend, int64_t bytes)

@@ -52,6 +52,9 @@ public:
     virtual void upload(void* dst, const void* src, int64_t bytes) = 0;
     virtual void download(void* dst, const void* src, int64_t bytes) = 0;
     virtual void copy(void* dst, const void* src, int64_t bytes) = 0;
+    // dst (host) = the n values at src, of type src_type, widened to float32; returns like download. Here the
+    // bytes come over and the host widens them; a backend may widen them on the device first.
+    virtual void download_f32(float* dst, const void* src, DType src_type, int64_t n);
     // dst = src rounded to dst_type (both on the device).
     virtual void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) = 0;
     virtual void synchronize() = 0;

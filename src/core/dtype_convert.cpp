@@ -58,6 +58,31 @@ void decode_f16(const uint8_t* src, float* dst, size_t n) {
     for (; i < n; ++i) dst[i] = half_to_float(load<uint16_t>(src + 2 * i));
 }
 
+// The scalar float_to_half took 120 us for a sampler step's 32768 latents; F16C converts 8 at a time with
+// the same round-to-nearest-even. Only NaNs differ (F16C keeps part of the payload, float_to_half gives the one
+// quiet NaN), so a group of 8 holding one goes the scalar way.
+void encode_f16(const float* src, uint8_t* dst, size_t n) {
+    size_t i = 0;
+#ifdef KILN_HAVE_F16C
+    for (; i + 8 <= n; i += 8) {
+        const __m256 f = _mm256_loadu_ps(src + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(f, f, _CMP_UNORD_Q)) != 0) {
+            for (size_t k = i; k < i + 8; ++k) {
+                const uint16_t h = float_to_half(src[k]);
+                std::memcpy(dst + 2 * k, &h, 2);
+            }
+            continue;
+        }
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i),
+                         _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+#endif
+    for (; i < n; ++i) {
+        const uint16_t h = float_to_half(src[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+    }
+}
+
 void decode_bf16(const uint8_t* src, float* dst, size_t n) {
     for (size_t i = 0; i < n; ++i) {
         uint32_t bits = static_cast<uint32_t>(load<uint16_t>(src + 2 * i)) << 16;
@@ -84,12 +109,7 @@ void decode_block(DType dtype, const uint8_t* src, float* dst, size_t n) {
 void encode_block(DType dtype, const float* src, uint8_t* dst, size_t n) {
     switch (dtype) {
         case DType::F32: std::memcpy(dst, src, n * 4); return;
-        case DType::F16:
-            for (size_t i = 0; i < n; ++i) {
-                uint16_t h = float_to_half(src[i]);
-                std::memcpy(dst + 2 * i, &h, 2);
-            }
-            return;
+        case DType::F16: return encode_f16(src, dst, n);
         case DType::BF16:
             for (size_t i = 0; i < n; ++i) {
                 uint16_t b = float_to_bf16(src[i]);

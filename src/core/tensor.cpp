@@ -114,13 +114,7 @@ Tensor Tensor::to_host() const {
     if (!device_) return to_f32();
     Tensor out(shape_);
     if (numel_ == 0) return out;
-    if (dtype_ == DType::F32) {
-        device_->backend().download(out.data_.data(), device_->data(), numel_ * 4);
-        return out;
-    }
-    std::vector<uint16_t> bits(static_cast<size_t>(numel_));
-    device_->backend().download(bits.data(), device_->data(), numel_ * 2);
-    decode_to_float(dtype_, reinterpret_cast<const uint8_t*>(bits.data()), out.data_.data(), size_t(numel_));
+    device_->backend().download_f32(out.data_.data(), device_->data(), dtype_, numel_);
     return out;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cmath>
+#include <cstring>
 
 #include "kiln/error.h"
 #include "core/backend.h"
@@ -185,9 +186,10 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
              "scale that make the model's arithmetic overflow)");
     {
         StageScope zone(Stage::VaeDecode);
-        // The UNet's activations are freed but, kept in the heap for the next step's, still resident; the
-        // decode's tensors are larger (256 MiB at 512x512) and would mostly land beside them, not in them.
-        release_free_heap_memory();
+        // On the CPU, the UNet's activations are freed but, kept in the heap for the next step's, still
+        // resident; the decode's tensors are larger (256 MiB at 512x512) and would mostly land beside them, not
+        // in them. (On a GPU the host heap holds little, and trimming it cost 0.5 ms.)
+        if (!gpu) release_free_heap_memory();
         Tensor latents = result.final_latent;
         // diffusers divides (latents / scaling_factor); times the rounded reciprocal is 1 ulp off in
         // about one element in five.
@@ -196,10 +198,22 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         // A reduced-precision VAE that overflowed gives NaN or infinity, which would be a black picture.
         // (SDXL's VAE, the one known to overflow fp16, runs in bfloat16 or float32: their range is float32's.)
         // (The message is built once, after the scan: built per pixel it cost 75 ms of a 512x512 image.)
-        if (gpu && !all_finite(decoded))
+        // One pass for both, on every core, written so that the compiler vectorises it: two scalar passes
+        // through Tensor's checked accessors took 0.8 ms of a 512x512 txt2img on the GPU machine's host.
+        uint32_t nonfinite = 0;
+        float* pixels = decoded.data();
+        const int64_t count = decoded.numel();
+#pragma omp parallel for reduction(| : nonfinite) if (count >= (int64_t(1) << 18))
+        for (int64_t i = 0; i < count; ++i) {
+            uint32_t bits;
+            std::memcpy(&bits, &pixels[i], 4);
+            nonfinite |= (bits & 0x7f800000u) == 0x7f800000u;  // exponent all ones: infinity or NaN
+            // max/min in this order keep a NaN a NaN, as std::clamp does.
+            pixels[i] = std::min(std::max(pixels[i] / 2.0f + 0.5f, 0.0f), 1.0f);
+        }
+        if (gpu && nonfinite)
             fail(ErrorKind::Unsupported, "the VAE decode overflowed on " + device_name(model.device) +
                                              " (NaN or infinite pixels); run with --precision fp32");
-        for (int64_t i = 0; i < decoded.numel(); ++i) decoded[i] = std::clamp(decoded[i] / 2.0f + 0.5f, 0.0f, 1.0f);
         result.image = std::move(decoded);
     }
     return result;

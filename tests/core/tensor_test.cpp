@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
+
+#include "core/dtype_convert.h"
 #include "core/half.h"
 #include "core/memory.h"
 #include "core/tensor.h"
@@ -65,6 +68,37 @@ TEST(Tensor, ConvertedRoundsToNearestEven) {
     const Tensor b = x.converted(DType::BF16);
     EXPECT_EQ(b.to_f32()[2], 1.0f + 0x1p-7f);  // 1 + 1.5 ulp of bf16 rounds to 1 + 2 ulp
     EXPECT_EQ(b.converted(DType::F32).dtype(), DType::F32);
+}
+
+// The bulk conversion (eight at a time with F16C where the CPU has it) gives float_to_half's bits for every
+// float: a spread of 2^22 bit patterns over all exponents, signs, subnormals, infinities and NaNs, in runs
+// of odd lengths so that vector groups and the scalar tail both see them, and each half's rounding ties.
+TEST(Tensor, BulkHalfConversionMatchesTheScalarOne) {
+    std::vector<float> values;
+    for (uint64_t bits = 0; bits < (uint64_t(1) << 32); bits += 1021) {  // 1021: prime, so low bits vary
+        float f;
+        const uint32_t b = uint32_t(bits);
+        std::memcpy(&f, &b, 4);
+        values.push_back(f);
+    }
+    for (uint32_t h = 0; h < 0x10000; ++h) {  // each half's value and the ties just above it
+        const float f = half_to_float(uint16_t(h));
+        uint32_t b;
+        std::memcpy(&b, &f, 4);
+        for (uint32_t tie : {b, b + 0x1000, b + 0x0fff, b + 0x1001}) {
+            float g;
+            std::memcpy(&g, &tie, 4);
+            values.push_back(g);
+        }
+    }
+    for (size_t begin = 0, len = 1; begin < values.size(); begin += len, len = len % 37 + 3) {
+        const size_t n = std::min(len, values.size() - begin);
+        std::vector<uint16_t> got(n);
+        encode_from_float(DType::F16, values.data() + begin, reinterpret_cast<uint8_t*>(got.data()), n);
+        for (size_t i = 0; i < n; ++i) {
+            ASSERT_EQ(got[i], float_to_half(values[begin + i])) << "float bits of value " << begin + i;
+        }
+    }
 }
 
 TEST(Tensor, MovedFromIsEmpty) {

@@ -115,8 +115,7 @@ void* CudaBackend::allocate(int64_t bytes) {
 
 void CudaBackend::upload(void* dst, const void* src, int64_t bytes) {
     if (!channels_last_.empty()) channels_last_.erase(dst);  // new values, in the tensor's own layout
-    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, stream_));
-    KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));  // src (pageable, the caller's) may go after this
+    staging_.upload(dst, src, bytes, stream_);  // complete on return: src (the caller's) may go
     timeline_->synchronized();
 }
 
@@ -133,9 +132,16 @@ void CudaBackend::download(void* dst, const void* src, int64_t bytes) {
         filter_to_krsc(src, restored.device_data(), f->type, f->cout, f->taps, f->cin, stream_);
         src = restored.device_data();
     }
-    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToHost, stream_));
-    KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    staging_.download(dst, src, bytes, stream_);
     timeline_->synchronized();  // the GPU spans of the ops before it can be read now, without another wait
+}
+
+void CudaBackend::download_f32(float* dst, const void* src, DType src_type, int64_t n) {
+    // A channels-last filter is restored by download, in its own type.
+    if (src_type == DType::F32 || n == 0 || channels_last(src)) return Backend::download_f32(dst, src, src_type, n);
+    Tensor wide = Tensor::empty_on(*this, {n}, DType::F32);
+    cuda::convert(src, src_type, wide.device_data(), DType::F32, n, stream_);
+    download(dst, wide.device_data(), n * 4);
 }
 
 void CudaBackend::copy(void* dst, const void* src, int64_t bytes) {

@@ -15,6 +15,7 @@
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/gpu_runtime.h"
 #include "backends/cuda/gpu_timeline.h"
+#include "backends/cuda/pinned_staging.h"
 #include "core/backend.h"
 #include "ops/op_list.h"
 
@@ -33,6 +34,9 @@ public:
     void deallocate(void* p) noexcept override;
     void upload(void* dst, const void* src, int64_t bytes) override;
     void download(void* dst, const void* src, int64_t bytes) override;
+    // 16-bit values widened on the GPU, then moved as float32: the host's widening of a 512x512 image took
+    // longer than the transfer.
+    void download_f32(float* dst, const void* src, DType src_type, int64_t n) override;
     void copy(void* dst, const void* src, int64_t bytes) override;
     void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) override;
     void synchronize() override;
@@ -114,6 +118,7 @@ private:
     bool conv_log_ = false;
     cudaStream_t stream_ = nullptr;
     mutable CudaAllocator allocator_;
+    PinnedStaging staging_;
     std::unique_ptr<Gemm> gemm_;
     std::unique_ptr<CudnnConv> cudnn_;
     std::unique_ptr<CudnnGraphConv> cudnn_nhwc_;

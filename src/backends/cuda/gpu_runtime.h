@@ -42,6 +42,9 @@
 #define cudaFuncSetAttribute hipFuncSetAttribute
 #define cudaMemGetInfo hipMemGetInfo
 #define cudaMalloc hipMalloc
+#define cudaHostAlloc hipHostMalloc
+#define cudaHostAllocDefault hipHostMallocDefault
+#define cudaFreeHost hipHostFree
 #define cudaFree hipFree
 #define cudaMemcpy hipMemcpy
 #define cudaMemcpyAsync hipMemcpyAsync
