@@ -73,10 +73,11 @@ std::vector<float> norm_input(size_t count, size_t block, uint64_t seed, size_t 
 
 TEST(KernelsCuda, LayerNormMatchesTheReference) {
     KILN_SKIP_WITHOUT_GPU();
-    // rows, cols: odd widths, SD's 320 to 2048 (a warp per row up to 768: 8, 16 or 24 values a lane; a block past it).
+    // rows, cols: odd widths, SD's 320 to 2048 (a warp per row up to 768: 8, 16 or 24 values a lane; 16-bit rows
+    // of whole quads up to 1280, 40 a lane; a block past them).
     const int64_t shapes[][2] = {{1, 1},   {3, 31},   {2, 33},    {77, 320},  {3, 1281},
                                  {70001, 5}, {9, 640}, {5, 2048}, {4, 2049}, {2, 256},
-                                 {6, 768},   {2, 769}, {3, 257}};
+                                 {6, 768},   {2, 769}, {3, 257},  {5, 1280}, {3, 1276}, {2, 772}};
     const float eps = 1e-5f;
     for (DType type : kStorageTypes)
         for (const auto& s : shapes) {

@@ -41,14 +41,16 @@ __global__ void layer_norm_kernel(const T* x, const T* gamma, const T* beta, T* 
 // arithmetic (pivot, mean, centred squares), with sums of depth ceil(log2 kPer) in the lane and
 // log2(warpSize) across the warp: below the block kernel's depth bound (sum_depth in the tests). Registers
 // are capped at 64 so that many rows are in flight (unbounded, the compiler kept a 64-bit address per value
-// and used 80 to 200); 40 values a lane (rows of 1280) then spill, so such rows take the block kernel.
+// and used 80 to 200). 40 values a lane (16-bit rows of 1280 in 4-value loads, SD's third level) would spill
+// under that cap: they get 128 registers (4 blocks a multiprocessor; such a layer has 512 rows, 128 blocks,
+// so no fewer run at once). They took the block kernel before, 6.3 us each for 512 x 1280 under ncu on an H200.
 // kVec consecutive values per load and store (4: 8 bytes of 16-bit values, where the row length is a multiple
 // of 4 and the pointers align; ncu showed the 2-byte accesses taking 15 us for SD 1.5's 8192 x 320, where an
 // add of twice the bytes takes 6): the lane's slot (i, e) is value (lane + i * warpSize) * kVec + e.
 constexpr int kWarpsPerBlock = 4;  // rows per block, a warp each (2 warps of 64 lanes on AMD's GCN)
 
 template <class T, int kPer, int kVec>
-__global__ void __launch_bounds__(32 * kWarpsPerBlock, 8)
+__global__ void __launch_bounds__(32 * kWarpsPerBlock, kPer > 24 ? 4 : 8)
     layer_norm_warp_kernel(const T* x, const T* gamma, const T* beta, T* out, int64_t rows, int cols, float eps) {
     detail::dependent_launch_prologue();
     using V = detail::Vec<T, kVec>;
@@ -104,6 +106,21 @@ void launch_warp_rows(const T* x, const T* g, const T* b, T* o, int64_t rows, in
                                  rows, cols, eps);
 }
 
+// Rows of 769 to 1280 16-bit values in 4-value loads, a warp each (40 values a lane; float rows, or single-value
+// loads, would spill): false, launching nothing, for any other.
+template <class T>
+bool launch_wide_rows(const T* x, const T* g, const T* b, T* o, int64_t rows, int cols, float eps, bool quads,
+                      cudaStream_t stream) {
+    if constexpr (sizeof(T) == 2) {
+        if (quads && cols <= 32 * 40) {
+            detail::launch_dependent(layer_norm_warp_kernel<T, 40, 4>, detail::blocks_for(rows, kWarpsPerBlock),
+                                     32 * kWarpsPerBlock, 0, stream, x, g, b, o, rows, cols, eps);
+            return true;
+        }
+    }
+    return false;
+}
+
 }  // namespace
 
 void layer_norm(const void* x, const void* gamma, const void* beta, void* out, DType type, int64_t rows, int64_t cols,
@@ -132,7 +149,7 @@ void layer_norm(const void* x, const void* gamma, const void* beta, void* out, D
             launch_warp_rows<T, 16>(xt, g, bt, o, rows, c, eps, quads, stream);
         else if (cols <= 32 * 24)
             launch_warp_rows<T, 24>(xt, g, bt, o, rows, c, eps, quads, stream);
-        else
+        else if (!launch_wide_rows<T>(xt, g, bt, o, rows, c, eps, quads, stream))
             detail::launch_dependent(layer_norm_kernel<T>, detail::blocks_for(rows, 1), detail::threads_for(cols, 256),
                                      0, stream, xt, g, bt, o, rows, cols, eps);
     });
