@@ -119,6 +119,36 @@ TEST_P(Models, ModulesMatchTheCpu) {
     }
 }
 
+// The text encoder runs its layers as a recorded call on a GPU (eager the first time, captured the second,
+// replayed after): four different prompt batches in a row, each output against the CPU, for clip skip 1 and 2.
+TEST_P(Models, TextEncoderRecordingsMatchTheCpu) {
+    Backend* gpu = &this->gpu();
+    for (const char* model : {"sd15-mini", "sdxl-mini"}) {
+        const ModelCase c{model, false};
+        const StableDiffusionModel cpu = load_on(c, Device{}, DType::F32);
+        for (DType t : kiln::test::gpu_dtypes(*gpu)) {
+            const StableDiffusionModel dev = load_on(c, gpu->device(), t);
+            const double bound = rounding_bound(t);
+            for (int skip : {1, 2})
+                for (int call = 0; call < 4; ++call) {
+                    std::vector<std::vector<int>> ids(2, std::vector<int>(77));
+                    for (int r = 0; r < 2; ++r)
+                        for (int i = 0; i < 77; ++i) ids[r][i] = (i * 37 + 11 * call + 5 * r + skip) % 1000;
+                    for (size_t e = 0; e < dev.text_encoders.size(); ++e) {
+                        const ClipTextOutput got = dev.text_encoders[e].model.encode(ids, skip);
+                        const ClipTextOutput want = cpu.text_encoders[e].model.encode(ids, skip);
+                        const std::string what = case_name(c) + " " + dtype_name(t) + " encoder " + std::to_string(e) +
+                                                 " skip " + std::to_string(skip) + " call " + std::to_string(call);
+                        EXPECT_LT(kiln::test::relative_error(got.last_hidden_state, want.last_hidden_state), bound)
+                            << what;
+                        EXPECT_LT(kiln::test::relative_error(got.penultimate, want.penultimate), bound) << what;
+                        EXPECT_LT(kiln::test::relative_error(got.pooled, want.pooled), bound) << what;
+                    }
+                }
+        }
+    }
+}
+
 TEST_P(Models, Txt2imgEverySamplerMatchesTheCpu) {
     Backend* gpu = &this->gpu();
     const std::vector<ModelCase> cases = model_cases();

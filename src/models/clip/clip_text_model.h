@@ -1,6 +1,7 @@
 // The CLIP text transformer of every SD family, computed as transformers' CLIPTextModel and
 // CLIPTextModelWithProjection compute it (pre-LN blocks, causal self-attention, final layer norm).
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "core/tensor.h"
@@ -44,6 +45,7 @@ private:
     Tensor run_layer(const Layer& layer, const Tensor& x) const;
 
     ClipTextConfig config_;
+    uint64_t serial_ = 0;  // keys this model's recorded call (Backend::run_recorded), with its weights' address
     Tensor token_embedding_, position_embedding_, final_ln_w_, final_ln_b_, projection_;
     std::vector<Layer> layers_;
 };
