@@ -115,8 +115,8 @@ void* CudaBackend::allocate(int64_t bytes) {
 
 void CudaBackend::upload(void* dst, const void* src, int64_t bytes) {
     if (!channels_last_.empty()) channels_last_.erase(dst);  // new values, in the tensor's own layout
-    staging_.upload(dst, src, bytes, stream_);  // complete on return: src (the caller's) may go
-    timeline_->synchronized();
+    DeviceScope scope(index_);  // the staging's event belongs to this device
+    staging_.upload(dst, src, bytes, stream_);  // src (the caller's) may go; the copy itself may still run
 }
 
 void CudaBackend::deallocate(void* p) noexcept {
@@ -132,6 +132,7 @@ void CudaBackend::download(void* dst, const void* src, int64_t bytes) {
         filter_to_krsc(src, restored.device_data(), f->type, f->cout, f->taps, f->cin, stream_);
         src = restored.device_data();
     }
+    DeviceScope scope(index_);
     staging_.download(dst, src, bytes, stream_);
     timeline_->synchronized();  // the GPU spans of the ops before it can be read now, without another wait
 }
