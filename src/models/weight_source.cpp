@@ -122,15 +122,24 @@ Tensor WeightReader::get_matrix(const std::string& name, const Shape& expected) 
 }
 Tensor WeightReader::get_matrix(const std::string& name) { return place(read(name, nullptr, true)); }
 Tensor WeightReader::get_matrix_stack(const std::vector<std::string>& names, const Shape& each) {
-    require(!names.empty() && each.size() == 2, ErrorKind::InvalidArgument,
-            "get_matrix_stack: needs one or more names and a 2D shape");
+    require(each.size() == 2, ErrorKind::InvalidArgument, "get_matrix_stack: needs a 2D shape");
+    return stack(names, each, true);
+}
+
+Tensor WeightReader::get_vector_stack(const std::vector<std::string>& names, int64_t each) {
+    return stack(names, {each}, false);
+}
+
+Tensor WeightReader::stack(const std::vector<std::string>& names, const Shape& each, bool matrix) {
+    require(!names.empty(), ErrorKind::InvalidArgument, "WeightReader: a stack needs one or more names");
     std::vector<Tensor> parts;
-    for (const std::string& n : names) parts.push_back(read(n, &each, true));
+    for (const std::string& n : names) parts.push_back(read(n, &each, matrix));
     const DType type = parts.front().dtype();
     for (const Tensor& p : parts)
         require(p.dtype() == type, ErrorKind::InvalidModel,
                 "tensors " + where(names.front()) + " and " + names.back() + " differ in dtype");
-    const Shape shape{int64_t(parts.size()) * each[0], each[1]};
+    Shape shape = each;
+    shape[0] *= int64_t(parts.size());
     const int64_t n = parts.front().numel();
     if (type == DType::F32) {
         std::vector<float> all;

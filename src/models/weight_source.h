@@ -110,6 +110,9 @@ public:
     // Matrices of shape `each` stacked along their rows, as get_matrix would give each: [count * rows, cols]
     // (attention's q, k and v projections made by one product).
     Tensor get_matrix_stack(const std::vector<std::string>& names, const Shape& each);
+    // Vectors of `each` values, as get would give each, one after the other: [count * each] (the biases of
+    // stacked matrices).
+    Tensor get_vector_stack(const std::vector<std::string>& names, int64_t each);
     // As get / get_matrix, but kept on the host whatever the source's device: tables the model reads by rows
     // on the host (CLIP's token and position embeddings).
     Tensor get_host(const std::string& name, const Shape& expected);
@@ -124,6 +127,7 @@ public:
 
 private:
     Tensor read(const std::string& name, const Shape* expected, bool matrix);
+    Tensor stack(const std::vector<std::string>& names, const Shape& each, bool matrix);
     Tensor place(Tensor t) const;
 
     const WeightSource& source_;

@@ -88,7 +88,7 @@ UNet UNet::load(const WeightSource& source, const UNetConfig& c) {
         out_ch = c.block_out_channels[i];
         for (int j = 0; j < c.layers_per_block; ++j) {
             level.resnets.emplace_back();
-            level.resnets.back().load(r, name + ".resnets." + std::to_string(j), j == 0 ? in_ch : out_ch, out_ch, temb,
+            level.resnets.back().load(r, name + ".resnets." + std::to_string(j), j == 0 ? in_ch : out_ch, out_ch,
                                       c.norm_groups, c.norm_eps);
             if (c.level_has_attention[i]) {
                 level.attentions.emplace_back();
@@ -102,10 +102,10 @@ UNet UNet::load(const WeightSource& source, const UNetConfig& c) {
     }
 
     const int64_t top = c.block_out_channels.back();
-    u.mid_resnet_0_.load(r, "mid_block.resnets.0", top, top, temb, c.norm_groups, c.norm_eps);
+    u.mid_resnet_0_.load(r, "mid_block.resnets.0", top, top, c.norm_groups, c.norm_eps);
     u.mid_attention_.load(r, "mid_block.attentions.0", top, c.cross_attention_dim, c.heads.back(),
                           c.mid_transformer_depth, c.norm_groups);
-    u.mid_resnet_1_.load(r, "mid_block.resnets.1", top, top, temb, c.norm_groups, c.norm_eps);
+    u.mid_resnet_1_.load(r, "mid_block.resnets.1", top, top, c.norm_groups, c.norm_eps);
 
     int64_t prev_out = top;
     for (int i = 0; i < n; ++i) {
@@ -118,7 +118,7 @@ UNet UNet::load(const WeightSource& source, const UNetConfig& c) {
             const int64_t skip = j == c.layers_per_block ? skip_in : up_out;
             const int64_t res_in = j == 0 ? prev_out : up_out;
             level.resnets.emplace_back();
-            level.resnets.back().load(r, name + ".resnets." + std::to_string(j), res_in + skip, up_out, temb,
+            level.resnets.back().load(r, name + ".resnets." + std::to_string(j), res_in + skip, up_out,
                                       c.norm_groups, c.norm_eps);
             if (c.level_has_attention[level_down]) {
                 level.attentions.emplace_back();
@@ -133,11 +133,48 @@ UNet UNet::load(const WeightSource& source, const UNetConfig& c) {
         u.up_.push_back(std::move(level));
     }
 
+    // The time projections, one stack per width, each block's rows in the order the blocks run.
+    std::vector<int64_t> widths;
+    std::vector<std::vector<std::string>> names;
+    u.for_each_resnet([&](ResnetBlock& b, const std::string& name) {
+        const auto it = std::find(widths.begin(), widths.end(), b.out_channels);
+        b.time_group = static_cast<int>(it - widths.begin());
+        if (it == widths.end()) {
+            widths.push_back(b.out_channels);
+            names.emplace_back();
+        }
+        b.time_offset = int64_t(names[size_t(b.time_group)].size()) * b.out_channels;
+        names[size_t(b.time_group)].push_back(name + ".time_emb_proj");
+    });
+    for (size_t g = 0; g < widths.size(); ++g) {
+        std::vector<std::string> weights, biases;
+        for (const std::string& n : names[g]) {
+            weights.push_back(n + ".weight");
+            biases.push_back(n + ".bias");
+        }
+        Linear stacked;
+        stacked.weight = r.get_matrix_stack(weights, {widths[g], temb});
+        stacked.bias = r.get_vector_stack(biases, widths[g]);
+        u.time_projections_.push_back(std::move(stacked));
+    }
+
     u.norm_out_.load(r, "conv_norm_out", ch0, c.norm_groups, c.norm_eps);
     u.conv_out_.load(r, "conv_out", ch0, c.out_channels, 3);
     r.check_all_used();
     u.parameters_ = r.parameters_read();
     return u;
+}
+
+template <class Fn>
+void UNet::for_each_resnet(Fn fn) {
+    for (size_t i = 0; i < down_.size(); ++i)
+        for (size_t j = 0; j < down_[i].resnets.size(); ++j)
+            fn(down_[i].resnets[j], "down_blocks." + std::to_string(i) + ".resnets." + std::to_string(j));
+    fn(mid_resnet_0_, "mid_block.resnets.0");
+    fn(mid_resnet_1_, "mid_block.resnets.1");
+    for (size_t i = 0; i < up_.size(); ++i)
+        for (size_t j = 0; j < up_[i].resnets.size(); ++j)
+            fn(up_[i].resnets[j], "up_blocks." + std::to_string(i) + ".resnets." + std::to_string(j));
 }
 
 Tensor UNet::forward(const UNetInputs& in) const {
@@ -179,6 +216,12 @@ Tensor UNet::forward(const UNetInputs& in) const {
         ops::add_(emb, add_linear_2_(aug));
     }
     ops::silu_(emb);  // every resnet applies SiLU before its time projection
+    std::vector<Tensor> time;  // per width, [N, k C]: every block's time projection
+    for (const Linear& p : time_projections_) time.push_back(p(emb));
+    auto resnet = [&](const ResnetBlock& b, const Tensor& x) {
+        const Tensor& all = time[size_t(b.time_group)];
+        return all.dim(1) == b.out_channels ? b(x, all) : b(x, ops::columns(all, b.time_offset, b.out_channels));
+    };
 
     // Each down output is the next block's input and a skip: it moves into skips and is read from there (a
     // copy of a device tensor is a copy of its storage).
@@ -186,7 +229,7 @@ Tensor UNet::forward(const UNetInputs& in) const {
     skips.push_back(conv_in_(x));
     for (const DownLevel& level : down_) {
         for (size_t j = 0; j < level.resnets.size(); ++j) {
-            Tensor h = level.resnets[j](skips.back(), emb);
+            Tensor h = resnet(level.resnets[j], skips.back());
             if (!level.attentions.empty()) level.attentions[j].add_to(h, *in.context);
             skips.push_back(std::move(h));
         }
@@ -195,12 +238,12 @@ Tensor UNet::forward(const UNetInputs& in) const {
             skips.push_back(std::move(h));
         }
     }
-    Tensor h = mid_resnet_0_(skips.back(), emb);
+    Tensor h = resnet(mid_resnet_0_, skips.back());
     mid_attention_.add_to(h, *in.context);
-    h = mid_resnet_1_(h, emb);
+    h = resnet(mid_resnet_1_, h);
     for (const UpLevel& level : up_) {
         for (size_t j = 0; j < level.resnets.size(); ++j) {
-            h = level.resnets[j](ops::concat_channels(h, skips.back()), emb);
+            h = resnet(level.resnets[j], ops::concat_channels(h, skips.back()));
             skips.pop_back();
             if (!level.attentions.empty()) level.attentions[j].add_to(h, *in.context);
         }

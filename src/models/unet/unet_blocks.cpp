@@ -38,22 +38,21 @@ void LayerNorm::load(WeightReader& r, const std::string& name, int64_t dim, floa
 
 Tensor LayerNorm::operator()(const Tensor& x) const { return ops::layer_norm(x, gamma, beta, eps); }
 
-void ResnetBlock::load(WeightReader& r, const std::string& name, int64_t in, int64_t out, int64_t temb, int groups,
-                       float eps) {
+void ResnetBlock::load(WeightReader& r, const std::string& name, int64_t in, int64_t out, int groups, float eps) {
+    out_channels = out;
     norm1.load(r, name + ".norm1", in, groups, eps);
     conv1.load(r, name + ".conv1", in, out, 3);
-    time_emb_proj.load(r, name + ".time_emb_proj", temb, out);
     norm2.load(r, name + ".norm2", out, groups, eps);
     conv2.load(r, name + ".conv2", out, out, 3);
     has_shortcut = in != out;
     if (has_shortcut) shortcut.load(r, name + ".conv_shortcut", in, out, 1);
 }
 
-Tensor ResnetBlock::operator()(const Tensor& x, const Tensor& temb_silu) const {
+Tensor ResnetBlock::operator()(const Tensor& x, const Tensor& temb_proj) const {
     // conv(silu(norm(.))) fused: the normalised copies are never made.
     // The time embedding is added per image and channel as conv1's output is written.
     Tensor h = ops::conv2d_group_norm_silu_plus(x, norm1.groups, norm1.gamma, norm1.beta, norm1.eps, conv1.weight,
-                                                &conv1.bias, time_emb_proj(temb_silu), conv1.stride, conv1.padding);
+                                                &conv1.bias, temb_proj, conv1.stride, conv1.padding);
     if (has_shortcut) {  // conv2 adds onto the shortcut's fresh output: no pass of its own for the residual
         Tensor out = shortcut(x);
         ops::conv2d_group_norm_silu_add_(out, h, norm2.groups, norm2.gamma, norm2.beta, norm2.eps, conv2.weight,

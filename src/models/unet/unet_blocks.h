@@ -37,13 +37,18 @@ struct LayerNorm {
     Tensor operator()(const Tensor& x) const;
 };
 
+// Its time projection (time_emb_proj) is not here: the UNet stacks those of all blocks of one width into one
+// product (UNet::time_projections_), and hands each block its columns.
 struct ResnetBlock {
     GroupNorm norm1, norm2;
     Conv2d conv1, conv2, shortcut;
-    Linear time_emb_proj;
     bool has_shortcut = false;
-    void load(WeightReader& r, const std::string& name, int64_t in, int64_t out, int64_t temb, int groups, float eps);
-    Tensor operator()(const Tensor& x, const Tensor& temb_silu) const;  // temb already through SiLU
+    int64_t out_channels = 0;
+    int time_group = 0;        // which of the UNet's stacked time projections holds this block's
+    int64_t time_offset = 0;   // and at which column
+    void load(WeightReader& r, const std::string& name, int64_t in, int64_t out, int groups, float eps);
+    // temb_proj: time_emb_proj(silu(temb)) for this block, [N, out_channels].
+    Tensor operator()(const Tensor& x, const Tensor& temb_proj) const;
 };
 
 // Self-attention stacks its q, k and v projections into one ([3 dim, dim]), cross-attention its k and v ([2 dim,
