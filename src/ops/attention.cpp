@@ -63,12 +63,13 @@ Tensor attention_qkv(const Tensor& qkv, int heads) {
     return attention(columns(qkv, 0, c), columns(qkv, c, c), columns(qkv, 2 * c, c), heads);
 }
 
-Tensor attention_kv(const Tensor& q, const Tensor& kv, int heads) {
-    detail::check(q.rank() == 3 && kv.rank() == 3 && kv.dim(2) == 2 * q.dim(2), "attention_kv",
-                  detail::desc("q", q) + " [B, Lq, C] and " + detail::desc("kv", kv) + " [B, Lk, 2C]: k | v");
-    if (q.on_device()) return device_ops(q).attention_kv(q, kv, heads);
+Tensor attention_kv(const Tensor& q, const Tensor& kv, int heads, int64_t at) {
+    detail::check(q.rank() == 3 && kv.rank() == 3 && at >= 0 && at + 2 * q.dim(2) <= kv.dim(2), "attention_kv",
+                  detail::desc("q", q) + " [B, Lq, C] and " + detail::desc("kv", kv) + " [B, Lk, W]: k | v at column " +
+                      std::to_string(at) + ", within W");
+    if (q.on_device()) return device_ops(q).attention_kv(q, kv, heads, at);
     const int64_t c = q.dim(2);
-    return attention(q, columns(kv, 0, c), columns(kv, c, c), heads);
+    return attention(q, columns(kv, at, c), columns(kv, at + c, c), heads);
 }
 
 Tensor detail::attention_blocked(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal,

@@ -52,9 +52,9 @@ public:
         const int64_t c = qkv.dim(2) / 3;
         return attention(columns(qkv, 0, c), columns(qkv, c, c), columns(qkv, 2 * c, c), heads, false);
     }
-    virtual Tensor attention_kv(const Tensor& q, const Tensor& kv, int heads) const {
-        const int64_t c = kv.dim(2) / 2;
-        return attention(q, columns(kv, 0, c), columns(kv, c, c), heads, false);
+    virtual Tensor attention_kv(const Tensor& q, const Tensor& kv, int heads, int64_t at) const {
+        const int64_t c = q.dim(2);
+        return attention(q, columns(kv, at, c), columns(kv, at + c, c), heads, false);
     }
     virtual Tensor columns(const Tensor& x, int64_t begin, int64_t count) const = 0;
     virtual void activation_(Tensor& x, DeviceActivation f) const = 0;

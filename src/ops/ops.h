@@ -68,10 +68,11 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, floa
 // causal masks key j for query i when j > i (top-left aligned, as torch's is_causal).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal = false);
 // Attention over projections that one product made side by side: qkv [B, L, 3C] holds q | k | v of each token
-// (self-attention); kv [B, Lk, 2C] holds k | v (cross-attention, with q [B, Lq, C]). Exactly attention() of
-// the parts (columns below); a GPU reads them where they are.
+// (self-attention); kv [B, Lk, W] holds k | v at columns [at, at + 2C) (cross-attention, with q [B, Lq, C]:
+// W = 2C, or the k | v of several attentions made by one product). Exactly attention() of the parts (columns
+// below); a GPU reads them where they are.
 Tensor attention_qkv(const Tensor& qkv, int heads);
-Tensor attention_kv(const Tensor& q, const Tensor& kv, int heads);
+Tensor attention_kv(const Tensor& q, const Tensor& kv, int heads, int64_t at = 0);
 // Columns [begin, begin + count) of x's last dim: [..., W] -> [..., count], a copy.
 Tensor columns(const Tensor& x, int64_t begin, int64_t count);
 

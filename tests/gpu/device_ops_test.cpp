@@ -189,6 +189,11 @@ TEST_P(DeviceOps, AttentionFlashAndProducts) {
             EXPECT_EQ(ops::columns(kv.to_device(*gpu, t), hd, hd).to_host().values(), v.values()) << "columns " << tag;
             expect_close(ops::attention_kv(q.to_device(*gpu, t), kv.to_device(*gpu, t), a.heads).to_host(), ref, scale,
                          score_err + a.lk, t, 2, "attention_kv " + tag);
+            // The same k | v after another attention's in one wider product's output, read at its column.
+            Tensor other = random({a.b * a.lk, 2 * hd, 1}, 12, t);
+            Tensor wide = ops::concat_channels(other, kv.reshaped({a.b * a.lk, 2 * hd, 1})).reshaped({a.b, a.lk, 4 * hd});
+            expect_close(ops::attention_kv(q.to_device(*gpu, t), wide.to_device(*gpu, t), a.heads, 2 * hd).to_host(),
+                         ref, scale, score_err + a.lk, t, 2, "attention_kv within a wider product " + tag);
             if (a.lq == a.lk) {
                 Tensor qkv = ops::concat_channels(q.reshaped({a.b * a.lq, hd, 1}), kv.reshaped({a.b * a.lk, 2 * hd, 1}))
                                  .reshaped({a.b, a.lq, 3 * hd});

@@ -84,6 +84,8 @@ TEST(OpsErrors, Attention) {
     expect_invalid([&] { attention(q, kv, t({2, 6, 16}), 2); }, {"attention", "same length"});
     expect_invalid([&] { attention_qkv(t({2, 5, 16}), 2); }, {"attention_qkv", "[2, 5, 16]"});
     expect_invalid([&] { attention_kv(t({2, 5, 8}), t({2, 6, 8}), 2); }, {"attention_kv", "[2, 6, 8]"});
+    expect_invalid([&] { attention_kv(t({2, 5, 8}), t({2, 6, 24}), 2, 9); }, {"attention_kv", "column 9"});
+    expect_invalid([&] { attention_kv(t({2, 5, 8}), t({2, 6, 24}), 2, -1); }, {"attention_kv", "column -1"});
     expect_invalid([&] { columns(t({2, 5}), 3, 3); }, {"columns", "[2, 5]"});
     expect_invalid([&] { attention(q, t({2, 7, 8}), t({2, 7, 8}), 2); }, {"attention", "widths"});
     expect_invalid([&] { attention(q, kv, kv, 3); }, {"attention", "heads = 3"});

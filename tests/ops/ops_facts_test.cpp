@@ -123,6 +123,11 @@ TEST(AttentionFacts, ProjectionsSideBySideAreTheirParts) {
     const Tensor ref = attention(q, k, v, 3);
     EXPECT_EQ(attention_qkv(qkv, 3).values(), ref.values());
     EXPECT_EQ(attention_kv(q, kv, 3).values(), ref.values());
+    // k | v at a column of a wider product's output (several attentions' k | v side by side).
+    Tensor wide({2, 5, 60});
+    for (int64_t row = 0; row < 10; ++row)
+        for (int64_t j = 0; j < 60; ++j) wide[row * 60 + j] = j >= 24 && j < 48 ? kv[row * 24 + j - 24] : 7.0f;
+    EXPECT_EQ(attention_kv(q, wide, 3, 24).values(), ref.values());
 }
 
 TEST(AttentionFacts, CausalFirstQuerySeesOnlyTheFirstKey) {

@@ -561,13 +561,13 @@ Tensor CudaDeviceOps::attention_qkv(const Tensor& qkv, int heads) const {
                  heads, false, {3 * c, 3 * c});
 }
 
-Tensor CudaDeviceOps::attention_kv(const Tensor& q, const Tensor& kv, int heads) const {
+Tensor CudaDeviceOps::attention_kv(const Tensor& q, const Tensor& kv, int heads, int64_t column) const {
     same_place("attention_kv", q, kv, "kv");
     const int64_t c = q.dim(2);
     if (q.dim(0) != kv.dim(0) || !flash_fits(q.dtype(), c, heads, kv.dim(1)))
-        return DeviceOps::attention_kv(q, kv, heads);
-    return flash(q.dtype(), q.device_data(), kv.device_data(), at(kv, c), q.dim(0), q.dim(1), kv.dim(1), c, heads,
-                 false, {0, 2 * c});
+        return DeviceOps::attention_kv(q, kv, heads, column);
+    return flash(q.dtype(), q.device_data(), at(kv, column), at(kv, column + c), q.dim(0), q.dim(1), kv.dim(1), c,
+                 heads, false, {0, kv.dim(2)});
 }
 
 Tensor CudaDeviceOps::columns(const Tensor& x, int64_t begin, int64_t count) const {

@@ -49,7 +49,7 @@ public:
     Tensor nchw_to_nlc(const Tensor& x) const override;
     Tensor nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) const override;
     Tensor attention_qkv(const Tensor& qkv, int heads) const override;
-    Tensor attention_kv(const Tensor& q, const Tensor& kv, int heads) const override;
+    Tensor attention_kv(const Tensor& q, const Tensor& kv, int heads, int64_t at) const override;
     Tensor columns(const Tensor& x, int64_t begin, int64_t count) const override;
     Tensor group_norm_to_nlc(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                              float eps) const override;

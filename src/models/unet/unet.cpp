@@ -62,6 +62,28 @@ UNetInputs UNetInputs::from_list(const std::vector<const Tensor*>& t) {
     return in;
 }
 
+namespace {
+
+// Stacked projections (the time projections, the cross-attentions' k | v) hold at most this many blocks' each:
+// SDXL's 60 cross-attentions of width 1280 would otherwise be one 629 MB matrix, built twice over on the
+// host while loading.
+constexpr size_t kMaxStacked = 8;
+
+// The group of width `width` with room for one more block (of `names_per_block` names), made if there is none.
+int stack_group(std::vector<int64_t>& widths, std::vector<std::vector<std::string>>& names, int64_t width,
+                size_t names_per_block) {
+    for (size_t g = widths.size(); g-- > 0;)
+        if (widths[g] == width) {
+            if (names[g].size() < kMaxStacked * names_per_block) return static_cast<int>(g);
+            break;
+        }
+    widths.push_back(width);
+    names.emplace_back();
+    return static_cast<int>(widths.size() - 1);
+}
+
+}  // namespace
+
 UNet UNet::load(const WeightSource& source, const UNetConfig& c) {
     UNet u;
     u.config_ = c;
@@ -92,8 +114,8 @@ UNet UNet::load(const WeightSource& source, const UNetConfig& c) {
                                       c.norm_groups, c.norm_eps);
             if (c.level_has_attention[i]) {
                 level.attentions.emplace_back();
-                level.attentions.back().load(r, name + ".attentions." + std::to_string(j), out_ch,
-                                             c.cross_attention_dim, c.heads[i], c.transformer_depth[i], c.norm_groups);
+                level.attentions.back().load(r, name + ".attentions." + std::to_string(j), out_ch, c.heads[i],
+                                             c.transformer_depth[i], c.norm_groups);
             }
         }
         level.has_downsampler = i != n - 1;
@@ -103,8 +125,7 @@ UNet UNet::load(const WeightSource& source, const UNetConfig& c) {
 
     const int64_t top = c.block_out_channels.back();
     u.mid_resnet_0_.load(r, "mid_block.resnets.0", top, top, c.norm_groups, c.norm_eps);
-    u.mid_attention_.load(r, "mid_block.attentions.0", top, c.cross_attention_dim, c.heads.back(),
-                          c.mid_transformer_depth, c.norm_groups);
+    u.mid_attention_.load(r, "mid_block.attentions.0", top, c.heads.back(), c.mid_transformer_depth, c.norm_groups);
     u.mid_resnet_1_.load(r, "mid_block.resnets.1", top, top, c.norm_groups, c.norm_eps);
 
     int64_t prev_out = top;
@@ -122,8 +143,7 @@ UNet UNet::load(const WeightSource& source, const UNetConfig& c) {
                                       c.norm_groups, c.norm_eps);
             if (c.level_has_attention[level_down]) {
                 level.attentions.emplace_back();
-                level.attentions.back().load(r, name + ".attentions." + std::to_string(j), up_out,
-                                             c.cross_attention_dim, c.heads[level_down],
+                level.attentions.back().load(r, name + ".attentions." + std::to_string(j), up_out, c.heads[level_down],
                                              c.transformer_depth[level_down], c.norm_groups);
             }
         }
@@ -133,16 +153,11 @@ UNet UNet::load(const WeightSource& source, const UNetConfig& c) {
         u.up_.push_back(std::move(level));
     }
 
-    // The time projections, one stack per width, each block's rows in the order the blocks run.
+    // The time projections, stacked by width, each block's rows in the order the blocks run.
     std::vector<int64_t> widths;
     std::vector<std::vector<std::string>> names;
     u.for_each_resnet([&](ResnetBlock& b, const std::string& name) {
-        const auto it = std::find(widths.begin(), widths.end(), b.out_channels);
-        b.time_group = static_cast<int>(it - widths.begin());
-        if (it == widths.end()) {
-            widths.push_back(b.out_channels);
-            names.emplace_back();
-        }
+        b.time_group = stack_group(widths, names, b.out_channels, 1);
         b.time_offset = int64_t(names[size_t(b.time_group)].size()) * b.out_channels;
         names[size_t(b.time_group)].push_back(name + ".time_emb_proj");
     });
@@ -157,6 +172,19 @@ UNet UNet::load(const WeightSource& source, const UNetConfig& c) {
         stacked.bias = r.get_vector_stack(biases, widths[g]);
         u.time_projections_.push_back(std::move(stacked));
     }
+
+    // The cross-attentions' k | v projections of the context, one stack per width: [k_1; v_1; k_2; v_2; ...].
+    std::vector<int64_t> dims;
+    std::vector<std::vector<std::string>> kv_names;
+    u.for_each_cross_attention([&](Attention& a, const std::string& name) {
+        a.kv_group = stack_group(dims, kv_names, a.dim, 2);
+        std::vector<std::string>& group = kv_names[size_t(a.kv_group)];
+        a.kv_column = int64_t(group.size()) * a.dim;  // two names a block: 2 dim columns
+        group.push_back(name + ".to_k.weight");
+        group.push_back(name + ".to_v.weight");
+    });
+    for (size_t g = 0; g < dims.size(); ++g)
+        u.kv_projections_.push_back(r.get_matrix_stack(kv_names[g], {dims[g], c.cross_attention_dim}));
 
     u.norm_out_.load(r, "conv_norm_out", ch0, c.norm_groups, c.norm_eps);
     u.conv_out_.load(r, "conv_out", ch0, c.out_channels, 3);
@@ -175,6 +203,21 @@ void UNet::for_each_resnet(Fn fn) {
     for (size_t i = 0; i < up_.size(); ++i)
         for (size_t j = 0; j < up_[i].resnets.size(); ++j)
             fn(up_[i].resnets[j], "up_blocks." + std::to_string(i) + ".resnets." + std::to_string(j));
+}
+
+template <class Fn>
+void UNet::for_each_cross_attention(Fn fn) {
+    auto each = [&](SpatialTransformer& t, const std::string& name) {
+        for (size_t b = 0; b < t.blocks.size(); ++b)
+            fn(t.blocks[b].attn2, name + ".transformer_blocks." + std::to_string(b) + ".attn2");
+    };
+    for (size_t i = 0; i < down_.size(); ++i)
+        for (size_t j = 0; j < down_[i].attentions.size(); ++j)
+            each(down_[i].attentions[j], "down_blocks." + std::to_string(i) + ".attentions." + std::to_string(j));
+    each(mid_attention_, "mid_block.attentions.0");
+    for (size_t i = 0; i < up_.size(); ++i)
+        for (size_t j = 0; j < up_[i].attentions.size(); ++j)
+            each(up_[i].attentions[j], "up_blocks." + std::to_string(i) + ".attentions." + std::to_string(j));
 }
 
 Tensor UNet::forward(const UNetInputs& in) const {
@@ -216,6 +259,8 @@ Tensor UNet::forward(const UNetInputs& in) const {
         ops::add_(emb, add_linear_2_(aug));
     }
     ops::silu_(emb);  // every resnet applies SiLU before its time projection
+    std::vector<Tensor> kv;  // per width, [N, L, 2 k dim]: every cross-attention's k | v of the context
+    for (const Tensor& w : kv_projections_) kv.push_back(ops::linear(*in.context, w, nullptr));
     std::vector<Tensor> time;  // per width, [N, k C]: every block's time projection
     for (const Linear& p : time_projections_) time.push_back(p(emb));
     auto resnet = [&](const ResnetBlock& b, const Tensor& x) {
@@ -230,7 +275,7 @@ Tensor UNet::forward(const UNetInputs& in) const {
     for (const DownLevel& level : down_) {
         for (size_t j = 0; j < level.resnets.size(); ++j) {
             Tensor h = resnet(level.resnets[j], skips.back());
-            if (!level.attentions.empty()) level.attentions[j].add_to(h, *in.context);
+            if (!level.attentions.empty()) level.attentions[j].add_to(h, kv);
             skips.push_back(std::move(h));
         }
         if (level.has_downsampler) {
@@ -239,13 +284,13 @@ Tensor UNet::forward(const UNetInputs& in) const {
         }
     }
     Tensor h = resnet(mid_resnet_0_, skips.back());
-    mid_attention_.add_to(h, *in.context);
+    mid_attention_.add_to(h, kv);
     h = resnet(mid_resnet_1_, h);
     for (const UpLevel& level : up_) {
         for (size_t j = 0; j < level.resnets.size(); ++j) {
             h = resnet(level.resnets[j], ops::concat_channels(h, skips.back()));
             skips.pop_back();
-            if (!level.attentions.empty()) level.attentions[j].add_to(h, *in.context);
+            if (!level.attentions.empty()) level.attentions[j].add_to(h, kv);
         }
         if (level.has_upsampler) {
             h = upsample_then_conv(h, skips.back().dim(2), skips.back().dim(3), level.upsampler);

@@ -57,9 +57,15 @@ private:
     // blocks of width C): one product per width where there was one per block (SD 1.5: 3 instead of 22, each
     // of which, 2 rows by 320 to 1280 columns, kept 2 to 7 of an H200's 132 multiprocessors busy).
     std::vector<Linear> time_projections_;
+    // The cross-attentions' k | v projections of the context, likewise stacked by width ([2 k dim, context]):
+    // the context is the same for every block, so they are made at the start of a call with one product per
+    // width (SD 1.5: 3 instead of 16 products of 154 rows).
+    std::vector<Tensor> kv_projections_;
 
     template <class Fn>
     void for_each_resnet(Fn fn);  // fn(block, its weights' name prefix), in the order they run
+    template <class Fn>
+    void for_each_cross_attention(Fn fn);  // fn(attention, its weights' name prefix)
 };
 
 }  // namespace kiln

@@ -65,43 +65,41 @@ Tensor ResnetBlock::operator()(const Tensor& x, const Tensor& temb_proj) const {
     return h;
 }
 
-void Attention::load(WeightReader& r, const std::string& name, int64_t dim, int64_t context_dim, int heads_,
-                     bool self) {
-    if (self) {
+void Attention::load(WeightReader& r, const std::string& name, int64_t dim_, int heads_, bool self) {
+    dim = dim_;
+    if (self)
         to_qkv.weight = r.get_matrix_stack({name + ".to_q.weight", name + ".to_k.weight", name + ".to_v.weight"},
                                            {dim, dim});
-    } else {
+    else
         to_q.load(r, name + ".to_q", dim, dim, false);
-        to_kv.weight = r.get_matrix_stack({name + ".to_k.weight", name + ".to_v.weight"}, {dim, context_dim});
-    }
     to_out.load(r, name + ".to_out.0", dim, dim);
     heads = heads_;
     require(dim % heads == 0, ErrorKind::InvalidModel,
             name + ": width " + std::to_string(dim) + " is not a multiple of " + std::to_string(heads) + " heads");
 }
 
-void Attention::add_to(Tensor& residual, const Tensor& x, const Tensor* context) const {
+void Attention::add_to(Tensor& residual, const Tensor& x, const Tensor* kv) const {
     const bool self = !to_qkv.weight.empty();
-    require(self == !context, ErrorKind::InvalidArgument,
+    require(self == !kv, ErrorKind::InvalidArgument,
             self ? "self-attention given a context" : "cross-attention without a context");
     const Tensor mixed =
-        self ? ops::attention_qkv(to_qkv(x), heads) : ops::attention_kv(to_q(x), to_kv(*context), heads);
+        self ? ops::attention_qkv(to_qkv(x), heads) : ops::attention_kv(to_q(x), *kv, heads, kv_column);
     ops::linear_add_(residual, mixed, to_out.weight, to_out.bias.empty() ? nullptr : &to_out.bias);
 }
 
-void TransformerBlock::load(WeightReader& r, const std::string& name, int64_t dim, int64_t context_dim, int heads) {
+void TransformerBlock::load(WeightReader& r, const std::string& name, int64_t dim, int heads) {
     norm1.load(r, name + ".norm1", dim);
-    attn1.load(r, name + ".attn1", dim, dim, heads, true);
+    attn1.load(r, name + ".attn1", dim, heads, true);
     norm2.load(r, name + ".norm2", dim);
-    attn2.load(r, name + ".attn2", dim, context_dim, heads, false);
+    attn2.load(r, name + ".attn2", dim, heads, false);
     norm3.load(r, name + ".norm3", dim);
     ff_in.load(r, name + ".ff.net.0.proj", dim, dim * 8);
     ff_out.load(r, name + ".ff.net.2", dim * 4, dim);
 }
 
-void TransformerBlock::apply(Tensor& x, const Tensor& context) const {
+void TransformerBlock::apply(Tensor& x, const std::vector<Tensor>& kv) const {
     attn1.add_to(x, norm1(x), nullptr);
-    attn2.add_to(x, norm2(x), &context);
+    attn2.add_to(x, norm2(x), &kv.at(size_t(attn2.kv_group)));
     ops::linear_add_(x, ops::geglu(ff_in(norm3(x))), ff_out.weight, &ff_out.bias);
 }
 
@@ -120,19 +118,19 @@ void load_projection(Linear& l, WeightReader& r, const std::string& name, int64_
 
 }  // namespace
 
-void SpatialTransformer::load(WeightReader& r, const std::string& name, int64_t channels, int64_t context_dim,
-                              int heads, int depth, int groups) {
+void SpatialTransformer::load(WeightReader& r, const std::string& name, int64_t channels, int heads, int depth,
+                              int groups) {
     norm.load(r, name + ".norm", channels, groups, 1e-6f);
     load_projection(proj_in, r, name + ".proj_in", channels);
     blocks.resize(depth);
     for (int i = 0; i < depth; ++i)
-        blocks[i].load(r, name + ".transformer_blocks." + std::to_string(i), channels, context_dim, heads);
+        blocks[i].load(r, name + ".transformer_blocks." + std::to_string(i), channels, heads);
     load_projection(proj_out, r, name + ".proj_out", channels);
 }
 
-void SpatialTransformer::add_to(Tensor& x, const Tensor& context) const {
+void SpatialTransformer::add_to(Tensor& x, const std::vector<Tensor>& kv) const {
     Tensor tokens = proj_in(ops::group_norm_to_nlc(x, norm.groups, norm.gamma, norm.beta, norm.eps));
-    for (const TransformerBlock& b : blocks) b.apply(tokens, context);
+    for (const TransformerBlock& b : blocks) b.apply(tokens, kv);
     ops::add_nlc_(x, proj_out(tokens));
 }
 

@@ -53,23 +53,29 @@ struct ResnetBlock {
 
 // Self-attention stacks its q, k and v projections into one ([3 dim, dim]), cross-attention its k and v ([2 dim,
 // context width]): one product where there were three, or two, and the attention reads the parts in place.
+// Cross-attention's k and v projections of the context are not here: the UNet stacks those of all its
+// cross-attentions of one width into one product (UNet::kv_projections_), read in place at kv_column.
 struct Attention {
-    Linear to_qkv;       // self-attention (empty for cross-attention)
-    Linear to_q, to_kv;  // cross-attention
+    Linear to_qkv;  // self-attention (empty for cross-attention)
+    Linear to_q;    // cross-attention
     Linear to_out;
     int heads = 1;
-    void load(WeightReader& r, const std::string& name, int64_t dim, int64_t context_dim, int heads, bool self);
-    // residual += attention of x [B, L, dim] (the output projection adds it: ops::linear_add_); context: the
-    // cross-attention's keys and values, null for self-attention.
-    void add_to(Tensor& residual, const Tensor& x, const Tensor* context) const;
+    int64_t dim = 0;
+    int kv_group = 0;        // cross-attention: which of the UNet's stacked k | v projections holds its k | v
+    int64_t kv_column = 0;   // and at which column
+    void load(WeightReader& r, const std::string& name, int64_t dim, int heads, bool self);
+    // residual += attention of x [B, L, dim] (the output projection adds it: ops::linear_add_); kv: for
+    // cross-attention the stacked k | v projection of the context holding this one's, null for self-attention.
+    void add_to(Tensor& residual, const Tensor& x, const Tensor* kv) const;
 };
 
 struct TransformerBlock {
     LayerNorm norm1, norm2, norm3;
     Attention attn1, attn2;
     Linear ff_in, ff_out;  // GEGLU projection to 2 * 4 * dim, then back to dim
-    void load(WeightReader& r, const std::string& name, int64_t dim, int64_t context_dim, int heads);
-    void apply(Tensor& x, const Tensor& context) const;  // x [B, L, dim], updated in place
+    void load(WeightReader& r, const std::string& name, int64_t dim, int heads);
+    // x [B, L, dim], updated in place; kv: the UNet's stacked k | v projections of the context, by group.
+    void apply(Tensor& x, const std::vector<Tensor>& kv) const;
 };
 
 // Transformer2DModel: group norm, projection in, transformer blocks over the h*w tokens, projection
@@ -78,9 +84,8 @@ struct SpatialTransformer {
     GroupNorm norm;
     Linear proj_in, proj_out;
     std::vector<TransformerBlock> blocks;
-    void load(WeightReader& r, const std::string& name, int64_t channels, int64_t context_dim, int heads, int depth,
-              int groups);
-    void add_to(Tensor& x, const Tensor& context) const;  // x [B, C, H, W] += the transformer's output
+    void load(WeightReader& r, const std::string& name, int64_t channels, int heads, int depth, int groups);
+    void add_to(Tensor& x, const std::vector<Tensor>& kv) const;  // x [B, C, H, W] += the transformer's output
 };
 
 }  // namespace kiln
