@@ -122,8 +122,9 @@ ClipTextOutput ClipTextModel::encode(const std::vector<std::vector<int>>& ids, i
     const Backend::RecordedFn layers = [&](const std::vector<const Tensor*>& in) {
         Tensor state = *in[0];
         Tensor parts;
-        auto keep = [&](const Tensor& t) {
-            Tensor f = t.reshaped(flat);
+        // Taken by value: a part kept while the layers go on is a copy, one made for the purpose moves in.
+        auto keep = [&](Tensor t) {
+            Tensor f = std::move(t).reshaped(flat);
             parts = parts.empty() ? std::move(f) : ops::concat_channels(parts, f);
         };
         if (keep_pen == 0) keep(state);
@@ -133,7 +134,7 @@ ClipTextOutput ClipTextModel::encode(const std::vector<std::vector<int>>& ids, i
             if (i + 1 == keep_pen) keep(state);
             if (i + 1 == keep_last && skip > 1) last = ops::layer_norm(state, final_ln_w_, final_ln_b_, config_.eps);
         }
-        if (skip > 1) keep(last);
+        if (skip > 1) keep(std::move(last));
         keep(ops::layer_norm(state, final_ln_w_, final_ln_b_, config_.eps));
         return parts;
     };
