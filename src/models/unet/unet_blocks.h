@@ -51,10 +51,10 @@ struct ResnetBlock {
     Tensor operator()(const Tensor& x, const Tensor& temb_proj) const;
 };
 
-// Self-attention stacks its q, k and v projections into one ([3 dim, dim]), cross-attention its k and v ([2 dim,
-// context width]): one product where there were three, or two, and the attention reads the parts in place.
-// Cross-attention's k and v projections of the context are not here: the UNet stacks those of all its
-// cross-attentions of one width into one product (UNet::kv_projections_), read in place at kv_column.
+// Self-attention stacks its q, k and v projections into one ([3 dim, dim]): one product where there were three,
+// and the attention reads the parts in place. Cross-attention's k and v projections of the context are not
+// here: the UNet stacks those of all its cross-attentions of one width into one product
+// (UNet::kv_projections_), read in place at kv_column.
 struct Attention {
     Linear to_qkv;  // self-attention (empty for cross-attention)
     Linear to_q;    // cross-attention
