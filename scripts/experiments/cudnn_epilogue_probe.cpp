@@ -14,14 +14,7 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                  \
-    do {                                                                       \
-        auto s_ = (x);                                                         \
-        if (s_ != 0) {                                                         \
-            std::printf("%s:%d %s -> %d\n", __FILE__, __LINE__, #x, int(s_)); \
-            std::exit(1);                                                      \
-        }                                                                      \
-    } while (0)
+#include "probe_check.h"
 
 namespace {
 

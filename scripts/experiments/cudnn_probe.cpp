@@ -9,16 +9,9 @@
 #include <cstdlib>
 #include <vector>
 
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#include "probe_check.h"
 
-#define CK(x)                                                                               \
-    do {                                                                                    \
-        auto s_ = (x);                                                                      \
-        if (s_ != 0) {                                                                      \
-            std::printf("%s:%d %s -> %d\n", __FILE__, __LINE__, #x, int(s_));               \
-            std::exit(1);                                                                   \
-        }                                                                                   \
-    } while (0)
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 struct Shape { int n, c, h, w, k; };
 
