@@ -58,9 +58,9 @@ void decode_f16(const uint8_t* src, float* dst, size_t n) {
     for (; i < n; ++i) dst[i] = half_to_float(load<uint16_t>(src + 2 * i));
 }
 
-// The scalar float_to_half took 120 us for a sampler step's 32768 latents; F16C converts 8 at a time with
-// the same round-to-nearest-even. Only NaNs differ (F16C keeps part of the payload, float_to_half gives the one
-// quiet NaN), so a group of 8 holding one goes the scalar way.
+// The scalar float_to_half took about 120 us for a sampler step's 32768 latents (on the development VM); F16C
+// converts 8 at a time with the same round-to-nearest-even. Only NaNs differ (F16C keeps part of the payload,
+// float_to_half gives the one quiet NaN), so a group of 8 holding one goes the scalar way.
 void encode_f16(const float* src, uint8_t* dst, size_t n) {
     size_t i = 0;
 #ifdef KILN_HAVE_F16C
