@@ -12,37 +12,14 @@
 #include <utility>
 #include <vector>
 
-#include "backends/cuda/cudnn_check.h"
 #include "backends/cuda/cuda_check.h"
-#include "backends/cuda/event_timer.h"
+#include "backends/cuda/cudnn_graph_api.h"
 
 namespace kiln::cuda {
 
 namespace {
 
-// One backend descriptor, destroyed with its owner.
-struct Desc {
-    cudnnBackendDescriptor_t d = nullptr;
-    explicit Desc(cudnnBackendDescriptorType_t type) { KILN_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d)); }
-    ~Desc() {
-        if (d) cudnnBackendDestroyDescriptor(d);
-    }
-    Desc(Desc&& o) noexcept : d(o.d) { o.d = nullptr; }
-    Desc& operator=(Desc&& o) noexcept {
-        std::swap(d, o.d);
-        return *this;
-    }
-    Desc(const Desc&) = delete;
-    Desc& operator=(const Desc&) = delete;
-    template <class V>
-    void set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const V* values) {
-        KILN_CUDNN_CHECK(cudnnBackendSetAttribute(d, name, type, count, values));
-    }
-    void finalize() { KILN_CUDNN_CHECK(cudnnBackendFinalize(d)); }
-};
-
 constexpr int64_t kAlignment = 16;  // bytes; every pointer given must be aligned so
-constexpr size_t kMaxWorkspace = size_t(512) << 20;
 constexpr int kCandidates = 8;  // heuristic results timed on a shape's first call
 constexpr int kTimedRuns = 3;
 enum : int64_t { kX = 1, kW = 2, kY = 3 };  // the tensors' unique ids in the graph
@@ -89,10 +66,7 @@ bool acceptable(cudnnBackendDescriptor_t config, const ConvShape& s) {
 
 struct CudnnGraphConv::Impl {
     cudnnHandle_t handle = nullptr;
-    struct Plan {
-        Desc plan{CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR};
-        int64_t workspace = 0;
-    };
+    using Plan = CudnnPlan;
     using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool>;
     std::map<Key, Plan> plans;
 
@@ -143,60 +117,12 @@ struct CudnnGraphConv::Impl {
         graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op.d);
         graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
         graph.finalize();
-        Desc heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-        const cudnnBackendHeurMode_t heur_mode = CUDNN_HEUR_MODE_A;
-        heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph.d);
-        heuristics.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &heur_mode);
-        heuristics.finalize();
-        int64_t available = 0;
-        KILN_CUDNN_CHECK(cudnnBackendGetAttribute(heuristics.d, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &available, nullptr));
-        std::vector<Desc> configs;
-        for (int64_t i = 0; i < available; ++i) configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-        std::vector<cudnnBackendDescriptor_t> raw;
-        for (Desc& c : configs) raw.push_back(c.d);
-        int64_t got = 0;
-        if (available > 0)
-            KILN_CUDNN_CHECK(cudnnBackendGetAttribute(heuristics.d, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, available, &got, raw.data()));
-        EventTimer timer;
-        Plan best;
-        // One workspace for all candidates, grown to the largest asked for: not one of up to 512 MiB each.
-        void* ws = nullptr;
-        int64_t ws_bytes = 0;
-        float best_ms = -1.0f;
-        int tried = 0;
-        for (int64_t i = 0; i < got && tried < kCandidates; ++i) {
-            if (!acceptable(raw[i], s)) continue;
-            Plan p;
-            p.plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-            p.plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw[i]);
-            if (cudnnBackendFinalize(p.plan.d) != CUDNN_STATUS_SUCCESS) continue;  // not for this shape after all
-            int64_t n = 0;
-            KILN_CUDNN_CHECK(cudnnBackendGetAttribute(p.plan.d, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                                      CUDNN_TYPE_INT64, 1, &n, &p.workspace));
-            if (p.workspace < 0 || size_t(p.workspace) > kMaxWorkspace) continue;
-            ++tried;
-            if (p.workspace > ws_bytes) {
-                ws = workspace(size_t(p.workspace));
-                ws_bytes = p.workspace;
-            }
-            float ms = 0.0f;
-            try {
-                execute(p.plan.d, x, w, y, ws);  // the first run may load the kernel
-                timer.start(stream);
-                for (int r = 0; r < kTimedRuns; ++r) execute(p.plan.d, x, w, y, ws);
-                ms = timer.stop_ms(stream);
-            } catch (const Error& e) {
-                if (e.kind() == ErrorKind::OutOfMemory) throw;
-                continue;  // this engine refuses the call: try the next
-            }
-            if (best_ms < 0.0f || ms < best_ms) {
-                best_ms = ms;
-                best = std::move(p);
-            }
-        }
-        require(best_ms >= 0.0f, ErrorKind::Unsupported,
+        CudnnPlan best;
+        const bool found = choose_cudnn_plan(
+            handle, graph, stream, kCandidates, kTimedRuns,
+            [&s](cudnnBackendDescriptor_t config) { return acceptable(config, s); },
+            [&](cudnnBackendDescriptor_t plan, void* ws) { execute(plan, x, w, y, ws); }, workspace, best);
+        require(found, ErrorKind::Unsupported,
                 "cuDNN has no channels-last engine for this convolution (" + std::to_string(s.cin) + " -> " +
                     std::to_string(s.cout) + " channels, " + std::to_string(s.h) + "x" + std::to_string(s.w) + ")");
         return best;
