@@ -5,6 +5,7 @@
 #   scripts/run-on-device.sh gpu-tests [filter]      the tests of every GPU backend (kiln_gpu_tests: CUDA, Vulkan)
 #   scripts/run-on-device.sh gdb-tests [filter]      the same under cuda-gdb, printing a backtrace on a crash
 #   scripts/run-on-device.sh kiln ARGS...            the kiln program (bench, txt2img, info --devices)
+#   scripts/run-on-device.sh attention-bench ARGS... the attention kernels' bench (bench/cuda), cuDNN's beside them
 #   scripts/run-on-device.sh vulkan-products [N] [runs]  the Vulkan product kernels' bench (bench/vulkan)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,8 +16,12 @@ stamp=$(sha256sum .stage-cuda/stage.tar.xz | cut -d' ' -f1)
 if [ ! -d "$root/pack" ] || [ "$(cat "$root/stamp" 2>/dev/null)" != "$stamp" ]; then
   rm -rf "$root/pack" && mkdir -p "$root" && tar -C "$root" -xJf .stage-cuda/stage.tar.xz && echo "$stamp" > "$root/stamp"
 fi
-# cuDNN: the CUDA image has it inside PyTorch's Python packages (nvidia-cudnn).
-cudnn=$(dirname "$(find / -name 'libcudnn.so.9' -not -path '/proc/*' 2>/dev/null | head -1)" 2>/dev/null || true)
+# cuDNN: the CUDA image has it inside PyTorch's Python packages (nvidia-cudnn-cu13), and older copies in other
+# packages' (9.14 beside torch's 9.19 on 2026-11-24): torch's first, any other where it is missing.
+cudnn=$(python3 -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null || true)
+if [ ! -f "$cudnn/libcudnn.so.9" ]; then
+  cudnn=$(dirname "$(find / -name 'libcudnn.so.9' -not -path '/proc/*' 2>/dev/null | head -1)" 2>/dev/null || true)
+fi
 export LD_LIBRARY_PATH="$root/pack/lib:/usr/local/cuda/lib64:${cudnn:+$cudnn:}${LD_LIBRARY_PATH:-}"
 export KILN_TEST_DATA="$root/test-data"  # read by tests/common/fixtures.h
 # Vulkan: the machine has NVIDIA's driver (ICD, libGLX_nvidia) but may lack the Vulkan loader and the glvnd
@@ -38,6 +43,7 @@ case "$what" in
   gpu-tests) exec "$root/pack/kiln_gpu_tests" ${1:+--gtest_filter="$1"} ;;
   gdb-tests) exec cuda-gdb -q -batch -ex run -ex bt --args "$root/pack/kiln_cuda_tests" ${1:+--gtest_filter="$1"} ;;
   kiln) exec "$root/pack/kiln" "$@" ;;
+  attention-bench) exec "$root/pack/kiln_cuda_attention_bench" "$@" ;;
   vulkan-products) exec "$root/pack/kiln_vulkan_products_bench" "$@" ;;
-  *) echo "usage: $0 tests [filter] | gpu-tests [filter] | gdb-tests [filter] | kiln ARGS... | vulkan-products [N] [runs]" >&2; exit 2 ;;
+  *) echo "usage: $0 tests [filter] | gpu-tests [filter] | gdb-tests [filter] | kiln ARGS... | attention-bench ARGS... | vulkan-products [N] [runs]" >&2; exit 2 ;;
 esac

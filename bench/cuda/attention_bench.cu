@@ -1,7 +1,9 @@
 // kiln_cuda_attention_bench: times the shipped CUDA attention kernel (cuda_attention_f16) on Stable
 // Diffusion's attention shapes. Per shape: warm-up runs, then a spin kernel holds the GPU while the host
 // queues every timed run between CUDA events, so the intervals are GPU time only (no launch gaps); the
-// median interval and 4*B*H*Lq*Lk*D / median as TFLOP/s are printed. scripts/bench_torch_sdpa.py times
+// median interval and 4*B*H*Lq*Lk*D / median as TFLOP/s are printed. Where kiln has cuDNN's fused attention
+// (cudnn_attention.h) it is timed too, on separate q, k, v and on q | k | v packed in one buffer (the UNet's
+// self-attention layout; the flash kernel is timed on that layout as well). scripts/bench_torch_sdpa.py times
 // PyTorch's scaled_dot_product_attention the same way and checks the --dump files against it.
 //
 //   kiln_cuda_attention_bench [--runs N] [--warmup N] [--sweep | --config I] [--shape NAME] [--csv FILE]
@@ -15,11 +17,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "backends/cuda/attention.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cudnn_attention.h"
 #include "backends/cuda/device_info.h"
 #include "core/half.h"
 #include "kiln/error.h"
@@ -75,12 +80,7 @@ struct Timing {
     double median_ms, min_ms;
 };
 
-Timing time_runs(const Shape& s, const DeviceBuffer& q, const DeviceBuffer& k, const DeviceBuffer& v,
-                 const DeviceBuffer& o, int config, int warmup, int runs) {
-    auto once = [&] {
-        kiln::cuda::detail::cuda_attention_f16_config(q.h(), k.h(), v.h(), o.h(), s.B, s.Lq, s.Lk, s.H, s.D, nullptr,
-                                                      false, config);
-    };
+Timing time_runs(const std::function<void()>& once, int warmup, int runs) {
     for (int i = 0; i < warmup; ++i) once();
     KILN_CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<cudaEvent_t> ev(runs + 1);
@@ -161,6 +161,20 @@ int run(int argc, char** argv) {
     std::printf("%-26s %2s %3s %6s %6s %4s  %-24s %10s %10s %8s\n", "shape", "B", "H", "Lq", "Lk", "D", "config",
                 "median ms", "min ms", "TFLOP/s");
 
+    // cuDNN's fused attention where kiln was built with cuDNN 9.13 or later (the backend's other route).
+    std::unique_ptr<kiln::cuda::CudnnAttention> cudnn;
+    std::vector<std::unique_ptr<DeviceBuffer>> scratch;
+    auto workspace = [&](size_t bytes) {
+        scratch.push_back(std::make_unique<DeviceBuffer>(bytes));
+        return scratch.back()->p;
+    };
+    try {
+        cudnn = std::make_unique<kiln::cuda::CudnnAttention>();
+        std::printf("cuDNN %lld\n", (long long)kiln::cuda::CudnnAttention::version());
+    } catch (const kiln::Error& e) {
+        std::printf("no cuDNN attention: %s\n", e.what());
+    }
+
     uint64_t seed = 1;
     for (const Shape& s : kShapes) {
         if (!only_shape.empty() && only_shape != s.name) continue;
@@ -176,7 +190,12 @@ int run(int argc, char** argv) {
         const int chosen = kiln::cuda::detail::choose_attention_config(s.D, s.B, s.Lq, s.H, dev.multiprocessors);
         for (int c = 0; c < int(configs.size()); ++c) {
             if (only_config >= 0 ? c != only_config : !sweep && c != chosen) continue;
-            const Timing t = time_runs(s, q, k, v, o, c, warmup, runs);
+            const Timing t = time_runs(
+                [&] {
+                    kiln::cuda::detail::cuda_attention_f16_config(q.h(), k.h(), v.h(), o.h(), s.B, s.Lq, s.Lk, s.H,
+                                                                  s.D, nullptr, false, c);
+                },
+                warmup, runs);
             const double tflops = flops / (t.median_ms * 1e-3) / 1e12;
             char cfg[64];
             std::snprintf(cfg, sizeof cfg, "%s%d:%dr/%dw/%dk/%ds/%s", c == chosen ? "*" : " ", c, configs[c].block_rows,
@@ -188,6 +207,40 @@ int run(int argc, char** argv) {
                 std::fprintf(csv, "%s,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.3f\n", s.name, s.B, s.H, s.Lq,
                              s.Lk, s.D, c, int(c == chosen), configs[c].block_rows, configs[c].warps, configs[c].block_keys, configs[c].stages,
                              int(configs[c].q_in_registers), t.median_ms, t.min_ms, tflops);
+        }
+        if (cudnn) {  // cuDNN's fused attention on the same buffers, and on q | k | v packed as the UNet has them
+            const int W = s.H * s.D;
+            for (bool packed : {false, true}) {
+                if (packed && s.Lq != s.Lk) continue;
+                DeviceBuffer qkv(packed ? nq * 3 * 2 : 2);
+                const __half* qp = packed ? qkv.h() : q.h();
+                const __half *kp = packed ? qkv.h() + W : k.h(), *vp = packed ? qkv.h() + 2 * W : v.h();
+                const int stride = packed ? 3 * W : W;
+                auto once = [&] {
+                    if (!cudnn->run({s.B, s.Lq, s.Lk, s.H, s.D, stride, stride}, qp, kp, vp, o.h(), nullptr, workspace))
+                        throw kiln::Error(kiln::ErrorKind::Unsupported, "no engine: " + cudnn->last_refusal());
+                };
+                try {
+                    once();
+                } catch (const kiln::Error& e) {
+                    std::printf("%-26s cuDNN %s: %s\n", s.name, packed ? "packed" : "separate", e.what());
+                    continue;
+                }
+                const Timing t = time_runs(once, warmup, runs);
+                const Timing f = time_runs(
+                    [&] {
+                        kiln::cuda::cuda_attention_f16(qp, kp, vp, o.h(), s.B, s.Lq, s.Lk, s.H, s.D, nullptr, false,
+                                                       {stride, stride});
+                    },
+                    warmup, runs);
+                std::printf("%-26s %2d %3d %6d %6d %4d  %-24s %10.4f %10.4f %8.1f\n", s.name, s.B, s.H, s.Lq, s.Lk,
+                            s.D, packed ? " cudnn (q|k|v packed)" : " cudnn", t.median_ms, t.min_ms,
+                            flops / (t.median_ms * 1e-3) / 1e12);
+                if (packed)
+                    std::printf("%-26s %2d %3d %6d %6d %4d  %-24s %10.4f %10.4f %8.1f\n", s.name, s.B, s.H, s.Lq,
+                                s.Lk, s.D, " kiln (q|k|v packed)", f.median_ms, f.min_ms,
+                                flops / (f.median_ms * 1e-3) / 1e12);
+            }
         }
         if (!dump_dir.empty()) {  // the default configuration's output: what cuda_attention_f16 gives
             kiln::cuda::cuda_attention_f16(q.h(), k.h(), v.h(), o.h(), s.B, s.Lq, s.Lk, s.H, s.D, nullptr);

@@ -27,11 +27,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "backends/cuda/attention.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cudnn_attention.h"
 #include "backends/cuda/device_info.h"
 #include "core/half.h"
 #include "core/tensor.h"
@@ -162,24 +165,47 @@ struct Outcome {
     double max_err = 0, worst_ratio = 0, max_ref = 0;
 };
 
-Outcome run_gpu(const Case& c, const Expected& e, int config) {
+// Queues one attention on the default stream: q, k and v with tokens `q_stride` and `kv_stride` elements apart.
+// Returns false where the route has no kernel for the case (cuDNN's fused attention only).
+using Launch = std::function<bool(const __half* q, const __half* k, const __half* v, __half* out, int q_stride,
+                                  int kv_stride)>;
+
+// Runs `launch` on the case's inputs and checks every output element against its bound. packed: q | k | v of a
+// token side by side in one buffer (self-attention's one product; Lq == Lk), as the UNet passes them.
+Outcome run_gpu(const Case& c, const Expected& e, const Launch& launch, bool packed = false, bool* ran = nullptr) {
     const size_t nq = e.qh.size(), nk = e.kh.size();
+    const size_t W = size_t(c.H) * c.D;
     constexpr size_t kGuard = 64;  // poisoned elements after the output, which must stay untouched
     const size_t q_off = c.misaligned ? 1 : 0;
     // Exact sizes, so that compute-sanitizer sees any read past an input.
-    DeviceBuffer q((nq + q_off) * 2), k(nk * 2), v(nk * 2), out((nq + kGuard) * 2);
-    KILN_CUDA_CHECK(cudaMemcpy(q.as<uint16_t>() + q_off, e.qh.data(), nq * 2, cudaMemcpyHostToDevice));
-    KILN_CUDA_CHECK(cudaMemcpy(k.as<uint16_t>(), e.kh.data(), nk * 2, cudaMemcpyHostToDevice));
-    KILN_CUDA_CHECK(cudaMemcpy(v.as<uint16_t>(), e.vh.data(), nk * 2, cudaMemcpyHostToDevice));
+    DeviceBuffer q((packed ? 3 * nq : nq + q_off) * 2), k(packed ? 2 : nk * 2), v(packed ? 2 : nk * 2),
+        out((nq + kGuard) * 2);
+    if (packed) {
+        std::vector<uint16_t> qkv(3 * nq);
+        for (size_t t = 0; t < nq / W; ++t) {
+            std::copy_n(e.qh.begin() + t * W, W, qkv.begin() + 3 * t * W);
+            std::copy_n(e.kh.begin() + t * W, W, qkv.begin() + 3 * t * W + W);
+            std::copy_n(e.vh.begin() + t * W, W, qkv.begin() + 3 * t * W + 2 * W);
+        }
+        KILN_CUDA_CHECK(cudaMemcpy(q.as<uint16_t>(), qkv.data(), qkv.size() * 2, cudaMemcpyHostToDevice));
+    } else {
+        KILN_CUDA_CHECK(cudaMemcpy(q.as<uint16_t>() + q_off, e.qh.data(), nq * 2, cudaMemcpyHostToDevice));
+        KILN_CUDA_CHECK(cudaMemcpy(k.as<uint16_t>(), e.kh.data(), nk * 2, cudaMemcpyHostToDevice));
+        KILN_CUDA_CHECK(cudaMemcpy(v.as<uint16_t>(), e.vh.data(), nk * 2, cudaMemcpyHostToDevice));
+    }
     std::vector<uint16_t> host(nq + kGuard, kPoison);
     KILN_CUDA_CHECK(cudaMemcpy(out.as<uint16_t>(), host.data(), host.size() * 2, cudaMemcpyHostToDevice));
 
-    detail::cuda_attention_f16_config(q.as<__half>() + q_off, k.as<__half>(), v.as<__half>(), out.as<__half>(), c.B,
-                                      c.Lq, c.Lk, c.H, c.D, nullptr, c.causal, config);
+    const bool launched = packed ? launch(q.as<__half>(), q.as<__half>() + W, q.as<__half>() + 2 * W,
+                                          out.as<__half>(), int(3 * W), int(3 * W))
+                                 : launch(q.as<__half>() + q_off, k.as<__half>(), v.as<__half>(), out.as<__half>(),
+                                          int(W), int(W));
+    if (ran) *ran = launched;
+    Outcome r;
+    if (!launched) return r;
     KILN_CUDA_CHECK(cudaDeviceSynchronize());
     KILN_CUDA_CHECK(cudaMemcpy(host.data(), out.as<uint16_t>(), host.size() * 2, cudaMemcpyDeviceToHost));
 
-    Outcome r;
     int reported = 0;
     for (size_t i = 0; i < nq; ++i) {
         const double got = half_to_float(host[i]), want = e.ref[i], err = std::fabs(got - want);
@@ -205,10 +231,19 @@ Outcome run_gpu(const Case& c, const Expected& e, int config) {
     return r;
 }
 
+Outcome run_gpu(const Case& c, const Expected& e, int config) {
+    return run_gpu(c, e, [&](const __half* q, const __half* k, const __half* v, __half* out, int, int) {
+        detail::cuda_attention_f16_config(q, k, v, out, c.B, c.Lq, c.Lk, c.H, c.D, nullptr, c.causal, config);
+        return true;
+    });
+}
+
+uint64_t seed_of(const Case& c) { return 1000 + uint64_t(c.Lq) * 7 + c.Lk * 13 + c.D; }
+
 void check_case(const Case& c) {
     const std::vector<detail::AttentionConfig> configs = detail::attention_configs(c.D);
     ASSERT_FALSE(configs.empty()) << "no configuration for D = " << c.D;
-    const Expected e = expect_case(c, 1000 + uint64_t(c.Lq) * 7 + c.Lk * 13 + c.D);
+    const Expected e = expect_case(c, seed_of(c));
     for (int i = 0; i < int(configs.size()); ++i) {
         const detail::AttentionConfig& cfg = configs[i];
         const Outcome r = run_gpu(c, e, i);
@@ -265,6 +300,68 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionCudaLarge,
                                            Case{"sharp_b1_l1024_h1_d40", 1, 1024, 1024, 1, 40, false, 6.0f},
                                            Case{"causal_b1_l1000_h1_d64", 1, 1000, 1000, 1, 64, true}),
                          [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+// cuDNN's fused attention (the backend times it against the flash kernel per shape and keeps the faster) under
+// the same bounds: its arithmetic is the kernel's (float32 scores and statistics, fp16 weights before p v).
+// Cases it has no engine for (head dims not a multiple of 8, misaligned pointers, what its version refuses) are
+// listed; the cases of Stable Diffusion's head dims must run where cuDNN is 9.13 or later.
+TEST(CudnnAttentionCuda, MatchesCpuWhereItHasAnEngine) {
+    KILN_REQUIRE_GPU();
+    const int64_t version = CudnnAttention::version();
+    if (version < 91300) GTEST_SKIP() << "cuDNN " << version << " has no fused attention operation (9.13 and later)";
+    CudnnAttention cudnn;
+    std::vector<std::unique_ptr<DeviceBuffer>> scratch;
+    auto workspace = [&](size_t bytes) {
+        scratch.push_back(std::make_unique<DeviceBuffer>(bytes));
+        return scratch.back()->as<void>();
+    };
+    const Case cases[] = {
+        {"one_query_one_key_d40", 1, 1, 1, 1, 40},
+        {"lq31_lk33_b2_h3_d40", 2, 31, 33, 3, 40},
+        {"lq33_lk31_h2_d80", 1, 33, 31, 2, 80},
+        {"clip_b2_l77_h8_d64", 2, 77, 77, 8, 64},
+        {"sharp_lq129_lk65_h2_d160", 1, 129, 65, 2, 160, false, 8.0f},
+        {"d24_h5", 1, 40, 70, 5, 24},
+        {"d256_lq70_lk130", 1, 70, 130, 1, 256},
+        {"b4_lq1_lk1000_h5_d64", 4, 1, 1000, 5, 64},
+        {"cross_b3_lq4096_lk77_h8_d40", 3, 4096, 77, 8, 40},
+        {"self_b2_l4096_h8_d40", 2, 4096, 4096, 8, 40},
+        {"self_b2_l1024_h2_d80", 2, 1024, 1024, 2, 80},
+        {"self_b2_l256_h8_d160", 2, 256, 256, 8, 160},
+        {"self_b1_l4096_h2_d64", 1, 4096, 4096, 2, 64},
+        {"sharp_b1_l1024_h1_d40", 1, 1024, 1024, 1, 40, false, 6.0f},
+        {"odd_d7_b2_h3", 2, 33, 65, 3, 7},                                 // refused: d % 8
+        {"misaligned_q_d64", 1, 31, 33, 2, 64, false, 1.0f, true},        // refused: q not 16-byte aligned
+    };
+    for (const Case& c : cases) {
+        const Expected e = expect_case(c, seed_of(c));
+        for (bool packed : {false, true}) {
+            if (packed && (c.Lq != c.Lk || c.misaligned)) continue;
+            bool ran = false;
+            const Outcome r = run_gpu(
+                c, e,
+                [&](const __half* q, const __half* k, const __half* v, __half* out, int q_stride, int kv_stride) {
+                    return cudnn.run({c.B, c.Lq, c.Lk, c.H, c.D, q_stride, kv_stride}, q, k, v, out, nullptr,
+                                     workspace);
+                },
+                packed, &ran);
+            std::printf("[ figures  ] cuDNN %lld %-28s %s: %s", (long long)version, c.name,
+                        packed ? "q|k|v packed" : "separate",
+                        ran ? "" : ("no engine: " + cudnn.last_refusal() + "\n").c_str());
+            if (ran)
+                std::printf("max|err| %.3g, max|ref| %.3g, worst err/bound %.3f\n", r.max_err, r.max_ref,
+                            r.worst_ratio);
+            EXPECT_TRUE(r.ok) << c.name << (packed ? " (packed)" : "") << ":\n" << r.message;
+            const bool sd_head_dim = c.D == 40 || c.D == 64 || c.D == 80 || c.D == 160;
+            if (sd_head_dim && !c.misaligned) {
+                EXPECT_TRUE(ran) << c.name << (packed ? " (packed)" : "") << ": no engine";
+            }
+            if (c.D % 8 || c.misaligned) {
+                EXPECT_FALSE(ran) << c.name << ": should have been refused";
+            }
+        }
+    }
+}
 
 // ------------------------------------------------------------------ no GPU needed: arguments and errors
 

@@ -64,6 +64,11 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
                 conv == "few",
             ErrorKind::InvalidArgument,
             "KILN_CUDA_CONV=" + conv + ": the convolution route is one of measured, im2col, cudnn, nhwc, few");
+    const std::string attention = std::getenv("KILN_CUDA_ATTENTION") ? std::getenv("KILN_CUDA_ATTENTION") : "";
+    require(attention.empty() || attention == "measured" || attention == "kiln" || attention == "cudnn",
+            ErrorKind::InvalidArgument,
+            "KILN_CUDA_ATTENTION=" + attention + ": the attention route is one of measured, kiln, cudnn");
+    attention_measured_ = attention.empty() || attention == "measured";
     detail::dependent_launch_wanted(std::getenv("KILN_CUDA_PDL"));  // a bad value is an error here, not at a launch
     conv_measured_ = conv.empty() || conv == "measured";
     conv_few_outputs_ = conv_measured_ || conv == "few";
@@ -72,6 +77,7 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
 #if KILN_HAS_CUDNN
     if (conv_measured_ || conv == "cudnn") cudnn_ = std::make_unique<CudnnConv>();
     if (conv_measured_ || conv == "nhwc") cudnn_nhwc_ = std::make_unique<CudnnGraphConv>();
+    if (attention != "kiln") cudnn_attention_ = std::make_unique<CudnnAttention>();
 #endif
     ops_ = std::make_unique<CudaDeviceOps>(*this);
     const char* env = std::getenv("KILN_CUDA_GRAPHS");
@@ -89,6 +95,7 @@ CudaBackend::~CudaBackend() {
     ops_.reset();
     cudnn_.reset();
     cudnn_nhwc_.reset();
+    cudnn_attention_.reset();
     gemm_.reset();
     if (stream_) cudaStreamDestroy(stream_);
 }

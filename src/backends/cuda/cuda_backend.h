@@ -11,6 +11,7 @@
 
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/cudnn_conv.h"
+#include "backends/cuda/cudnn_attention.h"
 #include "backends/cuda/cudnn_graph_conv.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/gpu_runtime.h"
@@ -74,13 +75,18 @@ public:
     // KILN_CUDA_CONV leaves it out: cuDNN's legacy API on NCHW, and its graph API on channels-last copies.
     CudnnConv* cudnn() const { return cudnn_.get(); }
     CudnnGraphConv* cudnn_nhwc() const { return cudnn_nhwc_.get(); }
+    // cuDNN's fused attention, null where kiln was built without cuDNN or KILN_CUDA_ATTENTION=kiln. With
+    // KILN_CUDA_ATTENTION unset each attention shape times it against the flash kernel on its first call and
+    // keeps the faster; =cudnn takes it wherever it has an engine (the flash kernel elsewhere).
+    CudnnAttention* cudnn_attention() const { return cudnn_attention_.get(); }
+    bool attention_measured() const { return attention_measured_; }
     // The direct kernel for convolutions with 1 to 4 output channels (conv_few_outputs.cu): unless
     // KILN_CUDA_CONV names another route.
     bool conv_few_outputs() const { return conv_few_outputs_; }
     // KILN_CUDA_CONV unset: each convolution shape times the routes there are on its first call and keeps the
     // fastest; set to one route (im2col, cudnn, nhwc, few), that route wherever it has a kernel, im2col elsewhere.
     bool conv_measured() const { return conv_measured_; }
-    // KILN_CUDA_CONV_LOG=1 prints each convolution shape's route timings and choice to stderr.
+    // KILN_CUDA_CONV_LOG=1 prints each convolution and attention shape's route timings and choice to stderr.
     bool conv_log() const { return conv_log_; }
     int multiprocessors() const { return multiprocessors_; }
     // KILN_CUDA_GRAPHS=0 turns recording off (every call eager), for comparisons.
@@ -116,12 +122,14 @@ private:
     bool conv_measured_ = true;
     bool conv_few_outputs_ = true;
     bool conv_log_ = false;
+    bool attention_measured_ = true;
     cudaStream_t stream_ = nullptr;
     mutable CudaAllocator allocator_;
     PinnedStaging staging_;
     std::unique_ptr<Gemm> gemm_;
     std::unique_ptr<CudnnConv> cudnn_;
     std::unique_ptr<CudnnGraphConv> cudnn_nhwc_;
+    std::unique_ptr<CudnnAttention> cudnn_attention_;
     std::unique_ptr<ops::DeviceOps> ops_;
     std::unique_ptr<GpuTimeline> timeline_;
     std::map<std::string, Recording> recordings_;

@@ -14,6 +14,7 @@
 #include "backends/cuda/causal_mask.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cudnn_attention.h"
 #include "backends/cuda/event_timer.h"
 #include "backends/cuda/kernels.h"
 #include "kiln/error.h"
@@ -539,16 +540,72 @@ bool CudaDeviceOps::flash_fits(DType type, int64_t c, int heads, int64_t lk) {
     return type == DType::F16 && heads >= 1 && c % heads == 0 && c / heads <= 256 && lk >= 1;
 }
 
-// The flash kernel on q [b, lq, c] and k, v [b, lk, c] at their pointers, rows `strides` apart (0: c), into a new
-// [b, lq, c].
+// The flash kernel, or cuDNN's fused attention where it won this shape's first call (non-causal only), on
+// q [b, lq, c] and k, v [b, lk, c] at their pointers, rows `strides` apart (0: c), into a new [b, lq, c].
 Tensor CudaDeviceOps::flash(DType type, const void* q, const void* k, const void* v, int64_t b, int64_t lq,
                             int64_t lk, int64_t c, int heads, bool causal, AttentionStrides strides) const {
     Timed timed(backend_, ops::OpKind::Attention, 4.0 * double(b) * double(lq) * double(lk) * double(c));
     Tensor out = Tensor::empty_on(backend_, {b, lq, c}, type);
     if (out.numel() == 0) return out;
-    cuda_attention_f16(static_cast<const __half*>(q), static_cast<const __half*>(k), static_cast<const __half*>(v),
-                       static_cast<__half*>(out.device_data()), int(b), int(lq), int(lk), heads, int(c / heads),
-                       backend_.stream(), causal, strides);
+    cudaStream_t s = backend_.stream();
+    auto flash_kernel = [&] {
+        cuda_attention_f16(static_cast<const __half*>(q), static_cast<const __half*>(k),
+                           static_cast<const __half*>(v), static_cast<__half*>(out.device_data()), int(b), int(lq),
+                           int(lk), heads, int(c / heads), s, causal, strides);
+    };
+    CudnnAttention* cudnn = causal ? nullptr : backend_.cudnn_attention();
+    if (!cudnn) {
+        flash_kernel();
+        return out;
+    }
+    const CudnnAttentionShape shape{b, lq, lk, heads, c / heads, strides.q ? strides.q : c, strides.kv ? strides.kv : c};
+    std::vector<Tensor> scratch;  // cuDNN's workspace, alive until the call is queued; the stream orders its reuse
+    auto try_cudnn = [&] {
+        const bool ran = cudnn->run(shape, q, k, v, out.device_data(), s, scratch_in(scratch));
+        cudnn_attention_calls_ += ran;
+        return ran;
+    };
+    const AttentionKey key{b, lq, lk, c, heads, shape.q_stride, shape.kv_stride};
+    if (auto it = attention_on_cudnn_.find(key); it != attention_on_cudnn_.end()) {
+        if (!(it->second && try_cudnn())) flash_kernel();
+        return out;
+    }
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    KILN_CUDA_CHECK(cudaStreamIsCapturing(s, &capturing));
+    if (capturing != cudaStreamCaptureStatusNone) {  // no timing inside a recording
+        flash_kernel();
+        return out;
+    }
+    // The shape's first call: cuDNN chooses its engine (if it has one); then each route runs between events.
+    bool use_cudnn = try_cudnn();
+    std::string log;
+    if (use_cudnn && backend_.attention_measured()) {
+        constexpr int kRuns = 3;
+        EventTimer timer;
+        timer.start(s);
+        for (int r = 0; r < kRuns; ++r) try_cudnn();
+        const float cudnn_ms = timer.stop_ms(s) / kRuns;
+        cudnn_attention_calls_ -= kRuns;  // timing runs, not calls
+        flash_kernel();  // its first launch may load the module: not timed, as cuDNN's first run is not
+        timer.start(s);
+        for (int r = 0; r < kRuns; ++r) flash_kernel();
+        const float kernel_ms = timer.stop_ms(s) / kRuns;
+        use_cudnn = cudnn_ms < kernel_ms;
+        if (use_cudnn) {  // out holds the kernel's result: keep cuDNN's
+            try_cudnn();
+            --cudnn_attention_calls_;
+        }
+        log = " cudnn " + std::to_string(cudnn_ms * 1000.0f).substr(0, 7) + " us, flash " +
+              std::to_string(kernel_ms * 1000.0f).substr(0, 7) + " us";
+    } else if (!use_cudnn) {
+        flash_kernel();
+        log = " cuDNN: " + cudnn->last_refusal();
+    }
+    attention_on_cudnn_[key] = use_cudnn;
+    if (backend_.conv_log())
+        std::fprintf(stderr, "kiln: attention %lldx%lldx%lld, %d heads of %lld, strides %lld/%lld:%s -> %s\n",
+                     (long long)b, (long long)lq, (long long)lk, heads, (long long)(c / heads),
+                     (long long)shape.q_stride, (long long)shape.kv_stride, log.c_str(), use_cudnn ? "cudnn" : "flash");
     return out;
 }
 
