@@ -85,7 +85,9 @@ TEST(KernelsCuda, NchwNlcTransposesBothWays) {
 // reference in kernels_im2col_cuda_test.cpp), transposed.
 TEST(KernelsCuda, ChannelsLastLayoutsAroundAConvolution) {
     KILN_SKIP_WITHOUT_GPU();
-    const int64_t shapes[][3] = {{1, 1, 1}, {2, 31, 33}, {2, 64, 65}, {1, 320, 4096}, {3, 33, 1}, {1, 4, 4096}};
+    // {1, 320, 4096}, {2, 128, 64} and {2, 640, 192}: whole 64 x 64 tiles (the 16-bit fast path, both ways).
+    const int64_t shapes[][3] = {{1, 1, 1},    {2, 31, 33}, {2, 64, 65},  {1, 320, 4096},
+                                 {3, 33, 1},   {1, 4, 4096}, {2, 128, 64}, {2, 640, 192}};
     for (DType type : kStorageTypes)
         for (const auto& s : shapes) {
             const int64_t n = s[0], c = s[1], hw = s[2];
