@@ -77,7 +77,8 @@ TEST(KernelsCuda, LayerNormMatchesTheReference) {
     // of whole quads up to 1280, 40 a lane; a block past them).
     const int64_t shapes[][2] = {{1, 1},   {3, 31},   {2, 33},    {77, 320},  {3, 1281},
                                  {70001, 5}, {9, 640}, {5, 2048}, {4, 2049}, {2, 256},
-                                 {6, 768},   {2, 769}, {3, 257},  {5, 1280}, {3, 1276}, {2, 772}};
+                                 {6, 768},   {2, 769}, {3, 257},  {5, 1280}, {3, 1276}, {2, 772},
+                                 {8193, 320}};  // SD 1.5's 64x64 level and one more row: many blocks
     const float eps = 1e-5f;
     for (DType type : kStorageTypes)
         for (const auto& s : shapes) {
@@ -120,7 +121,8 @@ TEST(KernelsCuda, GroupNormStatsAndApplyMatchTheReference) {
                                {1, 3, 12347, 3, 1e-5f},  // chunked in 16-byte loads, and (odd groups) in 1-value
                                {1, 1, 8193, 1, 1e-5f},   // a chunk of 1 value after whole ones
                                {1, 1, 12300, 1, 1e-5f},  // a multiple of 4, not 8: 16-byte loads for float only
-                               {1, 3, 700000, 1, 1e-5f}};  // 4102 chunks: the finish's threads take 17 or 16
+                               {1, 3, 700000, 1, 1e-5f},  // 4102 chunks: the finish's threads take 17 or 16
+                               {2, 320, 4096, 32, 1e-5f}};  // SD 1.5's 64x64 level: 80 chunks a group
     for (DType type : kStorageTypes)
         for (const GroupCase& gc : cases) {
             const std::string what = "group_norm " + std::to_string(gc.n) + "x" + std::to_string(gc.c) + "x" +
