@@ -163,10 +163,15 @@ int run(int argc, char** argv) {
 
     // cuDNN's fused attention where kiln was built with cuDNN 9.13 or later (the backend's other route).
     std::unique_ptr<kiln::cuda::CudnnAttention> cudnn;
-    std::vector<std::unique_ptr<DeviceBuffer>> scratch;
+    std::unique_ptr<DeviceBuffer> scratch;  // one workspace, grown to the largest asked for (no allocation per run)
+    size_t scratch_bytes = 0;
     auto workspace = [&](size_t bytes) {
-        scratch.push_back(std::make_unique<DeviceBuffer>(bytes));
-        return scratch.back()->p;
+        if (bytes > scratch_bytes) {
+            KILN_CUDA_CHECK(cudaDeviceSynchronize());  // queued runs may still use the old one
+            scratch = std::make_unique<DeviceBuffer>(bytes);
+            scratch_bytes = bytes;
+        }
+        return scratch->p;
     };
     try {
         cudnn = std::make_unique<kiln::cuda::CudnnAttention>();
@@ -213,6 +218,10 @@ int run(int argc, char** argv) {
             for (bool packed : {false, true}) {
                 if (packed && s.Lq != s.Lk) continue;
                 DeviceBuffer qkv(packed ? nq * 3 * 2 : 2);
+                if (packed)  // q | k | v of each token side by side: the same values as the separate buffers
+                    for (const auto& [src, col] : {std::pair{&q, 0}, std::pair{&k, 1}, std::pair{&v, 2}})
+                        KILN_CUDA_CHECK(cudaMemcpy2D(qkv.h() + col * W, size_t(3 * W) * 2, src->p, size_t(W) * 2,
+                                                     size_t(W) * 2, nq / size_t(W), cudaMemcpyDeviceToDevice));
                 const __half* qp = packed ? qkv.h() : q.h();
                 const __half *kp = packed ? qkv.h() + W : k.h(), *vp = packed ? qkv.h() + 2 * W : v.h();
                 const int stride = packed ? 3 * W : W;

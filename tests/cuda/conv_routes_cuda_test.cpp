@@ -80,9 +80,11 @@ TEST(ConvRoutesCuda, EveryRouteAgreesWithTheHost) {
             }
         // The fusions the VAE uses: y += conv(GroupNorm+SiLU(x)), and the convolution of x upsampled 2x; and the
         // UNet's: conv(GroupNorm+SiLU(x)) plus a bias per image and channel. Each shape's first call composes the
-        // ops (and chooses the route); the second runs fused on the NHWC route.
+        // ops (and chooses the route); the second runs fused on the NHWC route. 64 channels of 8x8 (64 pixels):
+        // whole 64 x 64 tiles, the transposes' 16-bit fast path both ways.
         for (DType t : kStorageTypes)
-            for (const ConvCase& c : {ConvCase{1, 32, 9, 7, 32, 3, 1, 1, 8}, ConvCase{2, 64, 8, 8, 40, 3, 1, 1, 32}}) {
+            for (const ConvCase& c : {ConvCase{1, 32, 9, 7, 32, 3, 1, 1, 8}, ConvCase{2, 64, 8, 8, 40, 3, 1, 1, 32},
+                                      ConvCase{2, 64, 8, 8, 64, 3, 1, 1, 32}}) {
                 Tensor x = random_in({c.n, c.cin, c.h, c.w}, 31, t), w = random_in({c.cout, c.cin, 3, 3}, 32, t);
                 Tensor b = random_in({c.cout}, 33, t), gamma = random_in({c.cin}, 34, t, 0.5f, 1.5f);
                 Tensor beta = random_in({c.cin}, 35, t);

@@ -173,8 +173,9 @@ __global__ void __launch_bounds__(kFastThreads)
     to_nhwc_fast_kernel(const T* x, T* out, int64_t c, int64_t hw, int64_t n, const float* stats, const T* gamma,
                         const T* beta, int64_t channels_per_group, bool silu) {
     detail::dependent_launch_prologue();
-    __shared__ alignas(16) uint16_t tile_bits[kFast * kFast];  // T's bits (a __shared__ array has no constructor)
-    T* tile = reinterpret_cast<T*>(tile_bits);
+    // T's bits in 16-byte rows: aligned for the row accesses, and no constructor (a __shared__ T[] would need one).
+    __shared__ Row16 tile_rows[kFast * kFast / 8];
+    T* tile = reinterpret_cast<T*>(tile_rows);
     __shared__ float norm[kFast][4];
     const int t = threadIdx.x, row = t / 8, chunk = t % 8;  // rows row and row + 32, 8 values at 8 * chunk
     const int64_t p0 = int64_t(blockIdx.x) * kFast, groups = stats ? c / channels_per_group : 0;
@@ -228,8 +229,8 @@ __global__ void __launch_bounds__(kFastThreads)
     from_nhwc_fast_kernel(const T* x, const T* bias, const T* image_bias, T* out, int64_t n, int64_t hw, int64_t c,
                           bool accumulate) {
     detail::dependent_launch_prologue();
-    __shared__ alignas(16) uint16_t tile_bits[kFast * kFast];
-    T* tile = reinterpret_cast<T*>(tile_bits);
+    __shared__ Row16 tile_rows[kFast * kFast / 8];
+    T* tile = reinterpret_cast<T*>(tile_rows);
     const int t = threadIdx.x, row = t / 8, chunk = t % 8;
     const int64_t c0 = int64_t(blockIdx.x) * kFast;
     for (int64_t b = blockIdx.z; b < n; b += gridDim.z)

@@ -554,17 +554,14 @@ Tensor CudaDeviceOps::flash(DType type, const void* q, const void* k, const void
                            int(lk), heads, int(c / heads), s, causal, strides);
     };
     CudnnAttention* cudnn = causal ? nullptr : backend_.cudnn_attention();
-    if (!cudnn) {
+    const CudnnAttentionShape shape{b, lq, lk, heads, c / heads, strides.q ? strides.q : c, strides.kv ? strides.kv : c};
+    // Pointers and strides cuDNN cannot take: the flash kernel, and nothing remembered (the next call may fit).
+    if (!cudnn || !CudnnAttention::takes(shape, q, k, v, out.device_data())) {
         flash_kernel();
         return out;
     }
-    const CudnnAttentionShape shape{b, lq, lk, heads, c / heads, strides.q ? strides.q : c, strides.kv ? strides.kv : c};
     std::vector<Tensor> scratch;  // cuDNN's workspace, alive until the call is queued; the stream orders its reuse
-    auto try_cudnn = [&] {
-        const bool ran = cudnn->run(shape, q, k, v, out.device_data(), s, scratch_in(scratch));
-        cudnn_attention_calls_ += ran;
-        return ran;
-    };
+    auto try_cudnn = [&] { return cudnn->run(shape, q, k, v, out.device_data(), s, scratch_in(scratch)); };
     const AttentionKey key{b, lq, lk, c, heads, shape.q_stride, shape.kv_stride};
     if (auto it = attention_on_cudnn_.find(key); it != attention_on_cudnn_.end()) {
         if (!(it->second && try_cudnn())) flash_kernel();
@@ -577,29 +574,32 @@ Tensor CudaDeviceOps::flash(DType type, const void* q, const void* k, const void
         return out;
     }
     // The shape's first call: cuDNN chooses its engine (if it has one); then each route runs between events.
-    bool use_cudnn = try_cudnn();
+    // Running out of memory for cuDNN's trial workspaces leaves the shape to the flash kernel, which needs none.
+    bool use_cudnn = false;
     std::string log;
+    try {
+        use_cudnn = try_cudnn();
+        if (!use_cudnn) log = " cuDNN: " + cudnn->last_refusal();
+    } catch (const Error& e) {
+        if (e.kind() != ErrorKind::OutOfMemory) throw;
+        log = " cuDNN: out of memory for its workspace";
+    }
     if (use_cudnn && backend_.attention_measured()) {
         constexpr int kRuns = 3;
         EventTimer timer;
         timer.start(s);
         for (int r = 0; r < kRuns; ++r) try_cudnn();
         const float cudnn_ms = timer.stop_ms(s) / kRuns;
-        cudnn_attention_calls_ -= kRuns;  // timing runs, not calls
         flash_kernel();  // its first launch may load the module: not timed, as cuDNN's first run is not
         timer.start(s);
         for (int r = 0; r < kRuns; ++r) flash_kernel();
         const float kernel_ms = timer.stop_ms(s) / kRuns;
         use_cudnn = cudnn_ms < kernel_ms;
-        if (use_cudnn) {  // out holds the kernel's result: keep cuDNN's
-            try_cudnn();
-            --cudnn_attention_calls_;
-        }
+        if (use_cudnn) try_cudnn();  // out holds the kernel's result: keep cuDNN's
         log = " cudnn " + std::to_string(cudnn_ms * 1000.0f).substr(0, 7) + " us, flash " +
               std::to_string(kernel_ms * 1000.0f).substr(0, 7) + " us";
     } else if (!use_cudnn) {
         flash_kernel();
-        log = " cuDNN: " + cudnn->last_refusal();
     }
     attention_on_cudnn_[key] = use_cudnn;
     if (backend_.conv_log())

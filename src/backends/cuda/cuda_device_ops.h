@@ -62,8 +62,6 @@ public:
     // diagnostics, since a route with no kernel for a shape falls back to im2col.
     enum class ConvRoute { Im2col, Cudnn, CudnnNhwc, FewOutputs };
     int64_t convolutions_on(ConvRoute route) const { return route_calls_[static_cast<size_t>(route)]; }
-    // How many attention calls ran through cuDNN's fused attention (the rest: the flash kernel or products).
-    int64_t attentions_on_cudnn() const { return cudnn_attention_calls_; }
 
 private:
     class Timed;
@@ -119,7 +117,6 @@ private:
     // Per flash-attention shape (b, lq, lk, width, heads, q stride, kv stride): whether cuDNN's attention won.
     using AttentionKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
     mutable std::map<AttentionKey, bool> attention_on_cudnn_;
-    mutable int64_t cudnn_attention_calls_ = 0;
 };
 
 }  // namespace kiln::cuda

@@ -121,17 +121,21 @@ CudnnAttention::~CudnnAttention() = default;
 
 int64_t CudnnAttention::version() { return int64_t(cudnnGetVersion()); }
 
+bool CudnnAttention::takes(const CudnnAttentionShape& s, const void* q, const void* k, const void* v,
+                           const void* out) {
+    for (const void* p : {q, k, v, out})
+        if (reinterpret_cast<uintptr_t>(p) % kAlignment) return false;
+    return s.d % 8 == 0 && s.q_stride % 8 == 0 && s.kv_stride % 8 == 0;  // rows of whole 16-byte groups only
+}
+
+bool CudnnAttention::available() { return CUDNN_VERSION >= 91300 && version() >= 91300; }
+
 std::string CudnnAttention::last_refusal() const { return impl_->refusal; }
 
 bool CudnnAttention::run(const CudnnAttentionShape& s, const void* q, const void* k, const void* v, void* out,
                          cudaStream_t stream, const std::function<void*(size_t)>& workspace) {
-    for (const void* p : {q, k, v, static_cast<const void*>(out)})
-        if (reinterpret_cast<uintptr_t>(p) % kAlignment) {
-            impl_->refusal = "an operand is not 16-byte aligned";
-            return false;
-        }
-    if (s.d % 8 || s.q_stride % 8 || s.kv_stride % 8) {  // rows of whole 16-byte groups only
-        impl_->refusal = "the head dim or a token stride is not a multiple of 8";
+    if (!takes(s, q, k, v, out)) {
+        impl_->refusal = "an operand is not 16-byte aligned, or the head dim or a token stride not a multiple of 8";
         return false;
     }
     KILN_CUDNN_CHECK(cudnnSetStream(impl_->handle, stream));
@@ -172,6 +176,10 @@ struct CudnnAttention::Impl {};
 CudnnAttention::CudnnAttention() { fail(ErrorKind::Unsupported, "kiln was built without cuDNN"); }
 CudnnAttention::~CudnnAttention() = default;
 int64_t CudnnAttention::version() { return 0; }
+bool CudnnAttention::takes(const CudnnAttentionShape&, const void*, const void*, const void*, const void*) {
+    return false;
+}
+bool CudnnAttention::available() { return false; }
 std::string CudnnAttention::last_refusal() const { return "kiln was built without cuDNN"; }
 bool CudnnAttention::run(const CudnnAttentionShape&, const void*, const void*, const void*, void*, cudaStream_t,
                          const std::function<void*(size_t)>&) {

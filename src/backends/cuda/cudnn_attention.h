@@ -36,6 +36,13 @@ public:
     bool run(const CudnnAttentionShape& s, const void* q, const void* k, const void* v, void* out,
              cudaStream_t stream, const std::function<void*(size_t)>& workspace);
 
+    // Whether run() can take these pointers and strides at all (16-byte aligned, head dim and token strides
+    // multiples of 8): refusals that depend on the call, not on the shape, so callers do not remember them.
+    static bool takes(const CudnnAttentionShape& s, const void* q, const void* k, const void* v, const void* out);
+
+    // Whether the fused operation exists here: kiln's cuDNN headers and the loaded library both 9.13 or later.
+    static bool available();
+
     // Why the last shape without an engine has none (cuDNN's message), for logs and tests.
     std::string last_refusal() const;
 
