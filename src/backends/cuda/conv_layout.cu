@@ -23,6 +23,16 @@ constexpr int kTile = 32, kTileRows = 8;
 // in flight, and at 48-56 registers only 4 blocks fit.
 constexpr int kTileBlocks = 6;
 
+// Channel ch's GroupNorm terms (mean, rstd of its group g; gamma, beta), read once per tile into shared memory.
+template <class T>
+__device__ __forceinline__ void norm_terms(float* terms, int64_t g, int64_t ch, const float* stats, const T* gamma,
+                                           const T* beta) {
+    terms[0] = stats[2 * g];
+    terms[1] = stats[2 * g + 1];
+    terms[2] = detail::to_float(gamma[ch]);
+    terms[3] = detail::to_float(beta[ch]);
+}
+
 template <int kVec>
 dim3 tile_grid(int64_t n, int64_t rows, int64_t cols) {  // source [n][rows][cols]
     constexpr int64_t t = kTile * kVec;
@@ -52,13 +62,8 @@ __global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
         const int64_t plane = kUp ? hw / 4 : hw;
         const T* src = x + b * c * plane;
         if (stats) {
-            if (flat < kT && c0 + flat < c) {
-                const int64_t ch = c0 + flat, g = b * groups + ch / channels_per_group;
-                norm[flat][0] = stats[2 * g];
-                norm[flat][1] = stats[2 * g + 1];
-                norm[flat][2] = detail::to_float(gamma[ch]);
-                norm[flat][3] = detail::to_float(beta[ch]);
-            }
+            if (flat < kT && c0 + flat < c)
+                norm_terms(norm[flat], b * groups + (c0 + flat) / channels_per_group, c0 + flat, stats, gamma, beta);
             __syncthreads();
         }
         for (int r = threadIdx.y; r < kT; r += kTileRows) {
@@ -185,13 +190,7 @@ __global__ void __launch_bounds__(kFastThreads)
         Row16 in[2];
         for (int h = 0; h < 2; ++h) in[h] = *reinterpret_cast<const Row16*>(src + (row + 32 * h) * hw + 8 * chunk);
         if (stats) {
-            if (t < kFast) {
-                const int64_t ch = c0 + t, g = b * groups + ch / channels_per_group;
-                norm[t][0] = stats[2 * g];
-                norm[t][1] = stats[2 * g + 1];
-                norm[t][2] = detail::to_float(gamma[ch]);
-                norm[t][3] = detail::to_float(beta[ch]);
-            }
+            if (t < kFast) norm_terms(norm[t], b * groups + (c0 + t) / channels_per_group, c0 + t, stats, gamma, beta);
             __syncthreads();
         }
         for (int h = 0; h < 2; ++h) {

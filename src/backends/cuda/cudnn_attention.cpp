@@ -25,34 +25,11 @@ enum : int64_t { kQ = 1, kK = 2, kV = 3, kO = 4, kScale = 5 };  // the tensors' 
 // A [b, heads, tokens, d] view (cuDNN's dimension order for attention) of rows `stride` elements apart with the
 // heads side by side in each row.
 Desc rows(int64_t uid, int64_t b, int64_t heads, int64_t tokens, int64_t d, int64_t stride) {
-    Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    const cudnnDataType_t dt = CUDNN_DATA_HALF;
-    const int64_t dims[4] = {b, heads, tokens, d}, strides[4] = {tokens * stride, d, stride, 1};
-    t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
-    t.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
-    t.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
-    t.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
-    t.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &kAlignment);
-    t.finalize();
-    return t;
+    return tensor_desc(uid, CUDNN_DATA_HALF, {b, heads, tokens, d}, {tokens * stride, d, stride, 1}, kAlignment);
 }
 
 // The softmax's scale, a float passed by value at each execution.
-Desc scalar(int64_t uid) {
-    Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    const cudnnDataType_t dt = CUDNN_DATA_FLOAT;
-    const int64_t ones[4] = {1, 1, 1, 1};
-    const bool by_value = true;
-    const int64_t alignment = sizeof(float);
-    t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
-    t.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
-    t.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, ones);
-    t.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, ones);
-    t.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
-    t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
-    t.finalize();
-    return t;
-}
+Desc scalar(int64_t uid) { return tensor_desc(uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, sizeof(float), true); }
 
 }  // namespace
 

@@ -8,6 +8,19 @@
 
 namespace kiln::cuda {
 
+Desc tensor_desc(int64_t uid, cudnnDataType_t type, const int64_t (&dims)[4], const int64_t (&strides)[4],
+                 int64_t alignment, bool by_value) {
+    Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
+    t.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
+    t.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
+    t.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+    t.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
+    if (by_value) t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
+    t.finalize();
+    return t;
+}
+
 bool choose_cudnn_plan(cudnnHandle_t handle, const Desc& graph, cudaStream_t stream, int candidates, int timed_runs,
                        const std::function<bool(cudnnBackendDescriptor_t config)>& acceptable,
                        const std::function<void(cudnnBackendDescriptor_t plan, void* workspace)>& run,

@@ -36,6 +36,11 @@ struct Desc {
     void finalize() { KILN_CUDNN_CHECK(cudnnBackendFinalize(d)); }
 };
 
+// A finalized 4-D tensor descriptor: dims in cuDNN's order, strides in elements, pointers aligned to `alignment`
+// bytes; by_value: a host scalar passed at each execution (a variant pack entry pointing at host memory).
+Desc tensor_desc(int64_t uid, cudnnDataType_t type, const int64_t (&dims)[4], const int64_t (&strides)[4],
+                 int64_t alignment, bool by_value = false);
+
 // An execution plan and the device scratch it needs.
 struct CudnnPlan {
     Desc plan{CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR};

@@ -26,16 +26,7 @@ enum : int64_t { kX = 1, kW = 2, kY = 3 };  // the tensors' unique ids in the gr
 
 // A channels-last tensor [n, c, h, w] (cuDNN counts dims in NCHW order; the strides make it NHWC).
 Desc tensor(int64_t uid, DType type, int64_t n, int64_t c, int64_t h, int64_t w) {
-    Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    const cudnnDataType_t dt = cudnn_type(type);
-    const int64_t dims[4] = {n, c, h, w}, strides[4] = {h * w * c, 1, w * c, c};
-    t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
-    t.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
-    t.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
-    t.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
-    t.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &kAlignment);
-    t.finalize();
-    return t;
+    return tensor_desc(uid, cudnn_type(type), {n, c, h, w}, {h * w * c, 1, w * c, c}, kAlignment);
 }
 
 // Whether an engine's numerical notes allow it: float32 accumulation and a deterministic result always; no
