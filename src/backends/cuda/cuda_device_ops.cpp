@@ -14,7 +14,6 @@
 #include "backends/cuda/causal_mask.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
-#include "backends/cuda/cudnn_attention.h"
 #include "backends/cuda/event_timer.h"
 #include "backends/cuda/kernels.h"
 #include "kiln/error.h"
@@ -257,9 +256,7 @@ void CudaDeviceOps::conv_routed(const ConvCall& c, Tensor& y) const {
             best = route;
             break;
         }
-        timer.start(s);
-        run_conv_route(route, c, y);
-        const float ms = timer.stop_ms(s);
+        const float ms = timer.mean_ms(s, 1, [&] { run_conv_route(route, c, y); });
         if (best_ms < 0.0f || ms < best_ms) best_ms = ms, best = route;
         log += std::string(" ") + route_name(route) + " " + std::to_string(ms * 1000.0f).substr(0, 7) + " us";
     }
@@ -562,8 +559,7 @@ Tensor CudaDeviceOps::flash(DType type, const void* q, const void* k, const void
     }
     std::vector<Tensor> scratch;  // cuDNN's workspace, alive until the call is queued; the stream orders its reuse
     auto try_cudnn = [&] { return cudnn->run(shape, q, k, v, out.device_data(), s, scratch_in(scratch)); };
-    const AttentionKey key{b, lq, lk, c, heads, shape.q_stride, shape.kv_stride};
-    if (auto it = attention_on_cudnn_.find(key); it != attention_on_cudnn_.end()) {
+    if (auto it = attention_on_cudnn_.find(shape); it != attention_on_cudnn_.end()) {
         if (!(it->second && try_cudnn())) flash_kernel();
         return out;
     }
@@ -587,13 +583,9 @@ Tensor CudaDeviceOps::flash(DType type, const void* q, const void* k, const void
     if (use_cudnn && backend_.attention_measured()) {
         constexpr int kRuns = 3;
         EventTimer timer;
-        timer.start(s);
-        for (int r = 0; r < kRuns; ++r) try_cudnn();
-        const float cudnn_ms = timer.stop_ms(s) / kRuns;
+        const float cudnn_ms = timer.mean_ms(s, kRuns, try_cudnn);
         flash_kernel();  // its first launch may load the module: not timed, as cuDNN's first run is not
-        timer.start(s);
-        for (int r = 0; r < kRuns; ++r) flash_kernel();
-        const float kernel_ms = timer.stop_ms(s) / kRuns;
+        const float kernel_ms = timer.mean_ms(s, kRuns, flash_kernel);
         use_cudnn = cudnn_ms < kernel_ms;
         if (use_cudnn) try_cudnn();  // out holds the kernel's result: keep cuDNN's
         log = " cudnn " + std::to_string(cudnn_ms * 1000.0f).substr(0, 7) + " us, flash " +
@@ -601,7 +593,7 @@ Tensor CudaDeviceOps::flash(DType type, const void* q, const void* k, const void
     } else if (!use_cudnn) {
         flash_kernel();
     }
-    attention_on_cudnn_[key] = use_cudnn;
+    attention_on_cudnn_[shape] = use_cudnn;
     if (backend_.conv_log())
         std::fprintf(stderr, "kiln: attention %lldx%lldx%lld, %d heads of %lld, strides %lld/%lld:%s -> %s\n",
                      (long long)b, (long long)lq, (long long)lk, heads, (long long)(c / heads),

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cuda/attention.h"
+#include "backends/cuda/cudnn_attention.h"
 #include "backends/cuda/cudnn_conv.h"
 #include "ops/device_ops.h"
 
@@ -114,9 +115,8 @@ private:
     CudaBackend& backend_;
     mutable std::map<RouteKey, ConvRoute> routes_;
     mutable std::array<int64_t, 4> route_calls_{};
-    // Per flash-attention shape (b, lq, lk, width, heads, q stride, kv stride): whether cuDNN's attention won.
-    using AttentionKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
-    mutable std::map<AttentionKey, bool> attention_on_cudnn_;
+    // Per attention shape (non-causal, fp16): whether cuDNN's attention won its first call.
+    mutable std::map<CudnnAttentionShape, bool> attention_on_cudnn_;
 };
 
 }  // namespace kiln::cuda

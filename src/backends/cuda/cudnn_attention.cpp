@@ -8,7 +8,6 @@
 #include <cmath>
 #include <map>
 #include <string>
-#include <tuple>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cudnn_graph_api.h"
@@ -41,9 +40,8 @@ struct CudnnAttention::Impl {
         float scale = 1.0f;
         CudnnPlan plan;
     };
-    using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
-    std::map<Key, Entry> plans;
-    std::string refusal;  // the last shape's without an engine
+    std::map<CudnnAttentionShape, Entry> plans;
+    std::string refusal;  // why the last call that returned false did
 
     ~Impl() {
         plans.clear();
@@ -116,12 +114,14 @@ bool CudnnAttention::run(const CudnnAttentionShape& s, const void* q, const void
         return false;
     }
     KILN_CUDNN_CHECK(cudnnSetStream(impl_->handle, stream));
-    const Impl::Key key{s.b, s.lq, s.lk, s.heads, s.d, s.q_stride, s.kv_stride};
-    auto it = impl_->plans.find(key);
+    auto it = impl_->plans.find(s);
     if (it == impl_->plans.end()) {
         cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
         KILN_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
-        if (capturing != cudaStreamCaptureStatusNone) return false;
+        if (capturing != cudaStreamCaptureStatusNone) {
+            impl_->refusal = "a new shape inside a stream capture (its engine is chosen by timing)";
+            return false;
+        }
         Impl::Entry e;
         try {
             impl_->choose(e, s, q, k, v, out, stream, workspace);
@@ -134,11 +134,13 @@ bool CudnnAttention::run(const CudnnAttentionShape& s, const void* q, const void
         }
         if (!e.found && e.why.empty()) e.why = "no engine configuration of cuDNN " + std::to_string(version()) +
                                                 " finalized and ran for this shape";
-        if (!e.found) impl_->refusal = e.why;
-        it = impl_->plans.emplace(key, std::move(e)).first;
+        it = impl_->plans.emplace(s, std::move(e)).first;
     }
     Impl::Entry& e = it->second;
-    if (!e.found) return false;
+    if (!e.found) {
+        impl_->refusal = e.why;
+        return false;
+    }
     impl_->execute(e.plan.plan.d, q, k, v, out, &e.scale,
                    e.plan.workspace ? workspace(size_t(e.plan.workspace)) : nullptr);
     return true;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "backends/cuda/gpu_runtime.h"
 
@@ -19,6 +20,10 @@ namespace kiln::cuda {
 // output is [b, lq, heads * d], dense.
 struct CudnnAttentionShape {
     int64_t b, lq, lk, heads, d, q_stride, kv_stride;
+    bool operator<(const CudnnAttentionShape& o) const {  // a key of the plan and route caches
+        return std::tie(b, lq, lk, heads, d, q_stride, kv_stride) <
+               std::tie(o.b, o.lq, o.lk, o.heads, o.d, o.q_stride, o.kv_stride);
+    }
 };
 
 class CudnnAttention {

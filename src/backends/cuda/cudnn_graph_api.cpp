@@ -65,9 +65,7 @@ bool choose_cudnn_plan(cudnnHandle_t handle, const Desc& graph, cudaStream_t str
         float ms = 0.0f;
         try {
             run(p.plan.d, ws);  // the first run may load the kernel
-            timer.start(stream);
-            for (int r = 0; r < timed_runs; ++r) run(p.plan.d, ws);
-            ms = timer.stop_ms(stream);
+            ms = timer.mean_ms(stream, timed_runs, [&] { run(p.plan.d, ws); });
         } catch (const Error& e) {
             if (e.kind() == ErrorKind::OutOfMemory) throw;
             continue;  // this engine refuses the call: try the next

@@ -35,6 +35,14 @@ public:
         return ms;
     }
 
+    // Mean milliseconds of `runs` runs of f() queued between the events (warm f up first where that matters).
+    template <class F>
+    float mean_ms(cudaStream_t s, int runs, F&& f) {
+        start(s);
+        for (int r = 0; r < runs; ++r) f();
+        return stop_ms(s) / float(runs);
+    }
+
 private:
     cudaEvent_t begin_ = nullptr, end_ = nullptr;
 };
