@@ -33,6 +33,8 @@
 #include <vector>
 
 #include "backends/cuda/attention.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_device_ops.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cudnn_attention.h"
 #include "backends/cuda/device_info.h"
@@ -362,6 +364,66 @@ TEST(CudnnAttentionCuda, MatchesCpuWhereItHasAnEngine) {
             }
         }
     }
+}
+
+// The backend's attention op on each KILN_CUDA_ATTENTION route (read when the backend is made), twice: the first
+// call chooses the route (timing both where measured), the second takes the remembered one. Packed q | k | v
+// (the UNet's self-attention) and separate q, k, v (through a column view of k, v's offsets: attention_kv),
+// each against the flash kernel's bounds.
+TEST(CudnnAttentionCuda, EveryRouteThroughTheBackendMatchesTheCpu) {
+    KILN_REQUIRE_GPU();
+    const Case c{"self_b2_l1024_h2_d80", 2, 1024, 1024, 2, 80};
+    const Expected e = expect_case(c, seed_of(c));
+    const int64_t W = int64_t(c.H) * c.D;
+    auto as_floats = [](const std::vector<uint16_t>& h) {
+        std::vector<float> f(h.size());
+        for (size_t i = 0; i < h.size(); ++i) f[i] = half_to_float(h[i]);
+        return f;
+    };
+    const std::vector<float> qf = as_floats(e.qh), kf = as_floats(e.kh), vf = as_floats(e.vh);
+    std::vector<float> qkv(qf.size() * 3), kv(kf.size() * 2);
+    for (size_t t = 0; t < qf.size() / size_t(W); ++t) {
+        std::copy_n(qf.begin() + t * W, W, qkv.begin() + 3 * t * W);
+        std::copy_n(kf.begin() + t * W, W, qkv.begin() + 3 * t * W + W);
+        std::copy_n(vf.begin() + t * W, W, qkv.begin() + 3 * t * W + 2 * W);
+        std::copy_n(kf.begin() + t * W, W, kv.begin() + 2 * t * W);
+        std::copy_n(vf.begin() + t * W, W, kv.begin() + 2 * t * W + W);
+    }
+    for (const char* route : {"kiln", "cudnn", "measured"}) {
+        setenv("KILN_CUDA_ATTENTION", route, 1);
+        CudaBackend gpu(0);
+        unsetenv("KILN_CUDA_ATTENTION");
+        const Tensor packed = Tensor({c.B, c.Lq, 3 * W}, qkv).to_device(gpu, DType::F16);
+        const Tensor q = Tensor({c.B, c.Lq, W}, qf).to_device(gpu, DType::F16);
+        const Tensor keys = Tensor({c.B, c.Lk, 2 * W}, kv).to_device(gpu, DType::F16);
+        for (int call = 0; call < 2; ++call)
+            for (bool self : {true, false}) {
+                const std::vector<float> got = (self ? gpu.ops().attention_qkv(packed, c.H)
+                                                     : gpu.ops().attention_kv(q, keys, c.H, 0))
+                                                   .to_host()
+                                                   .values();
+                ASSERT_EQ(got.size(), e.ref.size());
+                int bad = 0;
+                for (size_t i = 0; i < got.size(); ++i)
+                    if (!(std::fabs(got[i] - e.ref[i]) <= e.bound[i]) && bad++ < 3)
+                        ADD_FAILURE() << route << (self ? " attention_qkv" : " attention_kv") << " call " << call
+                                      << ", element " << i << ": got " << got[i] << ", want " << e.ref[i]
+                                      << ", bound " << e.bound[i];
+            }
+    }
+}
+
+TEST(CudnnAttentionCuda, AnUnknownRouteIsAnErrorNamingTheSetting) {
+    KILN_REQUIRE_GPU();
+    setenv("KILN_CUDA_ATTENTION", "fast", 1);
+    try {
+        CudaBackend gpu(0);
+        ADD_FAILURE() << "KILN_CUDA_ATTENTION=fast was accepted";
+    } catch (const Error& err) {
+        EXPECT_EQ(err.kind(), ErrorKind::InvalidArgument);
+        EXPECT_NE(std::string(err.what()).find("KILN_CUDA_ATTENTION"), std::string::npos) << err.what();
+    }
+    unsetenv("KILN_CUDA_ATTENTION");
 }
 
 // ------------------------------------------------------------------ no GPU needed: arguments and errors
