@@ -74,13 +74,17 @@ Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, 
 }
 
 Tensor conv2d_group_norm_silu_plus(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
-                                   const Tensor& w, const Tensor* b, const Tensor& image_bias, int stride,
+                                   const Tensor& w, const Tensor* b, const Tensor& image_bias, int64_t at, int stride,
                                    int padding) {
+    const int64_t count = w.rank() == 4 ? w.dim(0) : 0;  // conv2d names a filter of another rank
+    require(image_bias.rank() == 2 && at >= 0 && at + count <= image_bias.dim(1), ErrorKind::InvalidArgument,
+            "conv2d_group_norm_silu_plus: image_bias " + shape_str(image_bias.shape()) + " has no columns [" +
+                std::to_string(at) + ", " + std::to_string(at + count) + ")");
     if (x.on_device())
-        return device_ops(x).conv2d_group_norm_silu_plus(x, groups, gamma, beta, eps, w, b, image_bias, stride,
+        return device_ops(x).conv2d_group_norm_silu_plus(x, groups, gamma, beta, eps, w, b, image_bias, at, stride,
                                                          padding);
     Tensor y = conv2d_group_norm_silu(x, groups, gamma, beta, eps, w, b, stride, padding);
-    add_channel_bias_(y, image_bias);
+    add_channel_bias_(y, at == 0 && count == image_bias.dim(1) ? image_bias : columns(image_bias, at, count));
     return y;
 }
 

@@ -31,12 +31,13 @@ public:
                                              int stride, int padding) const {
         add_(y, conv2d_group_norm_silu(x, groups, gamma, beta, eps, w, b, stride, padding));
     }
-    // conv2d_group_norm_silu then add_channel_bias_(y, image_bias); composed where there is no fused form.
+    // conv2d_group_norm_silu then add_channel_bias_(y, image_bias's columns [at, at + Cout)); composed where
+    // there is no fused form.
     virtual Tensor conv2d_group_norm_silu_plus(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                                                float eps, const Tensor& w, const Tensor* b, const Tensor& image_bias,
-                                               int stride, int padding) const {
+                                               int64_t at, int stride, int padding) const {
         Tensor y = conv2d_group_norm_silu(x, groups, gamma, beta, eps, w, b, stride, padding);
-        add_channel_bias_(y, image_bias);
+        add_channel_bias_(y, image_bias_columns(image_bias, at, y.dim(1)));
         return y;
     }
     virtual Tensor conv2d_upsample2x(const Tensor& x, const Tensor& w, const Tensor* b, int stride,
@@ -76,6 +77,13 @@ public:
     // timesteps: float32 [n] on the device.
     virtual Tensor timestep_embedding(const Tensor& timesteps, int dim, bool flip_sin_to_cos,
                                       float downscale_freq_shift, float max_period, DType out_type) const = 0;
+
+protected:
+    // image_bias [N, W]'s columns [at, at + count) as a tensor of their own (image_bias itself where they are all
+    // of it): what conv2d_group_norm_silu_plus adds where it is composed.
+    Tensor image_bias_columns(const Tensor& image_bias, int64_t at, int64_t count) const {
+        return at == 0 && count == image_bias.dim(1) ? image_bias : columns(image_bias, at, count);
+    }
 };
 
 inline const DeviceOps& device_ops(const Tensor& t) { return t.backend().ops(); }

@@ -36,10 +36,12 @@ Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, 
 
 // conv2d_group_norm_silu(x, ...) then add_channel_bias_(y, image_bias [N, Cout]) with exactly those bits: a
 // ResnetBlock's first convolution with its time embedding, which a GPU adds as the convolution's output is
-// written rather than in a pass of its own.
+// written rather than in a pass of its own. image_bias may be wider, [N, W]: its columns [at, at + Cout) are
+// added (the UNet makes every block's time projection in one product, and a copy of a block's columns would be
+// a pass, and on CUDA a graph node, of its own).
 Tensor conv2d_group_norm_silu_plus(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
-                                   const Tensor& w, const Tensor* b, const Tensor& image_bias, int stride = 1,
-                                   int padding = 0);
+                                   const Tensor& w, const Tensor* b, const Tensor& image_bias, int64_t at = 0,
+                                   int stride = 1, int padding = 0);
 
 // y += conv2d_group_norm_silu(x, ...) with exactly add_'s bits, without the convolution's output: each tile
 // of it is added as soon as it is made (a ResNet block's residual sum). y is [N, O, Ho, Wo] and not x.

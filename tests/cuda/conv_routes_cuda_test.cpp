@@ -102,7 +102,10 @@ TEST(ConvRoutesCuda, EveryRouteAgreesWithTheHost) {
                 Tensor up = kiln::ops::upsample_nearest2x(x);
                 Tensor up_ref = kiln::ops::conv2d(up, w, &b, 1, 1);
                 Tensor up_scale = kiln::ops::conv2d(abs_of(up), abs_of(w), &babs, 1, 1);
-                Tensor image_bias = random_in({c.n, c.cout}, 37, t), ibd = image_bias.to_device(*gpu, t);
+                // The UNet's form: this convolution's image bias at column 3 of a wider one (every block's time
+                // projection from one product).
+                Tensor wide_bias = random_in({c.n, c.cout + 5}, 37, t), ibd = wide_bias.to_device(*gpu, t);
+                Tensor image_bias = kiln::ops::columns(wide_bias, 3, c.cout);
                 Tensor plus_ref = kiln::ops::conv2d_group_norm_silu(x, c.groups, gamma, beta, 1e-5f, w, &b, 1, 1);
                 kiln::ops::add_channel_bias_(plus_ref, image_bias);
                 Tensor plus_scale = kiln::ops::conv2d(abs_of(normed), abs_of(w), &babs, 1, 1);
@@ -117,9 +120,10 @@ TEST(ConvRoutesCuda, EveryRouteAgreesWithTheHost) {
                     expect_close(ops.conv2d_upsample2x(xd, wd, &bd, 1, 1).to_host(), up_ref, up_scale, k, t, 1,
                                  name + " conv2d_upsample2x");
                     // The same bits as its composition on the device, and its rounding once more in the bound.
-                    Tensor plus = ops.conv2d_group_norm_silu_plus(xd, c.groups, gd, betad, 1e-5f, wd, &bd, ibd, 1, 1);
+                    Tensor plus =
+                        ops.conv2d_group_norm_silu_plus(xd, c.groups, gd, betad, 1e-5f, wd, &bd, ibd, 3, 1, 1);
                     Tensor composed = ops.conv2d_group_norm_silu(xd, c.groups, gd, betad, 1e-5f, wd, &bd, 1, 1);
-                    ops.add_channel_bias_(composed, ibd);
+                    ops.add_channel_bias_(composed, ops.columns(ibd, 3, c.cout));
                     EXPECT_EQ(plus.to_host().values(), composed.to_host().values())
                         << name << " conv2d_group_norm_silu_plus";
                     expect_close(plus.to_host(), plus_ref, plus_scale, k + double(c.h) * c.w * c.cin / c.groups, t, 4,

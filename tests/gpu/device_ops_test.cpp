@@ -138,11 +138,15 @@ TEST_P(DeviceOps, ResidualAndUpsampledConvolutions) {
         Tensor up_ref = ops::conv2d(up, wt, &b, 1, 1);
         Tensor up_scale = ops::conv2d(abs_of(up), abs_of(wt), &babs, 1, 1);
         Tensor image_bias = random({n, cout}, 47, t);
-        Tensor plus_ref = ops::conv2d_group_norm_silu_plus(x, groups, gamma, beta, 1e-5f, wt, &b, image_bias, 1, 1);
+        Tensor plus_ref = ops::conv2d_group_norm_silu_plus(x, groups, gamma, beta, 1e-5f, wt, &b, image_bias, 0, 1, 1);
+        // The UNet's form: the same bias at column 5 of a wider one (every block's time projection, one product).
+        Tensor wide_bias = ops::concat_channels(random({n, 5, 1}, 48, t), image_bias.reshaped({n, cout, 1}));
+        wide_bias = ops::concat_channels(wide_bias, random({n, 2, 1}, 49, t)).reshaped({n, cout + 7});
         Tensor plus_scale = ops::conv2d(abs_of(normed), abs_of(wt), &babs, 1, 1);
         ops::add_channel_bias_(plus_scale, abs_of(image_bias));
         Tensor xd = x.to_device(*gpu, t), wd = wt.to_device(*gpu, t), bd = b.to_device(*gpu, t);
         Tensor gd = gamma.to_device(*gpu, t), betad = beta.to_device(*gpu, t), ibd = image_bias.to_device(*gpu, t);
+        Tensor wide_d = wide_bias.to_device(*gpu, t);
         const double k = double(cin) * 9;
         for (int call = 1; call <= 2; ++call) {
             Tensor accd = acc.to_device(*gpu, t);
@@ -151,9 +155,13 @@ TEST_P(DeviceOps, ResidualAndUpsampledConvolutions) {
                          "conv2d_group_norm_silu_add_ call " + std::to_string(call));
             expect_close(ops::conv2d_upsample2x(xd, wd, &bd, 1, 1).to_host(), up_ref, up_scale, k, t, 1,
                          "conv2d_upsample2x call " + std::to_string(call));
-            expect_close(ops::conv2d_group_norm_silu_plus(xd, groups, gd, betad, 1e-5f, wd, &bd, ibd, 1, 1).to_host(),
+            expect_close(ops::conv2d_group_norm_silu_plus(xd, groups, gd, betad, 1e-5f, wd, &bd, ibd, 0, 1, 1).to_host(),
                          plus_ref, plus_scale, k + double(h) * w * cin / groups, t, 4,
                          "conv2d_group_norm_silu_plus call " + std::to_string(call));
+            expect_close(
+                ops::conv2d_group_norm_silu_plus(xd, groups, gd, betad, 1e-5f, wd, &bd, wide_d, 5, 1, 1).to_host(),
+                plus_ref, plus_scale, k + double(h) * w * cin / groups, t, 4,
+                "conv2d_group_norm_silu_plus at column 5, call " + std::to_string(call));
         }
     }
 }

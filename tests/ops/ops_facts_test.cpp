@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "harness.h"
+#include "kiln/error.h"
 #include "ops/ops.h"
 #include "ops/vec_math.h"
 
@@ -189,8 +191,23 @@ TEST(LayoutFacts, ConvPlusImageBiasIsItsComposition) {
     const Tensor gamma = random_tensor({4}, 24), beta = random_tensor({4}, 25), image_bias = random_tensor({2, 6}, 26);
     Tensor composed = conv2d_group_norm_silu(x, 2, gamma, beta, 1e-5f, w, &b, 1, 1);
     add_channel_bias_(composed, image_bias);
-    EXPECT_EQ(conv2d_group_norm_silu_plus(x, 2, gamma, beta, 1e-5f, w, &b, image_bias, 1, 1).values(),
+    EXPECT_EQ(conv2d_group_norm_silu_plus(x, 2, gamma, beta, 1e-5f, w, &b, image_bias, 0, 1, 1).values(),
               composed.values());
+    // A block's columns of the UNet's stacked time projections: [2, 11], this block's 6 from column 3.
+    const Tensor wide = random_tensor({2, 11}, 27);
+    Tensor composed_wide = conv2d_group_norm_silu(x, 2, gamma, beta, 1e-5f, w, &b, 1, 1);
+    add_channel_bias_(composed_wide, columns(wide, 3, 6));
+    EXPECT_EQ(conv2d_group_norm_silu_plus(x, 2, gamma, beta, 1e-5f, w, &b, wide, 3, 1, 1).values(),
+              composed_wide.values());
+    for (int64_t at : {-1, 6}) {
+        try {
+            conv2d_group_norm_silu_plus(x, 2, gamma, beta, 1e-5f, w, &b, wide, at, 1, 1);
+            ADD_FAILURE() << "column " << at << " of 11 for 6 channels";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find("has no columns"), std::string::npos) << e.what();
+        }
+    }
 }
 
 TEST(LayoutFacts, TransformerWayInAndOutAreTheirCompositions) {

@@ -102,13 +102,13 @@ __global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
     }
 }
 
-// out [n][c][hw] = x [n][hw][c] + bias[c] (bias may be null), rounded, then + image_bias[n][c] (may be null) rounded
-// again (add_channel_bias_'s bits); with `accumulate`, out += that instead (the sum of the rounded value, as add_
+// out [n][c][hw] = x [n][hw][c] + bias[c] (bias may be null), rounded, then + image_bias[n][c] (may be null; its
+// rows image_bias_stride values apart) rounded again (add_channel_bias_'s bits); with `accumulate`, out += that instead (the sum of the rounded value, as add_
 // would make it). kVec 2 needs c and hw even.
 template <class T, int kVec>
 __global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
-    from_nhwc_kernel(const T* x, const T* bias, const T* image_bias, T* out, int64_t n, int64_t hw, int64_t c,
-                     bool accumulate) {
+    from_nhwc_kernel(const T* x, const T* bias, const T* image_bias, int64_t image_bias_stride, T* out, int64_t n,
+                     int64_t hw, int64_t c, bool accumulate) {
     detail::dependent_launch_prologue();
     constexpr int kT = kTile * kVec;
     __shared__ float tile[kT][kT + 1];
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
             const int64_t ch = c0 + r, p = p0 + kVec * threadIdx.x;
             if (ch < c && p < hw) {
                 const float add = bias ? detail::to_float(bias[ch]) : 0.0f;
-                const float add_image = image_bias ? detail::to_float(image_bias[b * c + ch]) : 0.0f;
+                const float add_image = image_bias ? detail::to_float(image_bias[b * image_bias_stride + ch]) : 0.0f;
                 detail::Vec<T, kVec> o;
                 detail::Vec<T, kVec> old;
                 if (accumulate) old = *reinterpret_cast<const detail::Vec<T, kVec>*>(dst + ch * hw + p);
@@ -225,8 +225,8 @@ __global__ void __launch_bounds__(kFastThreads)
 // from_nhwc_kernel's work on 16-bit values in whole tiles (hw and c multiples of 64).
 template <class T>
 __global__ void __launch_bounds__(kFastThreads)
-    from_nhwc_fast_kernel(const T* x, const T* bias, const T* image_bias, T* out, int64_t n, int64_t hw, int64_t c,
-                          bool accumulate) {
+    from_nhwc_fast_kernel(const T* x, const T* bias, const T* image_bias, int64_t image_bias_stride, T* out,
+                          int64_t n, int64_t hw, int64_t c, bool accumulate) {
     detail::dependent_launch_prologue();
     __shared__ Row16 tile_rows[kFast * kFast / 8];
     T* tile = reinterpret_cast<T*>(tile_rows);
@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(kFastThreads)
             const int r = row + 32 * h;
             const int64_t ch = c0 + r;
             const float add = bias ? detail::to_float(bias[ch]) : 0.0f;
-            const float add_image = image_bias ? detail::to_float(image_bias[b * c + ch]) : 0.0f;
+            const float add_image = image_bias ? detail::to_float(image_bias[b * image_bias_stride + ch]) : 0.0f;
             Row16 old{}, o;
             if (accumulate) old = *reinterpret_cast<const Row16*>(dst + r * hw + 8 * chunk);
             const T* ov_old = reinterpret_cast<const T*>(&old);
@@ -376,8 +376,12 @@ void to_nhwc(const void* x, void* out, DType type, int64_t n, int64_t c, int64_t
 }
 
 void from_nhwc(const void* x, const void* bias, void* out, DType type, int64_t n, int64_t hw, int64_t c,
-               cudaStream_t stream, bool accumulate, const void* image_bias) {
+               cudaStream_t stream, bool accumulate, const void* image_bias, int64_t image_bias_stride) {
     const int64_t count = detail::checked_count("from_nhwc", {n, hw, c});
+    if (image_bias_stride == 0) image_bias_stride = c;
+    require(image_bias_stride >= c, ErrorKind::InvalidArgument,
+            "kiln::cuda::from_nhwc: image_bias rows of " + std::to_string(image_bias_stride) + " values for " +
+                std::to_string(c) + " channels");
     detail::dispatch("from_nhwc", type, [](auto) {});
     if (count == 0) return;
     detail::check_pointer("from_nhwc", "x", x);
@@ -391,16 +395,16 @@ void from_nhwc(const void* x, const void* bias, void* out, DType type, int64_t n
         if constexpr (sizeof(T) == 2) {
             if (fast_fits<T>(hw, c, x, out)) {
                 detail::launch_dependent(from_nhwc_fast_kernel<T>, fast_grid(n, hw, c), kFastThreads, 0, stream, xt,
-                                         bt, ib, o, n, hw, c, accumulate);
+                                         bt, ib, image_bias_stride, o, n, hw, c, accumulate);
                 return;
             }
         }
         if (pairs_fit<T>(c, hw, x, out))
             detail::launch_dependent(from_nhwc_kernel<T, 2>, tile_grid<2>(n, hw, c), dim3(kTile, kTileRows), 0,
-                                     stream, xt, bt, ib, o, n, hw, c, accumulate);
+                                     stream, xt, bt, ib, image_bias_stride, o, n, hw, c, accumulate);
         else
             detail::launch_dependent(from_nhwc_kernel<T, 1>, tile_grid<1>(n, hw, c), dim3(kTile, kTileRows), 0,
-                                     stream, xt, bt, ib, o, n, hw, c, accumulate);
+                                     stream, xt, bt, ib, image_bias_stride, o, n, hw, c, accumulate);
     });
     KILN_CUDA_CHECK(cudaGetLastError());
 }

@@ -158,17 +158,20 @@ Tensor CudaDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, in
     }
     if (f.image_bias) {
         same_place("conv2d", x, *f.image_bias, "image_bias");
-        if (f.image_bias->shape() != Shape{sh.n, sh.cout} || f.upsampled || f.accumulate)
-            bad("conv2d", desc("image_bias", *f.image_bias) + " for " + desc("w", w) + " (alone, [N, Cout])");
+        const Tensor& ib = *f.image_bias;
+        if (ib.rank() != 2 || ib.dim(0) != sh.n || f.image_bias_at < 0 || f.image_bias_at + sh.cout > ib.dim(1) ||
+            f.upsampled || f.accumulate)
+            bad("conv2d", desc("image_bias", ib) + " at column " + std::to_string(f.image_bias_at) + " for " +
+                              desc("w", w) + " (alone, [N, >= at + Cout])");
     }
     const bool fused = f.upsampled || f.accumulate || f.image_bias;
     if (fused && !(on_nhwc_route(sh, stats != nullptr) && (!f.upsampled || h * wd < (int64_t(1) << 31)))) {
         if (f.upsampled)
             return conv(upsample_nearest2x(x), w, b, stride, padding, stats, gamma, beta, groups,
-                        {false, f.accumulate, nullptr});
+                        {false, f.accumulate, nullptr, 0});
         if (f.image_bias) {
             Tensor y = conv(x, w, b, stride, padding, stats, gamma, beta, groups);
-            add_channel_bias_(y, *f.image_bias);
+            add_channel_bias_(y, image_bias_columns(*f.image_bias, f.image_bias_at, sh.cout));
             return y;
         }
         add_(*f.accumulate, conv(x, w, b, stride, padding, stats, gamma, beta, groups));
@@ -179,7 +182,8 @@ Tensor CudaDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, in
     if (out.numel() == 0) return y;
     Timed timed(backend_, ops::OpKind::Conv2d,
                 2.0 * double(sh.n) * double(sh.cout) * double(sh.oh * sh.ow) * double(sh.cin * sh.k * sh.k));
-    const ConvCall call{x, w, b, stats, gamma, beta, groups, sh, f.upsampled, f.accumulate != nullptr, f.image_bias};
+    const ConvCall call{x,  w,          b,  stats, gamma, beta, groups, sh, f.upsampled, f.accumulate != nullptr,
+                        f.image_bias, f.image_bias_at};
     if (fused)
         run_conv_route(ConvRoute::CudnnNhwc, call, out);
     else
@@ -315,7 +319,8 @@ void CudaDeviceOps::conv_cudnn_nhwc(const ConvCall& c, Tensor& y) const {
     std::vector<Tensor> scratch;  // alive until the convolution is queued; the stream orders its reuse
     backend_.cudnn_nhwc()->run(sh, xt.device_data(), filter, yt.device_data(), s, scratch_in(scratch));
     from_nhwc(yt.device_data(), c.b ? c.b->device_data() : nullptr, y.device_data(), y.dtype(), sh.n, sh.oh * sh.ow,
-              sh.cout, s, c.accumulate, c.image_bias ? c.image_bias->device_data() : nullptr);
+              sh.cout, s, c.accumulate, c.image_bias ? at(*c.image_bias, c.image_bias_at) : nullptr,
+              c.image_bias ? c.image_bias->dim(1) : 0);
 }
 
 // The direct kernel for 1 to 4 output channels (conv_few_outputs.cu), on NCHW: no copies around it.
@@ -382,12 +387,12 @@ void CudaDeviceOps::conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int 
                                                 int stride, int padding) const {
     Timed timed(backend_, ops::OpKind::GroupNorm);
     const Tensor stats = stats_for_conv("conv2d_group_norm_silu_add_", x, groups, gamma, beta, eps);
-    conv(x, w, b, stride, padding, &stats, &gamma, &beta, groups, {false, &y, nullptr});
+    conv(x, w, b, stride, padding, &stats, &gamma, &beta, groups, {false, &y, nullptr, 0});
 }
 
 Tensor CudaDeviceOps::conv2d_upsample2x(const Tensor& x, const Tensor& w, const Tensor* b, int stride,
                                         int padding) const {
-    return conv(x, w, b, stride, padding, nullptr, nullptr, nullptr, 0, {true, nullptr, nullptr});
+    return conv(x, w, b, stride, padding, nullptr, nullptr, nullptr, 0, {true, nullptr, nullptr, 0});
 }
 
 void CudaDeviceOps::conv_im2col(const ConvCall& c, Tensor& y) const {
@@ -479,10 +484,11 @@ Tensor CudaDeviceOps::conv2d_group_norm_silu(const Tensor& x, int groups, const 
 
 Tensor CudaDeviceOps::conv2d_group_norm_silu_plus(const Tensor& x, int groups, const Tensor& gamma,
                                                   const Tensor& beta, float eps, const Tensor& w, const Tensor* b,
-                                                  const Tensor& image_bias, int stride, int padding) const {
+                                                  const Tensor& image_bias, int64_t at, int stride,
+                                                  int padding) const {
     Timed timed(backend_, ops::OpKind::GroupNorm);
     const Tensor stats = stats_for_conv("conv2d_group_norm_silu_plus", x, groups, gamma, beta, eps);
-    return conv(x, w, b, stride, padding, &stats, &gamma, &beta, groups, {false, nullptr, &image_bias});
+    return conv(x, w, b, stride, padding, &stats, &gamma, &beta, groups, {false, nullptr, &image_bias, at});
 }
 
 Tensor CudaDeviceOps::group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,

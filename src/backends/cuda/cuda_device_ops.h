@@ -32,6 +32,7 @@ public:
     // image, or add onto y); the composition otherwise.
     Tensor conv2d_group_norm_silu_plus(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                                        float eps, const Tensor& w, const Tensor* b, const Tensor& image_bias,
+                                       int64_t at,
                                        int stride, int padding) const override;
     void conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                                      float eps, const Tensor& w, const Tensor* b, int stride,
@@ -81,7 +82,8 @@ private:
         ConvShape shape;
         bool upsampled = false;   // x is half the shape's size: read as its nearest-2x upsampling (NHWC route)
         bool accumulate = false;  // y += the convolution (NHWC route)
-        const Tensor* image_bias = nullptr;  // [n, cout] added after the bias (NHWC route)
+        const Tensor* image_bias = nullptr;  // [n, >= cout] added after the bias (NHWC route)
+        int64_t image_bias_at = 0;           // from this column
     };
     void conv_routed(const ConvCall& c, Tensor& y) const;
     void run_conv_route(ConvRoute route, const ConvCall& c, Tensor& y) const;
@@ -103,7 +105,8 @@ private:
     struct ConvFusion {  // {} (value-initialised): neither
         bool upsampled;      // convolve x's nearest-2x upsampling
         Tensor* accumulate;  // add the result onto this instead of returning it
-        const Tensor* image_bias;  // [n, cout]: add_channel_bias_ onto the result
+        const Tensor* image_bias;  // [n, W]: add_channel_bias_ of its columns [at, at + cout) onto the result
+        int64_t image_bias_at;
     };
     Tensor conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding, const Tensor* norm_stats,
                 const Tensor* gamma, const Tensor* beta, int groups, ConvFusion fusion = {}) const;

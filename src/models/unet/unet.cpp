@@ -263,10 +263,7 @@ Tensor UNet::forward(const UNetInputs& in) const {
     for (const Tensor& w : kv_projections_) kv.push_back(ops::linear(*in.context, w, nullptr));
     std::vector<Tensor> time;  // per width, [N, k C]: every block's time projection
     for (const Linear& p : time_projections_) time.push_back(p(emb));
-    auto resnet = [&](const ResnetBlock& b, const Tensor& x) {
-        const Tensor& all = time[size_t(b.time_group)];
-        return all.dim(1) == b.out_channels ? b(x, all) : b(x, ops::columns(all, b.time_offset, b.out_channels));
-    };
+    auto resnet = [&](const ResnetBlock& b, const Tensor& x) { return b(x, time[size_t(b.time_group)]); };
 
     // Each down output is the next block's input and a skip: it moves into skips and is read from there (a
     // copy of a device tensor is a copy of its storage).

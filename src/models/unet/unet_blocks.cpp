@@ -48,11 +48,11 @@ void ResnetBlock::load(WeightReader& r, const std::string& name, int64_t in, int
     if (has_shortcut) shortcut.load(r, name + ".conv_shortcut", in, out, 1);
 }
 
-Tensor ResnetBlock::operator()(const Tensor& x, const Tensor& temb_proj) const {
+Tensor ResnetBlock::operator()(const Tensor& x, const Tensor& time) const {
     // conv(silu(norm(.))) fused: the normalised copies are never made.
-    // The time embedding is added per image and channel as conv1's output is written.
+    // The time embedding is added per image and channel as conv1's output is written, read at its column.
     Tensor h = ops::conv2d_group_norm_silu_plus(x, norm1.groups, norm1.gamma, norm1.beta, norm1.eps, conv1.weight,
-                                                &conv1.bias, temb_proj, conv1.stride, conv1.padding);
+                                                &conv1.bias, time, time_offset, conv1.stride, conv1.padding);
     if (has_shortcut) {  // conv2 adds onto the shortcut's fresh output: no pass of its own for the residual
         Tensor out = shortcut(x);
         ops::conv2d_group_norm_silu_add_(out, h, norm2.groups, norm2.gamma, norm2.beta, norm2.eps, conv2.weight,

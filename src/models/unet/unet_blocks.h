@@ -47,8 +47,9 @@ struct ResnetBlock {
     int time_group = 0;        // which of the UNet's stacked time projections holds this block's
     int64_t time_offset = 0;   // and at which column
     void load(WeightReader& r, const std::string& name, int64_t in, int64_t out, int groups, float eps);
-    // temb_proj: time_emb_proj(silu(temb)) for this block, [N, out_channels].
-    Tensor operator()(const Tensor& x, const Tensor& temb_proj) const;
+    // time: the stacked time projections of this block's width, [N, W]; this block's time_emb_proj(silu(temb))
+    // is at columns [time_offset, time_offset + out_channels).
+    Tensor operator()(const Tensor& x, const Tensor& time) const;
 };
 
 // Self-attention stacks its q, k and v projections into one ([3 dim, dim]): one product where there were three,
