@@ -18,6 +18,7 @@ EXCLUDE=(
   attention.cu  # inline PTX for NVIDIA's tensor cores (mma.sync, ldmatrix, cp.async): AMD needs its own kernel
   gemm.cpp      # cuBLASLt; on AMD the products would go through hipBLASLt (not in Debian's ROCm 5.2)
   cuda_backend.cpp  # CUDA graphs and stream capture, whose hip* names gpu_runtime.h does not map yet
+  graph_memset_nodes.cu  # CUDA graph surgery (the same)
 )
 
 command -v hipcc >/dev/null || { echo "hip-compile-check: hipcc not found (apt-get install hipcc)" >&2; exit 1; }

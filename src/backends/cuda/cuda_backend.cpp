@@ -8,6 +8,7 @@
 #include "backends/cuda/cuda_device_ops.h"
 #include "backends/cuda/dependent_launch.h"
 #include "backends/cuda/device_info.h"
+#include "backends/cuda/graph_memset_nodes.h"
 #include "backends/cuda/kernels.h"
 #include "core/tensor.h"
 #include "kiln/error.h"
@@ -210,7 +211,13 @@ Tensor CudaBackend::run_recorded(const std::string& key, const std::vector<const
                 throw;
             }
             KILN_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-            KILN_CUDA_CHECK(cudaGraphInstantiate(&r.exec, graph, 0));
+            try {
+                memset_nodes_to_kernels(graph);  // a library's memsets, each a slow node of its own
+                KILN_CUDA_CHECK(cudaGraphInstantiate(&r.exec, graph, 0));
+            } catch (...) {
+                cudaGraphDestroy(graph);
+                throw;
+            }
             cudaGraphDestroy(graph);
         } catch (const Error&) {
             // Not recordable (a host round trip inside, say): run this key eagerly from now on.

@@ -65,7 +65,7 @@ bool choose_cudnn_plan(cudnnHandle_t handle, const Desc& graph, cudaStream_t str
         float ms = 0.0f;
         try {
             run(p.plan.d, ws);  // the first run may load the kernel
-            ms = timer.mean_ms(stream, timed_runs, [&] { run(p.plan.d, ws); });
+            ms = timer.graph_mean_ms(stream, timed_runs, [&] { run(p.plan.d, ws); });
         } catch (const Error& e) {
             if (e.kind() == ErrorKind::OutOfMemory) throw;
             continue;  // this engine refuses the call: try the next

@@ -1,9 +1,12 @@
 // Times work queued on a stream with two CUDA events, for the choices made by measuring on a shape's first
-// call (the convolution route, cuDNN's engine). The events are destroyed however the caller's loop ends
-// (a candidate may throw). Waits for the stream: never inside a stream capture.
+// call (the convolution route, cuDNN's engine, cuBLASLt's algorithm). The events are destroyed however the
+// caller's loop ends (a candidate may throw). Waits for the stream: never inside a stream capture.
 #pragma once
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/gpu_runtime.h"
+#if !defined(KILN_HIP)
+#include "backends/cuda/graph_memset_nodes.h"
+#endif
 
 namespace kiln::cuda {
 
@@ -41,6 +44,61 @@ public:
         start(s);
         for (int r = 0; r < runs; ++r) f();
         return stop_ms(s) / float(runs);
+    }
+
+    // Mean milliseconds of `runs` runs of f() as they run in a recorded call: captured into a CUDA graph that is
+    // replayed between the events. A library's memsets are nodes of their own there and cost far more than
+    // on a stream (session 11, SD 1.5's UNet graph on the H200: about 5 us each, where one kernel follows
+    // another after 0.5 us), so a choice between candidates must see them. Where the stream cannot be captured
+    // (the legacy stream, HIP builds), mean_ms.
+    template <class F>
+    float graph_mean_ms(cudaStream_t s, int runs, F&& f) {
+#if defined(KILN_HIP)
+        return mean_ms(s, runs, f);
+#else
+        if (!s || cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return mean_ms(s, runs, f);
+        }
+        cudaGraph_t graph = nullptr;
+        try {
+            for (int r = 0; r < runs; ++r) f();
+        } catch (...) {
+            if (cudaStreamEndCapture(s, &graph) == cudaSuccess && graph) (void)cudaGraphDestroy(graph);
+            (void)cudaGetLastError();
+            throw;
+        }
+        // A library call that cannot be captured ends the capture with an error: time it on the stream then.
+        if (cudaStreamEndCapture(s, &graph) != cudaSuccess || !graph) {
+            (void)cudaGetLastError();
+            return mean_ms(s, runs, f);
+        }
+        cudaGraphExec_t exec = nullptr;
+        cudaError_t made = cudaSuccess;
+        try {
+            memset_nodes_to_kernels(graph);  // as the backend's recordings have them
+            made = cudaGraphInstantiate(&exec, graph, 0);
+        } catch (...) {
+            (void)cudaGraphDestroy(graph);
+            throw;
+        }
+        (void)cudaGraphDestroy(graph);
+        if (made != cudaSuccess) {
+            (void)cudaGetLastError();
+            return mean_ms(s, runs, f);
+        }
+        try {
+            KILN_CUDA_CHECK(cudaGraphLaunch(exec, s));  // the first launch uploads the graph: not timed
+            start(s);
+            KILN_CUDA_CHECK(cudaGraphLaunch(exec, s));
+            const float ms = stop_ms(s) / float(runs);
+            (void)cudaGraphExecDestroy(exec);
+            return ms;
+        } catch (...) {
+            (void)cudaGraphExecDestroy(exec);
+            throw;
+        }
+#endif
     }
 
 private:

@@ -85,8 +85,8 @@ struct Gemm::Impl {
     }
 
     // The fastest of the heuristic's candidates for g (the first where the stream is being captured, or only
-    // one was offered), each timed over kAlgoRuns products into a scratch D: C (an accumulator with beta 1)
-    // is left as it was.
+    // one was offered), each timed over kAlgoRuns products into a scratch D, replayed as a graph (where some
+    // algorithms' memsets cost most): C (an accumulator with beta 1) is left as it was.
     cublasLtMatmulAlgo_t fastest(const Plan& p, const GemmArgs& g, const cublasLtMatmulHeuristicResult_t* results,
                                  int found, cudaStream_t stream) {
         cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -111,9 +111,7 @@ struct Gemm::Impl {
                                           &results[i].algo, workspace, kWorkspaceBytes, stream);
                 };
                 if (product() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that cannot run this product
-                timer.start(stream);
-                for (int r = 0; r < kAlgoRuns; ++r) KILN_LT_CHECK(product());
-                const float ms = timer.stop_ms(stream);
+                const float ms = timer.graph_mean_ms(stream, kAlgoRuns, [&] { KILN_LT_CHECK(product()); });
                 if (best_ms < 0.0f || ms < best_ms) best_ms = ms, best = i;
             }
         } catch (...) {

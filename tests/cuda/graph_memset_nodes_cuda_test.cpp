@@ -1,0 +1,101 @@
+// memset_nodes_to_kernels (graph_memset_nodes.h): a graph's memset nodes become kernels that write the same
+// bytes, at the same place in the graph's order. Memsets of 1, 2 and 4-byte elements, 1D and 2D (a pitch wider
+// than a row, whose gap must keep its bytes), each between a copy before it (which must land first: the memset
+// overwrites part of it) and a copy after it (which must see the memset's bytes).
+#include <cstring>
+#include <vector>
+
+#include "backends/cuda/graph_memset_nodes.h"
+#include "cuda/kernel_test_support.h"
+
+namespace kiln::cuda::test {
+namespace {
+
+struct Fill {
+    unsigned element_size, value;
+    size_t width, height, pitch;  // pitch in bytes; height 1: a 1D memset
+};
+
+// The bytes the memset leaves in a buffer of `bytes` that held `before`.
+std::vector<unsigned char> filled(const Fill& f, std::vector<unsigned char> before) {
+    for (size_t r = 0; r < f.height; ++r)
+        for (size_t i = 0; i < f.width; ++i)
+            std::memcpy(&before[r * f.pitch + i * f.element_size], &f.value, f.element_size);  // little-endian
+    return before;
+}
+
+TEST(GraphMemsetNodesCuda, EachMemsetBecomesAKernelWritingTheSameBytesInTheSameOrder) {
+    KILN_SKIP_WITHOUT_GPU();
+    const Fill fills[] = {{1, 0x5a, 1, 1, 1},       {4, 0, 1, 1, 4},        {4, 0xdeadbeef, 1000, 1, 4000},
+                          {2, 0xbeef, 333, 1, 666}, {1, 0xa5, 70001, 1, 70001}, {4, 7, 17, 5, 100},
+                          {2, 0x1234, 3, 4, 10}};
+    for (const Fill& f : fills) {
+        const size_t bytes = f.height * f.pitch;
+        std::vector<unsigned char> before(bytes);
+        for (size_t i = 0; i < bytes; ++i) before[i] = static_cast<unsigned char>(i * 7 + 3);
+        unsigned char *source = nullptr, *target = nullptr, *after = nullptr;
+        ASSERT_EQ(cudaMalloc(&source, bytes), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&target, bytes), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&after, bytes), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(source, before.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemset(target, 0, bytes), cudaSuccess);
+
+        cudaGraph_t graph = nullptr;
+        ASSERT_EQ(cudaGraphCreate(&graph, 0), cudaSuccess);
+        cudaGraphNode_t in = nullptr, set = nullptr, out = nullptr;
+        ASSERT_EQ(cudaGraphAddMemcpyNode1D(&in, graph, nullptr, 0, target, source, bytes, cudaMemcpyDeviceToDevice),
+                  cudaSuccess);
+        cudaMemsetParams m{};
+        m.dst = target;
+        m.value = f.value;
+        m.elementSize = f.element_size;
+        m.width = f.width;
+        m.height = f.height;
+        m.pitch = f.pitch;
+        ASSERT_EQ(cudaGraphAddMemsetNode(&set, graph, &in, 1, &m), cudaSuccess);
+        ASSERT_EQ(cudaGraphAddMemcpyNode1D(&out, graph, &set, 1, after, target, bytes, cudaMemcpyDeviceToDevice),
+                  cudaSuccess);
+
+        EXPECT_EQ(memset_nodes_to_kernels(graph), 1);
+        size_t count = 0;
+        ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &count), cudaSuccess);
+        std::vector<cudaGraphNode_t> nodes(count);
+        ASSERT_EQ(cudaGraphGetNodes(graph, nodes.data(), &count), cudaSuccess);
+        EXPECT_EQ(count, 3u);
+        for (cudaGraphNode_t n : nodes) {
+            cudaGraphNodeType type{};
+            ASSERT_EQ(cudaGraphNodeGetType(n, &type), cudaSuccess);
+            EXPECT_NE(type, cudaGraphNodeTypeMemset);
+        }
+
+        cudaGraphExec_t exec = nullptr;
+        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(exec, nullptr), cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<unsigned char> got(bytes);
+        ASSERT_EQ(cudaMemcpy(got.data(), after, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_EQ(got, filled(f, before)) << f.element_size << "-byte elements, " << f.width << " x " << f.height
+                                          << ", pitch " << f.pitch;
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        cudaFree(source);
+        cudaFree(target);
+        cudaFree(after);
+    }
+}
+
+TEST(GraphMemsetNodesCuda, AGraphWithoutMemsetsIsLeftAsItWas) {
+    KILN_SKIP_WITHOUT_GPU();
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaGraphCreate(&graph, 0), cudaSuccess);
+    cudaGraphNode_t empty = nullptr;
+    ASSERT_EQ(cudaGraphAddEmptyNode(&empty, graph, nullptr, 0), cudaSuccess);
+    EXPECT_EQ(memset_nodes_to_kernels(graph), 0);
+    size_t count = 0;
+    ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &count), cudaSuccess);
+    EXPECT_EQ(count, 1u);
+    cudaGraphDestroy(graph);
+}
+
+}  // namespace
+}  // namespace kiln::cuda::test
