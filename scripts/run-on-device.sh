@@ -5,6 +5,8 @@
 #   scripts/run-on-device.sh gpu-tests [filter]      the tests of every GPU backend (kiln_gpu_tests: CUDA, Vulkan)
 #   scripts/run-on-device.sh gdb-tests [filter]      the same under cuda-gdb, printing a backtrace on a crash
 #   scripts/run-on-device.sh kiln ARGS...            the kiln program (bench, txt2img, info --devices)
+#   scripts/run-on-device.sh program NAME ARGS...    any staged program by name (e.g. an earlier build staged as
+#                                                    kiln_old, alternated with kiln for an A/B comparison)
 #   scripts/run-on-device.sh attention-bench ARGS... the attention kernels' bench (bench/cuda), cuDNN's beside them
 #   scripts/run-on-device.sh vulkan-products [N] [runs]  the Vulkan product kernels' bench (bench/vulkan)
 set -euo pipefail
@@ -43,7 +45,8 @@ case "$what" in
   gpu-tests) exec "$root/pack/kiln_gpu_tests" ${1:+--gtest_filter="$1"} ;;
   gdb-tests) exec cuda-gdb -q -batch -ex run -ex bt --args "$root/pack/kiln_cuda_tests" ${1:+--gtest_filter="$1"} ;;
   kiln) exec "$root/pack/kiln" "$@" ;;
+  program) name=$1; shift; exec "$root/pack/$name" "$@" ;;
   attention-bench) exec "$root/pack/kiln_cuda_attention_bench" "$@" ;;
   vulkan-products) exec "$root/pack/kiln_vulkan_products_bench" "$@" ;;
-  *) echo "usage: $0 tests [filter] | gpu-tests [filter] | gdb-tests [filter] | kiln ARGS... | attention-bench ARGS... | vulkan-products [N] [runs]" >&2; exit 2 ;;
+  *) echo "usage: $0 tests [filter] | gpu-tests [filter] | gdb-tests [filter] | kiln ARGS... | program NAME ARGS... | attention-bench ARGS... | vulkan-products [N] [runs]" >&2; exit 2 ;;
 esac
