@@ -74,10 +74,13 @@ std::vector<float> norm_input(size_t count, size_t block, uint64_t seed, size_t 
 TEST(KernelsCuda, LayerNormMatchesTheReference) {
     KILN_SKIP_WITHOUT_GPU();
     // rows, cols: odd widths, SD's 320 to 2048 (a warp per row up to 768: 8, 16 or 24 values a lane; 16-bit rows
-    // of whole quads up to 1280, 40 a lane; a block past them).
+    // of whole 8-value groups up to 2048, a block of 8 values a thread, some threads idle at 776; other 16-bit
+    // rows of whole quads up to 1280, 40 a lane; a block of plain sums past them).
     const int64_t shapes[][2] = {{1, 1},   {3, 31},   {2, 33},    {77, 320},  {3, 1281},
                                  {70001, 5}, {9, 640}, {5, 2048}, {4, 2049}, {2, 256},
                                  {6, 768},   {2, 769}, {3, 257},  {5, 1280}, {3, 1276}, {2, 772},
+                                 {3, 776},   {2, 1024},
+                                 {512, 1280},  // SD 1.5's 16x16 level
                                  {8193, 320}};  // SD 1.5's 64x64 level and one more row: many blocks
     const float eps = 1e-5f;
     for (DType type : kStorageTypes)
@@ -121,7 +124,7 @@ TEST(KernelsCuda, GroupNormStatsAndApplyMatchTheReference) {
                                {1, 3, 12347, 3, 1e-5f},  // chunked in 16-byte loads, and (odd groups) in 1-value
                                {1, 1, 8193, 1, 1e-5f},   // a chunk of 1 value after whole ones
                                {1, 1, 12300, 1, 1e-5f},  // a multiple of 4, not 8: 16-byte loads for float only
-                               {1, 3, 700000, 1, 1e-5f},  // 4102 chunks: the finish's threads take 17 or 16
+                               {1, 3, 700000, 1, 1e-5f},  // 4102 chunks: the finish's lanes take 129 or 128
                                {2, 320, 4096, 32, 1e-5f}};  // SD 1.5's 64x64 level: 80 chunks a group
     for (DType type : kStorageTypes)
         for (const GroupCase& gc : cases) {
