@@ -97,8 +97,23 @@ private:
 }  // namespace
 
 void conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
-                                 float eps, const Tensor& w, const Tensor* b, int stride, int padding) {
-    if (y.on_device()) return device_ops(y).conv2d_group_norm_silu_add_(y, x, groups, gamma, beta, eps, w, b, stride, padding);
+                                 float eps, const Tensor& w, const Tensor* b, int stride, int padding,
+                                 const Tensor* y_bias) {
+    if (y_bias) {
+        require(y.rank() >= 2 && y_bias->numel() == y.dim(1) && y_bias->on_device() == y.on_device(),
+                ErrorKind::InvalidArgument,
+                "conv2d_group_norm_silu_add_: y_bias " + shape_str(y_bias->shape()) + " for y " + shape_str(y.shape()) +
+                    (y_bias->on_device() == y.on_device() ? "" : " in another place"));
+    }
+    if (y.on_device())
+        return device_ops(y).conv2d_group_norm_silu_add_(y, x, groups, gamma, beta, eps, w, b, stride, padding, y_bias);
+    if (y_bias) {  // the float sums conv2d's bias makes
+        const Tensor bias = y_bias->to_f32();
+        const int64_t c = y.dim(1), inner = y.numel() / std::max<int64_t>(1, y.dim(0) * c);
+        float* v = y.data();
+        for (int64_t plane = 0; plane < y.dim(0) * c; ++plane)
+            for (int64_t i = 0; i < inner; ++i) v[plane * inner + i] += bias.data()[plane % c];
+    }
     detail::conv2d_group_norm_silu_add_tiled(y, x, groups, gamma, beta, eps, w, b, stride, padding,
                                              detail::kIm2colBudgetBytes);
 }

@@ -24,11 +24,12 @@ public:
     virtual Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                                           float eps, const Tensor& w, const Tensor* b, int stride,
                                           int padding) const = 0;
-    // y += conv2d_group_norm_silu(x, ...); and the convolution of x's nearest-2x upsampling. A backend without a
-    // fused form composes them.
+    // y += y_bias (per channel, may be null), then y += conv2d_group_norm_silu(x, ...); and the convolution of x's
+    // nearest-2x upsampling. A backend without a fused form composes them.
     virtual void conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const Tensor& gamma,
                                              const Tensor& beta, float eps, const Tensor& w, const Tensor* b,
-                                             int stride, int padding) const {
+                                             int stride, int padding, const Tensor* y_bias) const {
+        if (y_bias) add_channel_bias_(y, per_image(*y_bias, y.dim(0)));
         add_(y, conv2d_group_norm_silu(x, groups, gamma, beta, eps, w, b, stride, padding));
     }
     // conv2d_group_norm_silu then add_channel_bias_(y, image_bias's columns [at, at + Cout)); composed where
@@ -79,6 +80,13 @@ public:
                                       float downscale_freq_shift, float max_period, DType out_type) const = 0;
 
 protected:
+    // bias [C] as add_channel_bias_'s [n, C]: the same row for every image.
+    Tensor per_image(const Tensor& bias, int64_t n) const {
+        const int64_t c = bias.numel();
+        Tensor rows = bias.reshaped({1, c, 1});
+        for (int64_t i = 1; i < n; ++i) rows = concat_channels(rows, bias.reshaped({1, c, 1}));
+        return rows.reshaped({n, c});
+    }
     // image_bias [N, W]'s columns [at, at + count) as a tensor of their own (image_bias itself where they are all
     // of it): what conv2d_group_norm_silu_plus adds where it is composed.
     Tensor image_bias_columns(const Tensor& image_bias, int64_t at, int64_t count) const {

@@ -44,9 +44,12 @@ Tensor conv2d_group_norm_silu_plus(const Tensor& x, int groups, const Tensor& ga
                                    int stride = 1, int padding = 0);
 
 // y += conv2d_group_norm_silu(x, ...) with exactly add_'s bits, without the convolution's output: each tile
-// of it is added as soon as it is made (a ResNet block's residual sum). y is [N, O, Ho, Wo] and not x.
+// of it is added as soon as it is made (a ResNet block's residual sum). y is [N, O, Ho, Wo] and not x. With
+// y_bias [O], y's channels get it added first, as conv2d's bias would have (a ResNet's shortcut convolution made
+// without its bias, which a GPU then adds as it sums conv2's output onto it rather than in a pass of its own).
 void conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
-                                 float eps, const Tensor& w, const Tensor* b, int stride = 1, int padding = 0);
+                                 float eps, const Tensor& w, const Tensor* b, int stride = 1, int padding = 0,
+                                 const Tensor* y_bias = nullptr);
 
 // conv2d_group_norm_silu(x, ...) with exactly its bits, written over x (move it in): each output tile
 // goes into x's storage once no later tile reads the input under it, so input and output never both

@@ -110,10 +110,23 @@ TEST(ConvRoutesCuda, EveryRouteAgreesWithTheHost) {
                 kiln::ops::add_channel_bias_(plus_ref, image_bias);
                 Tensor plus_scale = kiln::ops::conv2d(abs_of(normed), abs_of(w), &babs, 1, 1);
                 kiln::ops::add_channel_bias_(plus_scale, abs_of(image_bias));
+                Tensor y_bias = random_in({c.cout}, 38, t), ybd = y_bias.to_device(*gpu, t);
+                std::vector<float> yb_rows;  // y_bias for each image, as add_channel_bias_ takes it
+                for (int64_t i = 0; i < c.n; ++i)
+                    yb_rows.insert(yb_rows.end(), y_bias.values().begin(), y_bias.values().end());
+                Tensor yb_rows_d = Tensor({c.n, c.cout}, yb_rows).to_device(*gpu, t);
                 for (int call = 1; call <= 2; ++call) {
                     const std::string name = std::string(route) + " call " + std::to_string(call) + " " + c.name();
                     Tensor accd = acc.to_device(*gpu, t);
-                    ops.conv2d_group_norm_silu_add_(accd, xd, c.groups, gd, betad, 1e-5f, wd, &bd, 1, 1);
+                    ops.conv2d_group_norm_silu_add_(accd, xd, c.groups, gd, betad, 1e-5f, wd, &bd, 1, 1, nullptr);
+                    // With a bias for y first (the UNet's shortcut): the bits of adding it, then the rest.
+                    Tensor shifted = acc.to_device(*gpu, t), composed_shift = acc.to_device(*gpu, t);
+                    ops.conv2d_group_norm_silu_add_(shifted, xd, c.groups, gd, betad, 1e-5f, wd, &bd, 1, 1, &ybd);
+                    ops.add_channel_bias_(composed_shift, yb_rows_d);
+                    ops.conv2d_group_norm_silu_add_(composed_shift, xd, c.groups, gd, betad, 1e-5f, wd, &bd, 1, 1,
+                                                    nullptr);
+                    EXPECT_EQ(shifted.to_host().values(), composed_shift.to_host().values())
+                        << name << " conv2d_group_norm_silu_add_ with y_bias";
                     // The GroupNorm conv's bound (above) plus the sum's own rounding (as add_).
                     expect_close(accd.to_host(), ref, scale, k + double(c.h) * c.w * c.cin / c.groups, t, 4,
                                  name + " conv2d_group_norm_silu_add_");

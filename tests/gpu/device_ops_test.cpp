@@ -138,6 +138,13 @@ TEST_P(DeviceOps, ResidualAndUpsampledConvolutions) {
         Tensor up_ref = ops::conv2d(up, wt, &b, 1, 1);
         Tensor up_scale = ops::conv2d(abs_of(up), abs_of(wt), &babs, 1, 1);
         Tensor image_bias = random({n, cout}, 47, t);
+        // y_bias: the shortcut's bias added to y before the sum (the CPU's form is the reference).
+        Tensor y_bias = random({cout}, 50, t), ref_shift = acc, scale_shift = scale;
+        ops::conv2d_group_norm_silu_add_(ref_shift, x, groups, gamma, beta, 1e-5f, wt, &b, 1, 1, &y_bias);
+        std::vector<float> yb_abs;
+        for (int i = 0; i < n; ++i)
+            for (float v : y_bias.values()) yb_abs.push_back(std::fabs(v));
+        ops::add_channel_bias_(scale_shift, Tensor({n, cout}, yb_abs));
         Tensor plus_ref = ops::conv2d_group_norm_silu_plus(x, groups, gamma, beta, 1e-5f, wt, &b, image_bias, 0, 1, 1);
         // The UNet's form: the same bias at column 5 of a wider one (every block's time projection, one product).
         Tensor wide_bias = ops::concat_channels(random({n, 5, 1}, 48, t), image_bias.reshaped({n, cout, 1}));
@@ -146,13 +153,17 @@ TEST_P(DeviceOps, ResidualAndUpsampledConvolutions) {
         ops::add_channel_bias_(plus_scale, abs_of(image_bias));
         Tensor xd = x.to_device(*gpu, t), wd = wt.to_device(*gpu, t), bd = b.to_device(*gpu, t);
         Tensor gd = gamma.to_device(*gpu, t), betad = beta.to_device(*gpu, t), ibd = image_bias.to_device(*gpu, t);
-        Tensor wide_d = wide_bias.to_device(*gpu, t);
+        Tensor wide_d = wide_bias.to_device(*gpu, t), ybd = y_bias.to_device(*gpu, t);
         const double k = double(cin) * 9;
         for (int call = 1; call <= 2; ++call) {
             Tensor accd = acc.to_device(*gpu, t);
             ops::conv2d_group_norm_silu_add_(accd, xd, groups, gd, betad, 1e-5f, wd, &bd, 1, 1);
             expect_close(accd.to_host(), ref, scale, k + double(h) * w * cin / groups, t, 4,
                          "conv2d_group_norm_silu_add_ call " + std::to_string(call));
+            Tensor shifted = acc.to_device(*gpu, t);
+            ops::conv2d_group_norm_silu_add_(shifted, xd, groups, gd, betad, 1e-5f, wd, &bd, 1, 1, &ybd);
+            expect_close(shifted.to_host(), ref_shift, scale_shift, k + double(h) * w * cin / groups, t, 5,
+                         "conv2d_group_norm_silu_add_ with y_bias, call " + std::to_string(call));
             expect_close(ops::conv2d_upsample2x(xd, wd, &bd, 1, 1).to_host(), up_ref, up_scale, k, t, 1,
                          "conv2d_upsample2x call " + std::to_string(call));
             expect_close(ops::conv2d_group_norm_silu_plus(xd, groups, gd, betad, 1e-5f, wd, &bd, ibd, 0, 1, 1).to_host(),

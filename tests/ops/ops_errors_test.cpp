@@ -60,6 +60,8 @@ TEST(OpsErrors, Conv2dNormSiluOutputModes) {
                    {"conv2d_group_norm_silu_add_", "y [1, 4, 5, 4]", "[1, 4, 5, 5]"});
     expect_invalid([&] { Tensor x = t({1, 4, 5, 5}); conv2d_group_norm_silu_add_(x, x, 2, g4, g4, 1e-6f, w, nullptr, 1, 1); },
                    {"conv2d_group_norm_silu_add_", "must not be x"});
+    expect_invalid([&] { Tensor y = t({1, 4, 5, 5}); const Tensor b3 = t({3}); conv2d_group_norm_silu_add_(y, t({1, 4, 5, 5}), 2, g4, g4, 1e-6f, w, nullptr, 1, 1, &b3); },
+                   {"conv2d_group_norm_silu_add_", "y_bias [3]", "y [1, 4, 5, 5]"});
     expect_invalid([&] { conv2d_group_norm_silu_inplace(t({1, 3, 5, 5}), 1, Tensor::filled({3}, 1.0f), Tensor::filled({3}, 0.0f), 1e-6f, w, nullptr, 1, 1); },
                    {"conv2d_group_norm_silu_inplace", "[1, 3, 5, 5]", "[4, 4, 3, 3]"});
 }

@@ -103,12 +103,13 @@ __global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
 }
 
 // out [n][c][hw] = x [n][hw][c] + bias[c] (bias may be null), rounded, then + image_bias[n][c] (may be null; its
-// rows image_bias_stride values apart) rounded again (add_channel_bias_'s bits); with `accumulate`, out += that instead (the sum of the rounded value, as add_
-// would make it). kVec 2 needs c and hw even.
+// rows image_bias_stride values apart) rounded again (add_channel_bias_'s bits); with `accumulate`, out += that
+// instead (the sum of the rounded value, as add_ would make it), out first plus out_bias[c] where that is set
+// (rounded, as add_channel_bias would). kVec 2 needs c and hw even.
 template <class T, int kVec>
 __global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
     from_nhwc_kernel(const T* x, const T* bias, const T* image_bias, int64_t image_bias_stride, T* out, int64_t n,
-                     int64_t hw, int64_t c, bool accumulate) {
+                     int64_t hw, int64_t c, bool accumulate, const T* out_bias) {
     detail::dependent_launch_prologue();
     constexpr int kT = kTile * kVec;
     __shared__ float tile[kT][kT + 1];
@@ -133,6 +134,9 @@ __global__ void __launch_bounds__(kTile * kTileRows, kTileBlocks)
                 detail::Vec<T, kVec> o;
                 detail::Vec<T, kVec> old;
                 if (accumulate) old = *reinterpret_cast<const detail::Vec<T, kVec>*>(dst + ch * hw + p);
+                if (out_bias)  // add_channel_bias's rounding of out + out_bias, before the sum
+                    for (int e = 0; e < kVec; ++e)
+                        old.v[e] = detail::from_float<T>(detail::to_float(old.v[e]) + detail::to_float(out_bias[ch]));
                 for (int e = 0; e < kVec; ++e) {
                     float v = tile[kVec * threadIdx.x + e][r];
                     if (bias) v += add;
@@ -226,7 +230,7 @@ __global__ void __launch_bounds__(kFastThreads)
 template <class T>
 __global__ void __launch_bounds__(kFastThreads)
     from_nhwc_fast_kernel(const T* x, const T* bias, const T* image_bias, int64_t image_bias_stride, T* out,
-                          int64_t n, int64_t hw, int64_t c, bool accumulate) {
+                          int64_t n, int64_t hw, int64_t c, bool accumulate, const T* out_bias) {
     detail::dependent_launch_prologue();
     __shared__ Row16 tile_rows[kFast * kFast / 8];
     T* tile = reinterpret_cast<T*>(tile_rows);
@@ -247,6 +251,11 @@ __global__ void __launch_bounds__(kFastThreads)
             const float add_image = image_bias ? detail::to_float(image_bias[b * image_bias_stride + ch]) : 0.0f;
             Row16 old{}, o;
             if (accumulate) old = *reinterpret_cast<const Row16*>(dst + r * hw + 8 * chunk);
+            if (out_bias) {  // add_channel_bias's rounding of out + out_bias, before the sum
+                T* shifted = reinterpret_cast<T*>(&old);
+                const float add_out = detail::to_float(out_bias[ch]);
+                for (int e = 0; e < 8; ++e) shifted[e] = detail::from_float<T>(detail::to_float(shifted[e]) + add_out);
+            }
             const T* ov_old = reinterpret_cast<const T*>(&old);
             T* ov = reinterpret_cast<T*>(&o);
             for (int e = 0; e < 8; ++e) {  // from_nhwc_kernel's arithmetic
@@ -376,12 +385,15 @@ void to_nhwc(const void* x, void* out, DType type, int64_t n, int64_t c, int64_t
 }
 
 void from_nhwc(const void* x, const void* bias, void* out, DType type, int64_t n, int64_t hw, int64_t c,
-               cudaStream_t stream, bool accumulate, const void* image_bias, int64_t image_bias_stride) {
+               cudaStream_t stream, bool accumulate, const void* image_bias, int64_t image_bias_stride,
+               const void* out_bias) {
     const int64_t count = detail::checked_count("from_nhwc", {n, hw, c});
     if (image_bias_stride == 0) image_bias_stride = c;
     require(image_bias_stride >= c, ErrorKind::InvalidArgument,
             "kiln::cuda::from_nhwc: image_bias rows of " + std::to_string(image_bias_stride) + " values for " +
                 std::to_string(c) + " channels");
+    require(!out_bias || accumulate, ErrorKind::InvalidArgument,
+            "kiln::cuda::from_nhwc: out_bias is added to what out holds: accumulate only");
     detail::dispatch("from_nhwc", type, [](auto) {});
     if (count == 0) return;
     detail::check_pointer("from_nhwc", "x", x);
@@ -391,20 +403,21 @@ void from_nhwc(const void* x, const void* bias, void* out, DType type, int64_t n
         const T* xt = static_cast<const T*>(x);
         const T* bt = static_cast<const T*>(bias);
         const T* ib = static_cast<const T*>(image_bias);
+        const T* ob = static_cast<const T*>(out_bias);
         T* o = static_cast<T*>(out);
         if constexpr (sizeof(T) == 2) {
             if (fast_fits<T>(hw, c, x, out)) {
                 detail::launch_dependent(from_nhwc_fast_kernel<T>, fast_grid(n, hw, c), kFastThreads, 0, stream, xt,
-                                         bt, ib, image_bias_stride, o, n, hw, c, accumulate);
+                                         bt, ib, image_bias_stride, o, n, hw, c, accumulate, ob);
                 return;
             }
         }
         if (pairs_fit<T>(c, hw, x, out))
             detail::launch_dependent(from_nhwc_kernel<T, 2>, tile_grid<2>(n, hw, c), dim3(kTile, kTileRows), 0,
-                                     stream, xt, bt, ib, image_bias_stride, o, n, hw, c, accumulate);
+                                     stream, xt, bt, ib, image_bias_stride, o, n, hw, c, accumulate, ob);
         else
             detail::launch_dependent(from_nhwc_kernel<T, 1>, tile_grid<1>(n, hw, c), dim3(kTile, kTileRows), 0,
-                                     stream, xt, bt, ib, image_bias_stride, o, n, hw, c, accumulate);
+                                     stream, xt, bt, ib, image_bias_stride, o, n, hw, c, accumulate, ob);
     });
     KILN_CUDA_CHECK(cudaGetLastError());
 }

@@ -168,12 +168,15 @@ Tensor CudaDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, in
     if (fused && !(on_nhwc_route(sh, stats != nullptr) && (!f.upsampled || h * wd < (int64_t(1) << 31)))) {
         if (f.upsampled)
             return conv(upsample_nearest2x(x), w, b, stride, padding, stats, gamma, beta, groups,
-                        {false, f.accumulate, nullptr, 0});
+                        {false, f.accumulate, nullptr, 0, f.accumulate_bias});
         if (f.image_bias) {
             Tensor y = conv(x, w, b, stride, padding, stats, gamma, beta, groups);
             add_channel_bias_(y, image_bias_columns(*f.image_bias, f.image_bias_at, sh.cout));
             return y;
         }
+        if (f.accumulate_bias)
+            add_channel_bias(f.accumulate->device_data(), f.accumulate_bias->device_data(), f.accumulate->dtype(),
+                             sh.n, sh.cout, sh.oh * sh.ow, backend_.stream(), true);
         add_(*f.accumulate, conv(x, w, b, stride, padding, stats, gamma, beta, groups));
         return Tensor();
     }
@@ -183,7 +186,7 @@ Tensor CudaDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, in
     Timed timed(backend_, ops::OpKind::Conv2d,
                 2.0 * double(sh.n) * double(sh.cout) * double(sh.oh * sh.ow) * double(sh.cin * sh.k * sh.k));
     const ConvCall call{x,  w,          b,  stats, gamma, beta, groups, sh, f.upsampled, f.accumulate != nullptr,
-                        f.image_bias, f.image_bias_at};
+                        f.image_bias, f.image_bias_at, f.accumulate_bias};
     if (fused)
         run_conv_route(ConvRoute::CudnnNhwc, call, out);
     else
@@ -320,7 +323,8 @@ void CudaDeviceOps::conv_cudnn_nhwc(const ConvCall& c, Tensor& y) const {
     backend_.cudnn_nhwc()->run(sh, xt.device_data(), filter, yt.device_data(), s, scratch_in(scratch));
     from_nhwc(yt.device_data(), c.b ? c.b->device_data() : nullptr, y.device_data(), y.dtype(), sh.n, sh.oh * sh.ow,
               sh.cout, s, c.accumulate, c.image_bias ? at(*c.image_bias, c.image_bias_at) : nullptr,
-              c.image_bias ? c.image_bias->dim(1) : 0);
+              c.image_bias ? c.image_bias->dim(1) : 0,
+              c.accumulate_bias ? c.accumulate_bias->device_data() : nullptr);
 }
 
 // The direct kernel for 1 to 4 output channels (conv_few_outputs.cu), on NCHW: no copies around it.
@@ -384,15 +388,16 @@ bool CudaDeviceOps::on_nhwc_route(const ConvShape& sh, bool fused_norm) const {
 
 void CudaDeviceOps::conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const Tensor& gamma,
                                                 const Tensor& beta, float eps, const Tensor& w, const Tensor* b,
-                                                int stride, int padding) const {
+                                                int stride, int padding, const Tensor* y_bias) const {
     Timed timed(backend_, ops::OpKind::GroupNorm);
     const Tensor stats = stats_for_conv("conv2d_group_norm_silu_add_", x, groups, gamma, beta, eps);
-    conv(x, w, b, stride, padding, &stats, &gamma, &beta, groups, {false, &y, nullptr, 0});
+    if (y_bias) same_place("conv2d_group_norm_silu_add_", y, *y_bias, "y_bias");
+    conv(x, w, b, stride, padding, &stats, &gamma, &beta, groups, {false, &y, nullptr, 0, y_bias});
 }
 
 Tensor CudaDeviceOps::conv2d_upsample2x(const Tensor& x, const Tensor& w, const Tensor* b, int stride,
                                         int padding) const {
-    return conv(x, w, b, stride, padding, nullptr, nullptr, nullptr, 0, {true, nullptr, nullptr, 0});
+    return conv(x, w, b, stride, padding, nullptr, nullptr, nullptr, 0, {true, nullptr, nullptr, 0, nullptr});
 }
 
 void CudaDeviceOps::conv_im2col(const ConvCall& c, Tensor& y) const {
@@ -488,7 +493,7 @@ Tensor CudaDeviceOps::conv2d_group_norm_silu_plus(const Tensor& x, int groups, c
                                                   int padding) const {
     Timed timed(backend_, ops::OpKind::GroupNorm);
     const Tensor stats = stats_for_conv("conv2d_group_norm_silu_plus", x, groups, gamma, beta, eps);
-    return conv(x, w, b, stride, padding, &stats, &gamma, &beta, groups, {false, nullptr, &image_bias, at});
+    return conv(x, w, b, stride, padding, &stats, &gamma, &beta, groups, {false, nullptr, &image_bias, at, nullptr});
 }
 
 Tensor CudaDeviceOps::group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,

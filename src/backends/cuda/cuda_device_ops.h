@@ -35,8 +35,8 @@ public:
                                        int64_t at,
                                        int stride, int padding) const override;
     void conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
-                                     float eps, const Tensor& w, const Tensor* b, int stride,
-                                     int padding) const override;
+                                     float eps, const Tensor& w, const Tensor* b, int stride, int padding,
+                                     const Tensor* y_bias) const override;
     Tensor conv2d_upsample2x(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const override;
     Tensor group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps) const override;
     Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) const override;
@@ -84,6 +84,7 @@ private:
         bool accumulate = false;  // y += the convolution (NHWC route)
         const Tensor* image_bias = nullptr;  // [n, >= cout] added after the bias (NHWC route)
         int64_t image_bias_at = 0;           // from this column
+        const Tensor* accumulate_bias = nullptr;  // [cout], added to y before the sum (NHWC route)
     };
     void conv_routed(const ConvCall& c, Tensor& y) const;
     void run_conv_route(ConvRoute route, const ConvCall& c, Tensor& y) const;
@@ -107,6 +108,7 @@ private:
         Tensor* accumulate;  // add the result onto this instead of returning it
         const Tensor* image_bias;  // [n, W]: add_channel_bias_ of its columns [at, at + cout) onto the result
         int64_t image_bias_at;
+        const Tensor* accumulate_bias;  // [cout]: added to *accumulate (per channel) before the result is
     };
     Tensor conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding, const Tensor* norm_stats,
                 const Tensor* gamma, const Tensor* beta, int groups, ConvFusion fusion = {}) const;

@@ -77,12 +77,13 @@ void im2col(const void* x, void* col, DType type, int64_t c, int64_t h, int64_t 
 // upsampled_width > 0, x is [n, c, hw / 4] and is read as its nearest-2x upsampling of that width (hw its
 // pixels). x [n, hw, c] -> out [n, c, hw] plus bias [c] (null: none) then, rounded again, image_bias [n, c]
 // (null: none, as add_channel_bias; its rows image_bias_stride values apart, 0 meaning c), or with accumulate,
-// out += that (the rounded value added and rounded again, as add_). A filter [cout, cin, taps] -> [cout, taps, cin].
+// out += that (the rounded value added and rounded again, as add_; out_bias [c], if set, added to out first and
+// rounded, as add_channel_bias). A filter [cout, cin, taps] -> [cout, taps, cin].
 void to_nhwc(const void* x, void* out, DType type, int64_t n, int64_t c, int64_t hw, const Im2colNorm* norm,
              cudaStream_t stream, int64_t upsampled_width = 0);
 void from_nhwc(const void* x, const void* bias, void* out, DType type, int64_t n, int64_t hw, int64_t c,
                cudaStream_t stream, bool accumulate = false, const void* image_bias = nullptr,
-               int64_t image_bias_stride = 0);
+               int64_t image_bias_stride = 0, const void* out_bias = nullptr);
 void filter_to_krsc(const void* w, void* out, DType type, int64_t cout, int64_t cin, int64_t taps,
                     cudaStream_t stream);
 

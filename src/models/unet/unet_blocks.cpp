@@ -53,10 +53,11 @@ Tensor ResnetBlock::operator()(const Tensor& x, const Tensor& time) const {
     // The time embedding is added per image and channel as conv1's output is written, read at its column.
     Tensor h = ops::conv2d_group_norm_silu_plus(x, norm1.groups, norm1.gamma, norm1.beta, norm1.eps, conv1.weight,
                                                 &conv1.bias, time, time_offset, conv1.stride, conv1.padding);
-    if (has_shortcut) {  // conv2 adds onto the shortcut's fresh output: no pass of its own for the residual
-        Tensor out = shortcut(x);
+    if (has_shortcut) {  // conv2 adds onto the shortcut's fresh output: no pass of its own for the residual,
+        // nor for the shortcut's bias, which is added to it as conv2's output is (y_bias)
+        Tensor out = ops::conv2d(x, shortcut.weight, nullptr, shortcut.stride, shortcut.padding);
         ops::conv2d_group_norm_silu_add_(out, h, norm2.groups, norm2.gamma, norm2.beta, norm2.eps, conv2.weight,
-                                         &conv2.bias, conv2.stride, conv2.padding);
+                                         &conv2.bias, conv2.stride, conv2.padding, &shortcut.bias);
         return out;
     }
     h = ops::conv2d_group_norm_silu(h, norm2.groups, norm2.gamma, norm2.beta, norm2.eps, conv2.weight, &conv2.bias,
