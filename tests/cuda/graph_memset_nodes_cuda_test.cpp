@@ -1,7 +1,8 @@
 // memset_nodes_to_kernels (graph_memset_nodes.h): a graph's memset nodes become kernels that write the same
 // bytes, at the same place in the graph's order. Memsets of 1, 2 and 4-byte elements, 1D and 2D (a pitch wider
 // than a row, whose gap must keep its bytes), each between a copy before it (which must land first: the memset
-// overwrites part of it) and a copy after it (which must see the memset's bytes).
+// overwrites part of it) and a copy after it (which must see the memset's bytes); and one captured on a stream
+// after a kernel, the edge a library's memset has.
 #include <cstring>
 #include <vector>
 
@@ -82,6 +83,53 @@ TEST(GraphMemsetNodesCuda, EachMemsetBecomesAKernelWritingTheSameBytesInTheSameO
         cudaFree(target);
         cudaFree(after);
     }
+}
+
+// As a library's memset is captured: on a stream, after a kernel (whose edge to the fill becomes programmatic on
+// devices with dependent launches: the fill must still see the kernel's writes before its own) and before a copy.
+TEST(GraphMemsetNodesCuda, AMemsetCapturedAfterAKernelStillLandsAfterIt) {
+    KILN_SKIP_WITHOUT_GPU();
+    const int64_t planes = 3, h = 40, w = 50, out_count = planes * 4 * h * w;
+    std::vector<float> x(size_t(planes * h * w));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 1000) + 0.5f;
+    float *dx = nullptr, *target = nullptr, *after = nullptr;
+    const size_t bytes = size_t(out_count) * sizeof(float);
+    ASSERT_EQ(cudaMalloc(&dx, x.size() * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&target, bytes), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&after, bytes), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    cudaStream_t s = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    const size_t zeroed_from = 1000, zeroed = 4 * 777;  // bytes: part of what the kernel wrote
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    upsample_nearest2x(dx, target, DType::F32, planes, h, w, s);
+    ASSERT_EQ(cudaMemsetAsync(reinterpret_cast<char*>(target) + zeroed_from, 0, zeroed, s), cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(after, target, bytes, cudaMemcpyDeviceToDevice, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    EXPECT_EQ(memset_nodes_to_kernels(graph), 1);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    std::vector<float> expected(static_cast<size_t>(out_count));
+    for (int64_t p = 0; p < planes; ++p)
+        for (int64_t y = 0; y < 2 * h; ++y)
+            for (int64_t xx = 0; xx < 2 * w; ++xx)
+                expected[size_t((p * 2 * h + y) * 2 * w + xx)] = x[size_t((p * h + y / 2) * w + xx / 2)];
+    std::memset(reinterpret_cast<char*>(expected.data()) + zeroed_from, 0, zeroed);
+    for (int replay = 0; replay < 3; ++replay) {  // the target is rewritten each time: the order, every time
+        ASSERT_EQ(cudaMemset(after, 0xff, bytes), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+        std::vector<float> got(static_cast<size_t>(out_count));
+        ASSERT_EQ(cudaMemcpy(got.data(), after, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_EQ(std::memcmp(got.data(), expected.data(), bytes), 0) << "replay " << replay;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+    cudaFree(dx);
+    cudaFree(target);
+    cudaFree(after);
 }
 
 TEST(GraphMemsetNodesCuda, AGraphWithoutMemsetsIsLeftAsItWas) {

@@ -263,7 +263,7 @@ void CudaDeviceOps::conv_routed(const ConvCall& c, Tensor& y) const {
             best = route;
             break;
         }
-        const float ms = timer.mean_ms(s, 1, [&] { run_conv_route(route, c, y); });
+        const float ms = timer.mean_ms(s, 3, [&] { run_conv_route(route, c, y); });
         if (best_ms < 0.0f || ms < best_ms) best_ms = ms, best = route;
         log += std::string(" ") + route_name(route) + " " + std::to_string(ms * 1000.0f).substr(0, 7) + " us";
     }
