@@ -3,6 +3,7 @@
 // 2^31 elements is covered completely (64-bit indices), where a GPU with the memory is present.
 #include <climits>
 #include <functional>
+#include <thread>
 
 #include "backends/cuda/dependent_launch.h"
 #include "cuda/kernel_test_support.h"
@@ -112,6 +113,19 @@ TEST(KernelsCudaArgs, DependentLaunchSettingIsZeroOrOne) {
             EXPECT_NE(std::string(e.what()).find(std::string("KILN_CUDA_PDL=") + bad), std::string::npos) << e.what();
         }
     }
+}
+
+// A library launch that lets no dependent start early is noted once, for the next kiln launch only (which then
+// goes out plainly), and per thread.
+TEST(KernelsCudaArgs, AnUntriggeredLibraryLaunchIsTakenOnce) {
+    (void)detail::take_untriggered_library_launch();
+    EXPECT_FALSE(detail::take_untriggered_library_launch());
+    detail::note_untriggered_library_launch();
+    bool elsewhere = true;
+    std::thread([&] { elsewhere = detail::take_untriggered_library_launch(); }).join();
+    EXPECT_FALSE(elsewhere);
+    EXPECT_TRUE(detail::take_untriggered_library_launch());
+    EXPECT_FALSE(detail::take_untriggered_library_launch());
 }
 
 // F16 values 0x3c3c (1.05859375) by the byte, 2^31 + 65 of them: indices past 2^31 must be reached.

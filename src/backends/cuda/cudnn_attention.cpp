@@ -11,6 +11,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cudnn_graph_api.h"
+#include "backends/cuda/dependent_launch.h"
 
 namespace kiln::cuda {
 
@@ -58,6 +59,7 @@ struct CudnnAttention::Impl {
         pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 5, ptrs);
         pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
         pack.finalize();
+        detail::note_untriggered_library_launch();
         KILN_CUDNN_CHECK(cudnnBackendExecute(handle, plan, pack.d));
     }
 

@@ -19,6 +19,18 @@ bool dependent_launch_wanted(const char* setting) {
          std::string("KILN_CUDA_PDL=") + setting + ": 0 (plain launches) or 1 (dependent launches, the default)");
 }
 
+namespace {
+thread_local bool untriggered_library_launch = false;
+}  // namespace
+
+void note_untriggered_library_launch() { untriggered_library_launch = true; }
+
+bool take_untriggered_library_launch() {
+    const bool was = untriggered_library_launch;
+    untriggered_library_launch = false;
+    return was;
+}
+
 bool dependent_launch_supported() {
 #if defined(KILN_HIP)
     return false;

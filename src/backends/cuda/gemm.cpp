@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/dependent_launch.h"
 #include "backends/cuda/event_timer.h"
 #include "kiln/error.h"
 
@@ -186,6 +187,7 @@ void Gemm::run(const GemmArgs& g, cudaStream_t stream) {
     Impl::Plan& p = impl_->plan_for(g, stream);
     if (g.bias)
         KILN_LT_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
+    detail::note_untriggered_library_launch();
     KILN_LT_CHECK(cublasLtMatmul(impl_->handle, p.op, &g.alpha, g.a, p.a, g.b, p.b, &g.beta, g.c, p.c, g.c, p.c,
                                  &p.algo, impl_->workspace, kWorkspaceBytes, stream));
 }

@@ -86,7 +86,7 @@ template <class... KernelArgs, class... Args>
 void launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                       Args... args) {
 #if !defined(KILN_HIP)
-    if (dependent_launch_supported()) {
+    if (!take_untriggered_library_launch() && dependent_launch_supported()) {
         cudaLaunchConfig_t config{};
         config.gridDim = grid;
         config.blockDim = block;
