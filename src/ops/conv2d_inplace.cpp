@@ -109,10 +109,13 @@ void conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const T
         return device_ops(y).conv2d_group_norm_silu_add_(y, x, groups, gamma, beta, eps, w, b, stride, padding, y_bias);
     if (y_bias) {  // the float sums conv2d's bias makes
         const Tensor bias = y_bias->to_f32();
-        const int64_t c = y.dim(1), inner = y.numel() / std::max<int64_t>(1, y.dim(0) * c);
+        const int64_t c = y.dim(1), planes = y.dim(0) * c, inner = y.numel() / std::max<int64_t>(1, planes);
         float* v = y.data();
-        for (int64_t plane = 0; plane < y.dim(0) * c; ++plane)
-            for (int64_t i = 0; i < inner; ++i) v[plane * inner + i] += bias.data()[plane % c];
+        const float* add = bias.data();
+        detail::parallel_for(planes, inner, [&](int64_t begin, int64_t end) {
+            for (int64_t plane = begin; plane < end; ++plane)
+                for (int64_t i = 0; i < inner; ++i) v[plane * inner + i] += add[plane % c];
+        });
     }
     detail::conv2d_group_norm_silu_add_tiled(y, x, groups, gamma, beta, eps, w, b, stride, padding,
                                              detail::kIm2colBudgetBytes);
