@@ -52,7 +52,8 @@ constexpr size_t kCudnnMaxWorkspace = size_t(512) << 20;
 // The fastest plan for the finalized operation `graph` among heuristic mode A's first `candidates` engine
 // configurations that `acceptable` allows and that finalize for it with at most kCudnnMaxWorkspace of scratch.
 // `run(plan, workspace)` queues one execution; each candidate runs once (loading its kernel), then `timed_runs`
-// times captured into a graph and replayed between events on `stream` (EventTimer::graph_mean_ms). A candidate whose run throws (other than OutOfMemory) is skipped.
+// times captured into a graph and replayed between events on `stream` (EventTimer::graph_mean_ms). A candidate
+// whose run throws (other than OutOfMemory) is skipped.
 // `workspace(bytes)` gives device scratch alive until the stream's queued work is done. Returns false, with
 // `best` untouched, when no candidate works.
 bool choose_cudnn_plan(cudnnHandle_t handle, const Desc& graph, cudaStream_t stream, int candidates, int timed_runs,

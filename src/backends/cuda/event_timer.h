@@ -46,13 +46,13 @@ public:
         return stop_ms(s) / float(runs);
     }
 
-
     // Mean milliseconds of `runs` runs of f() as they run in a recorded call: captured into a CUDA graph that is
-    // replayed kReplays times between the events (the mean, as a recording runs again and again: the fastest of
-    // the replays chose algorithms that made SD 1.5's UNet call 0.7% slower, session 11). A library's memsets are nodes of their own there and cost far more than
-    // on a stream (session 11, SD 1.5's UNet graph on the H200: about 5 us each, where one kernel follows
-    // another after 0.5 us), so a choice between candidates must see them. Where the stream cannot be captured
-    // (the legacy stream, HIP builds), mean_ms.
+    // replayed kReplays times between the events. A library's memsets are nodes of their own there and cost
+    // far more than on a stream (session 11, SD 1.5's UNet graph on the H200: about 5 us each, where one kernel
+    // follows another after 0.5 us), so a choice between candidates must see them. One replay varied enough
+    // to change choices between processes (the UNet call at 5.8 or 6.1 ms); the fastest of three replays
+    // chose worse than their mean (0.7% slower), as a recording runs again and again. Where the stream cannot
+    // be captured (the legacy stream, HIP builds), mean_ms.
     template <class F>
     float graph_mean_ms(cudaStream_t s, int runs, F&& f) {
 #if defined(KILN_HIP)
