@@ -29,25 +29,20 @@ __global__ void fill_kernel(unsigned char* dst, unsigned value, unsigned element
     }
 }
 
-// The node's edges in one direction, with their types (programmatic edges stay programmatic).
+// The node's edges in one direction (cudaGraphNodeGetDependencies: in; cudaGraphNodeGetDependentNodes: out),
+// with their types (programmatic edges stay programmatic).
 struct Edges {
     std::vector<cudaGraphNode_t> nodes;
     std::vector<cudaGraphEdgeData> data;
 };
 
-Edges incoming(cudaGraphNode_t node) {
-    size_t n = 0;
-    KILN_CUDA_CHECK(cudaGraphNodeGetDependencies(node, nullptr, nullptr, &n));
-    Edges e{std::vector<cudaGraphNode_t>(n), std::vector<cudaGraphEdgeData>(n)};
-    if (n) KILN_CUDA_CHECK(cudaGraphNodeGetDependencies(node, e.nodes.data(), e.data.data(), &n));
-    return e;
-}
+using EdgeQuery = cudaError_t (*)(cudaGraphNode_t, cudaGraphNode_t*, cudaGraphEdgeData*, size_t*);
 
-Edges outgoing(cudaGraphNode_t node) {
+Edges edges(cudaGraphNode_t node, EdgeQuery query) {
     size_t n = 0;
-    KILN_CUDA_CHECK(cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, &n));
+    KILN_CUDA_CHECK(query(node, nullptr, nullptr, &n));
     Edges e{std::vector<cudaGraphNode_t>(n), std::vector<cudaGraphEdgeData>(n)};
-    if (n) KILN_CUDA_CHECK(cudaGraphNodeGetDependentNodes(node, e.nodes.data(), e.data.data(), &n));
+    if (n) KILN_CUDA_CHECK(query(node, e.nodes.data(), e.data.data(), &n));
     return e;
 }
 
@@ -86,7 +81,8 @@ int memset_nodes_to_kernels(cudaGraph_t graph) {
         k.blockDim = dim3(unsigned(std::min<size_t>(total, 256)));
         k.gridDim = dim3(unsigned(std::min<size_t>((total + 255) / 256, 1024)));
         k.kernelParams = args;
-        const Edges in = incoming(node), out = outgoing(node);
+        const Edges in = edges(node, cudaGraphNodeGetDependencies);
+        const Edges out = edges(node, cudaGraphNodeGetDependentNodes);
         cudaGraphNode_t fill = nullptr;
         KILN_CUDA_CHECK(cudaGraphAddKernelNode(&fill, graph, nullptr, 0, &k));
         // The edges as they were (into a memset, all full dependencies). Programmatic edges from the kernel
