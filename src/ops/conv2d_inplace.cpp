@@ -10,6 +10,7 @@
 #include <deque>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ops/checks.h"
 #include "ops/conv2d_impl.h"
@@ -107,15 +108,11 @@ void conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const T
     }
     if (y.on_device())
         return device_ops(y).conv2d_group_norm_silu_add_(y, x, groups, gamma, beta, eps, w, b, stride, padding, y_bias);
-    if (y_bias) {  // the float sums conv2d's bias makes
+    if (y_bias) {  // the same row of bias for every image: add_channel_bias_'s float sums
         const Tensor bias = y_bias->to_f32();
-        const int64_t c = y.dim(1), planes = y.dim(0) * c, inner = y.numel() / std::max<int64_t>(1, planes);
-        float* v = y.data();
-        const float* add = bias.data();
-        detail::parallel_for(planes, inner, [&](int64_t begin, int64_t end) {
-            for (int64_t plane = begin; plane < end; ++plane)
-                for (int64_t i = 0; i < inner; ++i) v[plane * inner + i] += add[plane % c];
-        });
+        std::vector<float> rows;
+        for (int64_t i = 0; i < y.dim(0); ++i) rows.insert(rows.end(), bias.values().begin(), bias.values().end());
+        add_channel_bias_(y, Tensor({y.dim(0), y.dim(1)}, std::move(rows)));
     }
     detail::conv2d_group_norm_silu_add_tiled(y, x, groups, gamma, beta, eps, w, b, stride, padding,
                                              detail::kIm2colBudgetBytes);
