@@ -4,6 +4,7 @@
 // overwrites part of it) and a copy after it (which must see the memset's bytes); and one captured on a stream
 // after a kernel, the edge a library's memset has.
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/graph_memset_nodes.h"
@@ -130,6 +131,23 @@ TEST(GraphMemsetNodesCuda, AMemsetCapturedAfterAKernelStillLandsAfterIt) {
     cudaFree(dx);
     cudaFree(target);
     cudaFree(after);
+}
+
+TEST(GraphMemsetNodesCuda, TheSettingIsKernelsOrKeep) {
+    EXPECT_FALSE(memset_nodes_kept(nullptr));  // unset: the default
+    EXPECT_FALSE(memset_nodes_kept(""));
+    EXPECT_FALSE(memset_nodes_kept("kernels"));
+    EXPECT_TRUE(memset_nodes_kept("keep"));
+    for (const char* bad : {"yes", "0", "Keep"}) {
+        try {
+            memset_nodes_kept(bad);
+            ADD_FAILURE() << "KILN_CUDA_MEMSET_NODES=" << bad << " was accepted";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find(std::string("KILN_CUDA_MEMSET_NODES=") + bad), std::string::npos)
+                << e.what();
+        }
+    }
 }
 
 TEST(GraphMemsetNodesCuda, AGraphWithoutMemsetsIsLeftAsItWas) {

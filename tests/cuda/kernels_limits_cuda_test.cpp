@@ -75,6 +75,9 @@ TEST(KernelsCudaArgs, BadSizesAndPointersAreRejected) {
     EXPECT_EQ(kind_of([&] { timestep_embedding(S, P, t, 1, 0, false, 0.0f, nullptr); }), kInvalid);
     EXPECT_EQ(kind_of([&] { timestep_embedding(S, P, t, 1, 3, false, 1.0f, nullptr); }), kInvalid);
     EXPECT_EQ(kind_of([&] { timestep_embedding(nullptr, P, t, 1, 4, false, 0.0f, nullptr); }), kInvalid);
+    // from_nhwc: image_bias rows narrower than the channels; out_bias without accumulate.
+    EXPECT_EQ(kind_of([&] { from_nhwc(P, P, P, t, 1, 4, 8, nullptr, false, P, 7); }), kInvalid);
+    EXPECT_EQ(kind_of([&] { from_nhwc(P, P, P, t, 1, 4, 8, nullptr, false, nullptr, 0, P); }), kInvalid);
 }
 
 TEST(KernelsCudaArgs, EmptyProblemsDoNothing) {

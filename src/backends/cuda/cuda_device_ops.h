@@ -32,8 +32,7 @@ public:
     // image, or add onto y); the composition otherwise.
     Tensor conv2d_group_norm_silu_plus(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                                        float eps, const Tensor& w, const Tensor* b, const Tensor& image_bias,
-                                       int64_t at,
-                                       int stride, int padding) const override;
+                                       int64_t at, int stride, int padding) const override;
     void conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                                      float eps, const Tensor& w, const Tensor* b, int stride, int padding,
                                      const Tensor* y_bias) const override;
@@ -108,7 +107,7 @@ private:
         Tensor* accumulate;  // add the result onto this instead of returning it
         const Tensor* image_bias;  // [n, W]: add_channel_bias_ of its columns [at, at + cout) onto the result
         int64_t image_bias_at;
-        const Tensor* accumulate_bias;  // [cout]: added to *accumulate (per channel) before the result is
+        const Tensor* accumulate_bias;  // [cout]: added to *accumulate per channel before the result is summed on
     };
     Tensor conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding, const Tensor* norm_stats,
                 const Tensor* gamma, const Tensor* beta, int groups, ConvFusion fusion = {}) const;

@@ -48,14 +48,15 @@ Edges edges(cudaGraphNode_t node, EdgeQuery query) {
 
 }  // namespace
 
+bool memset_nodes_kept(const char* setting) {
+    if (!setting || !*setting || std::strcmp(setting, "kernels") == 0) return false;
+    if (std::strcmp(setting, "keep") == 0) return true;
+    fail(ErrorKind::InvalidArgument,
+         std::string("KILN_CUDA_MEMSET_NODES=") + setting + ": kernels (the default) or keep (graphs keep them)");
+}
+
 int memset_nodes_to_kernels(cudaGraph_t graph) {
-    static const bool keep = [] {
-        const char* s = std::getenv("KILN_CUDA_MEMSET_NODES");
-        if (!s || !*s || std::strcmp(s, "kernels") == 0) return false;
-        if (std::strcmp(s, "keep") == 0) return true;
-        fail(ErrorKind::InvalidArgument,
-             std::string("KILN_CUDA_MEMSET_NODES=") + s + ": kernels (the default) or keep (graphs keep them)");
-    }();
+    static const bool keep = memset_nodes_kept(std::getenv("KILN_CUDA_MEMSET_NODES"));
     if (keep) return 0;
     size_t count = 0;
     KILN_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));

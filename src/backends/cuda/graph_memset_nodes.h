@@ -14,4 +14,8 @@ namespace kiln::cuda {
 // InvalidArgument naming the setting.
 int memset_nodes_to_kernels(cudaGraph_t graph);
 
+// KILN_CUDA_MEMSET_NODES's value (null: unset): unset, "" or "kernels" rewrite memsets, "keep" keeps them; anything
+// else is InvalidArgument naming it.
+bool memset_nodes_kept(const char* setting);
+
 }  // namespace kiln::cuda
