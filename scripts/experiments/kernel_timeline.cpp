@@ -4,12 +4,12 @@
 // Build (here), one line:
 //   g++ -shared -fPIC -O2 -I/usr/local/cuda/include scripts/experiments/kernel_timeline.cpp
 //       -L/usr/local/cuda/lib64 -lcupti -o .stage-cuda/kernel_timeline.so
-// Use (device), one line:
-//   CUDA_INJECTION64_PATH=$PWD/.stage-cuda/kernel_timeline.so KILN_KERNEL_TIMELINE=/tmp/k.csv
-//       scripts/run-on-device.sh kiln bench ...
-//                python3 scripts/kernel-timeline-summary.py /tmp/k.csv
-// The CSV has one row per kernel, memset and memcpy (named so): start and end in ns of the GPU's clock, graph and node id (0 outside a
-// graph), grid size and the mangled name.
+// Use (device), one line, then the summary:
+//   LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib CUDA_INJECTION64_PATH=$PWD/.stage-cuda/kernel_timeline.so
+//       KILN_KERNEL_TIMELINE=/tmp/k.csv scripts/run-on-device.sh kiln bench ...
+//   python3 scripts/kernel-timeline-summary.py /tmp/k.csv gaps
+// The CSV has one row per kernel, memset and memcpy (named so): start and end in ns of the GPU's clock, graph and
+// node id (0 outside a graph), grid size and the mangled name.
 #include <cupti.h>
 
 #include <cstdio>
@@ -69,7 +69,7 @@ void write_rows() {
                  r.graph, (unsigned long long)r.node, r.grid, r.name.c_str());
   }
   std::fclose(f);
-  std::fprintf(stderr, "kernel_timeline: %zu kernels written\n", rows.size());
+  std::fprintf(stderr, "kernel_timeline: %zu kernels, memsets and copies written\n", rows.size());
 }
 
 }  // namespace
