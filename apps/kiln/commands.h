@@ -19,7 +19,7 @@ struct GenerateOptions {
     std::string model, prompt, output = "kiln.png", init_image;
     std::optional<std::string> negative;
     std::optional<int> width, height;  // img2img: the init image's size when not given
-    int  steps = 20, batch_count = 1, clip_skip = 1;
+    int  steps = 20, batch_count = 1, batch_size = 1, clip_skip = 1;
     double cfg_scale = 7.5, strength = 0.75;
     std::string sampler, schedule, timestep_spacing, rng = "cpu", prediction;
     std::string weights;  // --weights f32|f16|bf16; empty: as the file stores them
@@ -29,6 +29,7 @@ struct GenerateOptions {
     bool quiet = false;
     bool profile = false;  // --profile: stage / op / memory tables on stderr at the end
     std::string trace;     // --trace FILE: Chrome trace
+    std::string latents_out;  // --latents-out FILE: the final latents as safetensors ("latents")
 };
 
 struct BenchOptions {

@@ -12,6 +12,7 @@
 #include "image/png.h"
 #include "image/sha256.h"
 #include "image/utf8.h"
+#include "io/safetensors.h"
 #include "kiln/error.h"
 #include "pipeline/generate.h"
 #include "profile_session.h"
@@ -46,6 +47,13 @@ uint64_t parse_seed(const std::string& text) {
     return value;
 }
 
+// Image `b` of a [N, 3, H, W] batch, as its own [1, 3, H, W] tensor.
+Tensor batch_item(const Tensor& images, int64_t b) {
+    const int64_t size = images.numel() / images.dim(0);
+    return Tensor({1, images.dim(1), images.dim(2), images.dim(3)},
+                  std::vector<float>(images.data() + b * size, images.data() + (b + 1) * size));
+}
+
 }  // namespace
 
 int run_generate(const GenerateOptions& o, bool img2img) {
@@ -62,6 +70,7 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     req.steps = o.steps;
     req.cfg_scale = static_cast<float>(o.cfg_scale);
     req.clip_skip = o.clip_skip;
+    req.batch_size = o.batch_size;
     req.rng = o.rng;
     req.strength = o.strength;
     if (!o.timestep_spacing.empty()) req.timestep_spacing = o.timestep_spacing;
@@ -108,12 +117,15 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     const uint64_t seed = o.seed == "-1" ? std::random_device{}() % 4294967295u : parse_seed(o.seed);
 
     const bool show = !o.quiet && isatty(STDERR_FILENO);
+    const int images = o.batch_count * o.batch_size;
     for (int i = 0; i < o.batch_count; ++i) {
         req.seed = seed + i;
-        ProgressBar bar(o.batch_count > 1 ? "image " + std::to_string(i + 1) : "sampling", show);
+        ProgressBar bar(o.batch_count > 1 ? "batch " + std::to_string(i + 1) : "sampling", show);
         req.progress = [&](int done, int total) { bar.update(done, total); };
         GenerationResult result = generate(model, req);
         bar.finish();
+        if (!o.latents_out.empty())
+            write_safetensors(output_path(o.latents_out, i, o.batch_count), {{"latents", result.final_latent}});
 
         GenerationParameters params;
         params.prompt = o.prompt;
@@ -130,14 +142,18 @@ int run_generate(const GenerateOptions& o, bool img2img) {
         if (req.clip_skip > 1) params.params.push_back({"Clip skip", std::to_string(req.clip_skip)});
         if (req.rng == "cpu") params.params.push_back({"RNG", "CPU"});
         if (req.timestep_spacing) params.params.push_back({"Timestep spacing", *req.timestep_spacing});
-        params.params.push_back({"Version", kVersion});
-
-        const std::string path = output_path(o.output, i, o.batch_count);
-        {
+        for (int b = 0; b < req.batch_size; ++b) {
+            GenerationParameters image_params = params;
+            if (req.batch_size > 1) {  // AUTOMATIC1111's keys; every image of the batch has the batch's seed
+                image_params.params.push_back({"Batch size", std::to_string(req.batch_size)});
+                image_params.params.push_back({"Batch pos", std::to_string(b)});
+            }
+            image_params.params.push_back({"Version", kVersion});
+            const std::string path = output_path(o.output, i * req.batch_size + b, images);
             StageScope zone(Stage::ImageWrite);
-            write_png(path, image_from_tensor(result.image), {{"parameters", format_infotext(params)}});
+            write_png(path, image_from_tensor(batch_item(result.image, b)), {{"parameters", format_infotext(image_params)}});
+            std::printf("%s\n", path.c_str());
         }
-        std::printf("%s\n", path.c_str());
     }
     session.finish();
     return 0;

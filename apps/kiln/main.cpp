@@ -49,7 +49,10 @@ int main(int argc, char** argv) {
         cmd->add_option("--rng", gen.rng, "noise stream: cpu (diffusers/ComfyUI) or cuda (AUTOMATIC1111 GPU seeds)")
             ->check(CLI::IsMember({"cpu", "cuda"}))
             ->capture_default_str();
-        cmd->add_option("--batch-count", gen.batch_count, "images to make, seeds counting up")->capture_default_str();
+        cmd->add_option("--batch-count", gen.batch_count, "batches to make, seeds counting up")->capture_default_str();
+        cmd->add_option("--batch-size", gen.batch_size,
+                        "images sampled together from one seed's noise (as diffusers and ComfyUI batch them)")
+            ->capture_default_str();
         cmd->add_option("--clip-skip", gen.clip_skip, "1 = last text-encoder layer, 2 = penultimate")
             ->capture_default_str();
         cmd->add_option("--prediction", gen.prediction, "eps | v: what an SD 2.x single file predicts")
@@ -58,6 +61,8 @@ int main(int argc, char** argv) {
         cmd->add_option("--device", gen.device, kDeviceHelp)->capture_default_str();
         cmd->add_option("--precision", gen.precision, kPrecisionHelp)->check(CLI::IsMember({"fp16", "bf16", "fp32"}));
         cmd->add_option("-o,--output", gen.output, "output PNG")->capture_default_str();
+        cmd->add_option("--latents-out", gen.latents_out,
+                        "also write the final latents (float32, before VAE scaling) to FILE.safetensors");
         cmd->add_flag("-q,--quiet", gen.quiet, "no progress bar");
         cmd->add_flag("--profile", gen.profile, "print time per stage and per op kind, and memory, to stderr at the end");
         cmd->add_option("--trace", gen.trace, "write a Chrome trace (Perfetto, chrome://tracing) of the run to FILE");

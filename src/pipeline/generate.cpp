@@ -26,6 +26,8 @@ bool all_finite(const Tensor& t) {
 
 // Beyond this the activations of one UNet call no longer fit any machine kiln runs on.
 constexpr int kMaxSide = 8192;
+// AUTOMATIC1111's UI offers batch sizes up to 8; beyond 64 a batch is better made with --batch-count.
+constexpr int kMaxBatch = 64;
 
 Tensor batch_of_two(const Tensor& x) {
     Shape s = x.shape();
@@ -33,6 +35,19 @@ Tensor batch_of_two(const Tensor& x) {
     std::vector<float> v(x.values());
     v.insert(v.end(), x.values().begin(), x.values().end());
     return Tensor(s, std::move(v));
+}
+
+// Each row of a [B, ...] tensor n times in a row: [r0 x n, r1 x n, ...], as diffusers repeats each prompt's
+// embedding for num_images_per_prompt (so [negative, positive] becomes n negatives, then n positives).
+Tensor repeat_rows(const Tensor& t, int n) {
+    if (n == 1 || t.empty()) return t;
+    Shape s = t.shape();
+    const int64_t row = t.numel() / s[0];
+    s[0] *= n;
+    Tensor out(s);
+    for (int64_t r = 0; r < t.dim(0); ++r)
+        for (int i = 0; i < n; ++i) std::copy_n(t.data() + r * row, row, out.data() + (r * n + i) * row);
+    return out;
 }
 
 std::string format_double(double v) {
@@ -55,6 +70,8 @@ void validate_request(const GenerationRequest& r) {
             "steps must be between 1 and 1000, not " + std::to_string(r.steps));
     require(r.cfg_scale >= 0 && r.cfg_scale < 1000, ErrorKind::InvalidArgument, "CFG scale out of range");
     require(r.clip_skip >= 1 && r.clip_skip <= 12, ErrorKind::InvalidArgument, "clip skip must be between 1 and 12");
+    require(r.batch_size >= 1 && r.batch_size <= kMaxBatch, ErrorKind::InvalidArgument,
+            "batch size must be between 1 and " + std::to_string(kMaxBatch) + ", not " + std::to_string(r.batch_size));
     require(r.rng == "cpu" || r.rng == "cuda", ErrorKind::InvalidArgument, "rng must be cpu or cuda, not " + r.rng);
     if (r.init_image)
         require(r.strength > 0 && r.strength <= 1, ErrorKind::InvalidArgument,
@@ -110,7 +127,11 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     const bool cfg = r.cfg_scale > 1.0f;
     Conditioning cond =
         encode_conditioning(model, r.prompt, r.negative_prompt, cfg, r.clip_skip, r.width, r.height);
-    const Shape latent_shape{1, 4, r.height / 8, r.width / 8};
+    const int n = r.batch_size;
+    cond.context = repeat_rows(cond.context, n);
+    cond.text_embeds = repeat_rows(cond.text_embeds, n);
+    cond.time_ids = repeat_rows(cond.time_ids, n);
+    const Shape latent_shape{n, 4, r.height / 8, r.width / 8};
 
     // On a GPU the conditioning goes there once; each UNet call moves only its latents and timestep, and runs
     // as a recorded call (a CUDA graph from the second step on).
@@ -124,18 +145,18 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         return model.unet->forward(UNetInputs::from_list(t));
     };
 
-    // Classifier-free guidance on the host: [negative, positive] -> negative + scale (positive - negative).
+    // Classifier-free guidance on the host: [negatives, positives] -> negative + scale (positive - negative).
     auto guide = [&](Tensor out) {
         if (!cfg) return out;
-        const int64_t n = out.numel() / 2;
-        Tensor guided(Shape{1, out.dim(1), out.dim(2), out.dim(3)});
-        for (int64_t i = 0; i < n; ++i) guided[i] = out[i] + r.cfg_scale * (out[n + i] - out[i]);
+        const int64_t half = out.numel() / 2;
+        Tensor guided(Shape{out.dim(0) / 2, out.dim(1), out.dim(2), out.dim(3)});
+        for (int64_t i = 0; i < half; ++i) guided[i] = out[i] + r.cfg_scale * (out[half + i] - out[i]);
         return guided;
     };
 
     Denoiser denoise = [&](const Tensor& x, float t) {
         StageScope zone(Stage::DenoiseStep);  // one UNet evaluation (Heun makes two per step)
-        const int64_t batch = cfg ? 2 : 1;
+        const int64_t batch = cfg ? 2 * x.dim(0) : x.dim(0);
         const Tensor input = to_model(cfg ? batch_of_two(x) : x, model.precision);
         const Tensor timesteps = to_model(Tensor({batch}, std::vector<float>(batch, t)), DType::F32);
         UNetInputs in{&input, &timesteps, &context};
@@ -170,9 +191,12 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
             return model.vae->encode(scaled);
         }();
         Tensor eps = rng->randn(posterior.mean.shape());
-        Tensor init_latents(posterior.mean.shape());
+        Tensor one_latent(posterior.mean.shape());
         for (int64_t i = 0; i < eps.numel(); ++i)
-            init_latents[i] = (posterior.mean[i] + posterior.std[i] * eps[i]) * model.vae_scale;
+            one_latent[i] = (posterior.mean[i] + posterior.std[i] * eps[i]) * model.vae_scale;
+        // diffusers encodes the image once and repeats its latents for each image of the batch; the noise
+        // added at the first timestep is then drawn for the whole batch.
+        Tensor init_latents = repeat_rows(one_latent, n);
         sampling.img2img = true;
         sampling.strength = r.strength;
         result.final_latent =

@@ -21,14 +21,17 @@ struct GenerationRequest {
     uint64_t seed = 0;
     std::string rng = "cpu";                     // cpu | cuda (torch's generators)
     int clip_skip = 1;                           // 1 = last layer, 2 = penultimate (AUTOMATIC1111's count)
+    // Images sampled together from one draw of noise of shape [batch_size, 4, h, w], as diffusers'
+    // num_images_per_prompt and ComfyUI's batch do (AUTOMATIC1111 instead seeds each image of a batch apart).
+    int batch_size = 1;
     const Tensor* init_image = nullptr;          // img2img: [1, 3, H, W] in [0, 1]
     double strength = 0.75;  // double, as Python's float in diffusers' get_timesteps
     std::function<void(int step, int total)> progress;
 };
 
 struct GenerationResult {
-    Tensor final_latent;    // before VAE scaling
-    Tensor image;           // [1, 3, H, W] in [0, 1]
+    Tensor final_latent;    // [batch_size, 4, H/8, W/8], before VAE scaling
+    Tensor image;           // [batch_size, 3, H, W] in [0, 1]
 };
 
 // Checks what can be checked before a model is loaded; throws InvalidArgument naming the problem.
