@@ -7,6 +7,8 @@
 #   scripts/run-on-device.sh kiln ARGS...            the kiln program (bench, txt2img, info --devices)
 #   scripts/run-on-device.sh program NAME ARGS...    any staged program by name (e.g. an earlier build staged as
 #                                                    kiln_old, alternated with kiln for an A/B comparison)
+#   scripts/run-on-device.sh conformance ARGS...     kiln's side of the conformance sweep (scripts/conformance-sweep
+#                                                    kiln ARGS, with the staged kiln and the unpacked fixtures)
 #   scripts/run-on-device.sh attention-bench ARGS... the attention kernels' bench (bench/cuda), cuDNN's beside them
 #   scripts/run-on-device.sh vulkan-products [N] [runs]  the Vulkan product kernels' bench (bench/vulkan)
 set -euo pipefail
@@ -46,6 +48,7 @@ case "$what" in
   gdb-tests) exec cuda-gdb -q -batch -ex run -ex bt --args "$root/pack/kiln_cuda_tests" ${1:+--gtest_filter="$1"} ;;
   kiln) exec "$root/pack/kiln" "$@" ;;
   program) name=$1; shift; exec "$root/pack/$name" "$@" ;;
+  conformance) exec python3 scripts/conformance-sweep kiln --kiln "$root/pack/kiln" --data "$KILN_TEST_DATA" "$@" ;;
   attention-bench) exec "$root/pack/kiln_cuda_attention_bench" "$@" ;;
   vulkan-products) exec "$root/pack/kiln_vulkan_products_bench" "$@" ;;
   *) echo "usage: $0 tests [filter] | gpu-tests [filter] | gdb-tests [filter] | kiln ARGS... | program NAME ARGS... | attention-bench ARGS... | vulkan-products [N] [runs]" >&2; exit 2 ;;
