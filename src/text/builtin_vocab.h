@@ -1,4 +1,4 @@
-// OpenAI CLIP's BPE merge list (assets/clip/bpe_simple_vocab_16e6.txt.gz, MIT), compiled into the library
+// OpenAI CLIP's BPE merge list (assets/clip/bpe_simple_vocab_16e6.txt.tar.xz, MIT), compiled into the library
 // so that single-file checkpoints, which carry no tokenizer, work from any directory.
 #pragma once
 #include <string>
@@ -7,11 +7,11 @@
 
 namespace kiln {
 
-// The gzip file exactly as it is in assets/clip/.
-std::string_view builtin_clip_vocab_gz();
+// The text of OpenAI's bpe_simple_vocab_16e6.txt, byte for byte (its .gz decompressed).
+std::string_view builtin_clip_vocab_text();
 
 // The merges CLIP uses: lines 1 .. 49152-256-2 of the decompressed file (line 0 is a header), each
-// "left right". Decompressed on first use, then kept; safe to call from several threads.
+// "left right". Parsed on first use, then kept; safe to call from several threads.
 const std::vector<std::string>& builtin_clip_merges();
 
 }  // namespace kiln
