@@ -65,9 +65,6 @@ Img2ImgStart img2img_start(int steps, double strength, int order) {
     Img2ImgStart start;
     start.t_start = std::max(steps - init_timestep, 0);
     start.begin_index = start.t_start * order;
-    require(steps - start.t_start >= 1, ErrorKind::InvalidArgument,
-            "img2img strength " + strength_str(strength) + " with " + std::to_string(steps) +
-                " steps leaves no denoising step (int(steps x strength) = 0); raise the strength or the step count");
     return start;
 }
 
@@ -76,8 +73,11 @@ Tensor run_img2img(Scheduler& scheduler, int steps, double strength, const Tenso
     require_latents(init_latents, "img2img init latents");
     const Img2ImgStart start = img2img_start(steps, strength, scheduler.order());
     scheduler.set_timesteps(steps);
+    // diffusers runs what is left of the timesteps from there: nothing (it fails) when int(steps x strength) is
+    // 0, except for PNDM, whose PLMS timesteps have one more entry than steps, so its last one still runs.
     require(start.begin_index < static_cast<int>(scheduler.timesteps().size()), ErrorKind::InvalidArgument,
-            "img2img strength " + std::to_string(strength) + " leaves no timestep to run");
+            "img2img strength " + strength_str(strength) + " with " + std::to_string(steps) +
+                " steps leaves no denoising step (int(steps x strength) = 0); raise the strength or the step count");
     scheduler.set_begin_index(start.begin_index);
     const Tensor noise = rng.randn(init_latents.shape());
     require(noise.shape() == init_latents.shape(), ErrorKind::InvalidArgument,

@@ -40,8 +40,8 @@ Tensor run_txt2img(Scheduler& scheduler, int steps, const Tensor& initial_noise,
                    NoiseGenerator& rng, const ProgressCallback& progress = {});
 
 // Where diffusers' img2img get_timesteps starts: t_start = steps - min(int(steps * strength), steps),
-// the loop begins at model call t_start * order. Throws kiln::Error for a strength outside (0, 1] or
-// one that leaves no step.
+// the loop begins at model call t_start * order. Throws kiln::Error for a strength outside (0, 1]; whether
+// a timestep is left from there depends on the scheduler (run_img2img checks).
 struct Img2ImgStart {
     int t_start = 0;      // steps skipped
     int begin_index = 0;  // first model call: t_start * scheduler order

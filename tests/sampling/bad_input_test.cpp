@@ -45,8 +45,7 @@ TEST(BadInput, StepCounts) {
 TEST(BadInput, Strength) {
     for (double strength : {0.0, -0.5, 1.5, std::numeric_limits<double>::quiet_NaN()})
         EXPECT_EQ(kind_of([&] { img2img_start(10, strength, 1); }), ErrorKind::InvalidArgument) << strength;
-    // int(5 * 0.1) = 0 steps left to run.
-    EXPECT_EQ(kind_of([&] { img2img_start(5, 0.1, 1); }), ErrorKind::InvalidArgument);
+    EXPECT_EQ(img2img_start(5, 0.1, 1).begin_index, 5);  // int(5 * 0.1) = 0: every step skipped
     EXPECT_EQ(img2img_start(8, 0.6, 2).begin_index, 8);
     EXPECT_EQ(img2img_start(10, 1.0, 1).begin_index, 0);
     // Python's int(10 * 0.7) is 7 (10 * 0.7 rounds to 7.0 in double), so 3 steps are skipped.
@@ -61,6 +60,20 @@ TEST(BadInput, Strength) {
     req.strength = 1.2;
     EXPECT_EQ(kind_of([&] { sample_latents(req, cfg, Tensor::filled({1, 4, 2, 2}, 0), rng, zeros_like); }),
               ErrorKind::InvalidArgument);
+    // int(5 * 0.1) = 0 leaves Euler no timestep (diffusers fails on it too); PNDM's PLMS timesteps have one
+    // entry more than the steps, and diffusers runs that last one (the conformance sweep found it: call 1-43).
+    req.steps = 5;
+    req.strength = 0.1;
+    EXPECT_EQ(kind_of([&] { sample_latents(req, cfg, Tensor::filled({1, 4, 2, 2}, 0), rng, zeros_like); }),
+              ErrorKind::InvalidArgument);
+    req.sampler = "pndm";
+    int calls = 0;
+    sample_latents(req, cfg, Tensor::filled({1, 4, 2, 2}, 0), rng, [&](const Tensor& x, float t) {
+        ++calls;
+        EXPECT_EQ(t, 1.0f) << "the last PLMS timestep of SD's config (steps_offset 1)";
+        return zeros_like(x, t);
+    });
+    EXPECT_EQ(calls, 1);
 }
 
 TEST(BadInput, UnknownSamplerAndSpacing) {
