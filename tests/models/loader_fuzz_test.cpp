@@ -360,6 +360,26 @@ TEST(LoaderFuzz, AbsurdConfigSizesAreRejectedNotAllocated) {
 namespace kiln {
 namespace {
 
+// The UNet's widths are read from its first block; without it the loader used to read past an empty list
+// (std::out_of_range) instead of naming what is missing.
+TEST(LoaderFuzz, MissingFirstUNetBlockIsNamed) {
+    TempDir tmp;
+    ASSERT_FALSE(tmp.path().empty());
+    const fs::path file = tmp.path() / "sd15-mini.safetensors";
+    RawSafetensors raw = RawSafetensors::read(kData / "sd15-mini" / "sd15-mini.safetensors");
+    raw.header.erase("model.diffusion_model.input_blocks.1.0.in_layers.2.weight");
+    repack(raw);
+    raw.write(file);
+    try {
+        (void)load_model(file.string());
+        ADD_FAILURE() << "loaded without the UNet's first block";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidModel) << e.what();
+        EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("down_blocks.0.resnets.0.conv1.weight"), std::string::npos) << e.what();
+    }
+}
+
 // A fused q/k/v projection with no rows (or none at all: a scalar) cannot be split in three; it
 // used to divide by its zero row count (SIGFPE) or read dim 0 of a scalar.
 TEST(LoaderFuzz, EmptyOrScalarFusedInProjIsRejected) {

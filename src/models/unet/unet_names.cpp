@@ -191,6 +191,9 @@ UNetConfig unet_config_from_ldm(const WeightSource& src, HeadRule rule, int pool
             ++depth;
         c.transformer_depth.push_back(std::max(depth, 1));
     }
+    require(!c.block_out_channels.empty(), ErrorKind::InvalidModel,
+            "missing " + src.display_name("down_blocks.0.resnets.0.conv1.weight") + " in " + src.describe() +
+                ": the UNet's first level, from which its widths are read");
     c.layers_per_block = 0;
     while (src.has("down_blocks.0.resnets." + std::to_string(c.layers_per_block) + ".conv1.weight"))
         ++c.layers_per_block;
