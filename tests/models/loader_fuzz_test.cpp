@@ -380,6 +380,33 @@ TEST(LoaderFuzz, MissingFirstUNetBlockIsNamed) {
     }
 }
 
+// An index written with a leading zero ("up.00" for "up.0") is not the original layer's name: it must not
+// load as that layer (nor, beside the real name, give one weight two tensors), for each component.
+TEST(LoaderFuzz, LeadingZeroIndicesAreNotTheLayer) {
+    TempDir tmp;
+    ASSERT_FALSE(tmp.path().empty());
+    const fs::path file = tmp.path() / "sd15-mini.safetensors";
+    const std::pair<std::string, std::string> renames[] = {
+        {"first_stage_model.decoder.up.0.block.1.conv1.weight", "first_stage_model.decoder.up.00.block.1.conv1.weight"},
+        {"model.diffusion_model.input_blocks.1.0.in_layers.2.weight",
+         "model.diffusion_model.input_blocks.01.0.in_layers.2.weight"},
+        {"model.diffusion_model.middle_block.0.in_layers.2.weight",
+         "model.diffusion_model.middle_block.00.in_layers.2.weight"},
+        {"cond_stage_model.transformer.text_model.encoder.layers.0.mlp.fc1.weight",
+         "cond_stage_model.transformer.text_model.encoder.layers.00.mlp.fc1.weight"}};
+    for (const auto& [from, to] : renames) {
+        for (bool keep_original : {false, true}) {
+            RawSafetensors raw = RawSafetensors::read(kData / "sd15-mini" / "sd15-mini.safetensors");
+            ASSERT_TRUE(raw.header.contains(from)) << from;
+            const nlohmann::ordered_json entry = raw.header[from];
+            if (!keep_original) raw.header.erase(from);
+            raw.header[to] = entry;  // the same bytes under the second name
+            raw.write(file);
+            EXPECT_THROW(load_model(file.string()), Error) << to << (keep_original ? " beside " + from : "");
+        }
+    }
+}
+
 // A fused q/k/v projection with no rows (or none at all: a scalar) cannot be split in three; it
 // used to divide by its zero row count (SIGFPE) or read dim 0 of a scalar.
 TEST(LoaderFuzz, EmptyOrScalarFusedInProjIsRejected) {
