@@ -360,6 +360,42 @@ TEST(LoaderFuzz, AbsurdConfigSizesAreRejectedNotAllocated) {
 namespace kiln {
 namespace {
 
+// A weight stored as integers is not converted by value and run: it is InvalidModel, naming the tensor
+// (as the file names it) and the file, in both layouts and for each component.
+TEST(LoaderFuzz, IntegerWeightsAreRejectedNamingTensorAndFile) {
+    TempDir tmp;
+    ASSERT_FALSE(tmp.path().empty());
+    auto expect_rejected = [](const fs::path& load, const fs::path& file, const std::string& tensor) {
+        try {
+            (void)load_model(load.string());
+            ADD_FAILURE() << tensor << " as I16 loaded";
+        } catch (const Error& e) {
+            const std::string msg = e.what();
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidModel) << msg;
+            for (const std::string& part : {tensor, file.string(), std::string("I16")})
+                EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
+        }
+    };
+    const fs::path single = tmp.path() / "sd15-mini.safetensors";
+    for (const std::string tensor : {"model.diffusion_model.input_blocks.0.0.weight",
+                                     "first_stage_model.decoder.conv_in.bias",
+                                     "cond_stage_model.transformer.text_model.encoder.layers.0.mlp.fc1.weight"}) {
+        RawSafetensors raw = RawSafetensors::read(kData / "sd15-mini" / "sd15-mini.safetensors");
+        ASSERT_EQ(raw.header[tensor]["dtype"], "F16") << tensor;
+        raw.header[tensor]["dtype"] = "I16";
+        raw.write(single);
+        expect_rejected(single, single, tensor);
+    }
+    const fs::path dir = tmp.path() / "model";
+    fs::copy(kData / "sd15-mini" / "diffusers", dir, fs::copy_options::recursive);
+    const fs::path unet = dir / "unet" / "diffusion_pytorch_model.safetensors";
+    RawSafetensors raw = RawSafetensors::read(unet);
+    ASSERT_EQ(raw.header["conv_in.weight"]["dtype"], "F16");
+    raw.header["conv_in.weight"]["dtype"] = "I16";
+    raw.write(unet);
+    expect_rejected(dir, unet, "conv_in.weight");
+}
+
 // The UNet's widths are read from its first block; without it the loader used to read past an empty list
 // (std::out_of_range) instead of naming what is missing.
 TEST(LoaderFuzz, MissingFirstUNetBlockIsNamed) {
