@@ -302,7 +302,9 @@ bool squeezed(const std::string& name) {
             name.ends_with(".proj_out.weight"));
 }
 
-bool floating(const std::string& dtype) { return dtype == "F64" || dtype == "F32" || dtype == "F16" || dtype == "BF16"; }
+bool floating(const std::string& dtype) {
+    return dtype == "F64" || dtype == "F32" || dtype == "F16" || dtype == "BF16";
+}
 
 nlohmann::json without_ones(const nlohmann::json& shape) {
     nlohmann::json out = nlohmann::json::array();
