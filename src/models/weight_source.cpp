@@ -4,14 +4,30 @@
 
 namespace kiln {
 
+namespace {
+
+// Weights are floating-point numbers. A tensor the file declares as integers (or booleans) where kiln
+// reads a weight is not a model to convert by value: it is a damaged or mislabelled header, and its
+// bytes read as integers would run as garbage weights.
+void require_floating(const SafetensorsFile& file, const std::string& name) {
+    const DType t = file.info(name).dtype;
+    require(t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64, ErrorKind::InvalidModel,
+            "tensor " + quote_name(name) + " in " + file.path() + " has dtype " + dtype_name(t) +
+                "; kiln reads weights of F32, F16, BF16 or F64");
+}
+
+}  // namespace
+
 FileSource::FileSource(std::shared_ptr<const SafetensorsFile> file) : file_(std::move(file)) {}
 bool FileSource::has(const std::string& name) const { return file_->has(name); }
 Tensor FileSource::load(const std::string& name) const {
     require(file_->has(name), ErrorKind::InvalidModel, "missing tensor '" + name + "' in " + file_->path());
+    require_floating(*file_, name);
     return file_->load(name);
 }
 Tensor FileSource::load_matrix(const std::string& name, const Shape*) const {
     require(file_->has(name), ErrorKind::InvalidModel, "missing tensor '" + name + "' in " + file_->path());
+    require_floating(*file_, name);
     return file_->load_stored(name);
 }
 std::vector<std::string> FileSource::names() const { return file_->names(); }
@@ -62,6 +78,7 @@ Tensor MappedSource::load_mapped(const std::string& name, bool stored_precision)
     require(it != table_.end(), ErrorKind::InvalidModel,
             "missing tensor for " + component_ + " '" + name + "' in " + file_->path());
     const WeightMapping& m = it->second;
+    require_floating(*file_, m.file_name);
     // A transposed tensor (SDXL's small text projection) is transposed in float32.
     Tensor t = stored_precision && m.op != WeightMapping::Op::Transpose ? file_->load_stored(m.file_name)
                                                                          : file_->load(m.file_name);

@@ -33,7 +33,8 @@ class WeightSource {
 public:
     virtual ~WeightSource() = default;
     virtual bool has(const std::string& name) const = 0;
-    virtual Tensor load(const std::string& name) const = 0;  // float32; missing -> InvalidModel naming it
+    // float32; missing, or stored as integers or booleans (not weights) -> InvalidModel naming it
+    virtual Tensor load(const std::string& name) const = 0;
     virtual std::vector<std::string> names() const = 0;      // internal names available
     virtual std::string describe() const = 0;                // the file, for messages
     // What WeightReader calls when it knows the shape it expects. Sources that make tensors instead of

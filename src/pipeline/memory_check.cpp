@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kiln/error.h"
+#include "ops/tuning.h"
 
 namespace kiln {
 
@@ -38,7 +39,12 @@ int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, 
         }
         unet = 2 * 4 * (skips + 8 * c.block_out_channels[0] * (pixels / 64));
     }
-    return std::max(vae, unet);
+    // Beside them, the ops' scratch (ops/tuning.h), whatever the image: a convolution's im2col columns, the
+    // output tiles it holds (a few, each a ninth of the columns for a 3x3 kernel) and the float32 rows of a
+    // 16-bit weight. Attention's score blocks (about 1 MiB a thread) come at other times, and are smaller
+    // than that up to 64 threads.
+    const int64_t scratch = 2 * ops::detail::kIm2colBudgetBytes + ops::detail::kWeightTileBudgetBytes;
+    return std::max(vae, unet) + scratch;
 }
 
 int64_t available_host_bytes() {

@@ -8,7 +8,8 @@
 
 namespace kiln {
 
-// Peak bytes of activations (not weights, which are already loaded) for one width x height image.
+// Peak bytes of activations and the ops' scratch (not weights, which are already loaded) for one width x
+// height image.
 int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, int height);
 
 // Bytes the host can still give (MemAvailable), or -1 when unknown.

@@ -1,6 +1,7 @@
 // What only the Vulkan backend has: its device list and order, the pipeline cache it keeps on disk, and the
 // errors a user meets (no such device, bfloat16, a tensor beyond the driver's largest allocation). Runs
-// where this build has Vulkan and the loader finds a device (lavapipe in CI).
+// where this build has Vulkan and the loader finds a device (lavapipe in CI), and skips elsewhere, unless
+// KILN_EXPECT_VULKAN=1 (set by .ci/run) says a device must be there: then its absence fails.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,6 +25,13 @@ using namespace kiln;
 
 namespace {
 
+// CI installs lavapipe and glslc so that every Vulkan test runs; without this, a build that lost them
+// would skip the tests and stay green.
+bool vulkan_expected() {
+    const char* v = std::getenv("KILN_EXPECT_VULKAN");
+    return v && std::string(v) == "1";
+}
+
 #if KILN_HAS_VULKAN
 // The first Vulkan device, or nullptr with a reason.
 Backend* vulkan_or_null(std::string* why) {
@@ -34,9 +42,10 @@ Backend* vulkan_or_null(std::string* why) {
     if (why->empty()) *why = "no Vulkan device";
     return nullptr;
 }
-#define KILN_VULKAN_OR_SKIP(var)                 \
-    std::string var##_why;                       \
-    Backend* var = vulkan_or_null(&var##_why);   \
+#define KILN_VULKAN_OR_SKIP(var)                                                         \
+    std::string var##_why;                                                               \
+    Backend* var = vulkan_or_null(&var##_why);                                           \
+    if (!var && vulkan_expected()) FAIL() << "KILN_EXPECT_VULKAN=1 but " << var##_why;   \
     if (!var) GTEST_SKIP() << var##_why
 #endif
 
@@ -56,6 +65,18 @@ Tensor abs_of(Tensor t) {
 #endif
 
 }  // namespace
+
+// The per-device suites (Devices/Ops, Devices/Models) have no instance without a device, so they cannot
+// skip loudly; this test is where a missing device fails when one is expected.
+TEST(VulkanDevices, PresentWhereExpected) {
+    if (!vulkan_expected()) GTEST_SKIP() << "KILN_EXPECT_VULKAN is not 1";
+#if KILN_HAS_VULKAN
+    std::string why;
+    EXPECT_NE(vulkan_or_null(&why), nullptr) << "KILN_EXPECT_VULKAN=1 but " << why;
+#else
+    FAIL() << "KILN_EXPECT_VULKAN=1 but kiln was built without Vulkan (CMake found no libvulkan-dev or glslc)";
+#endif
+}
 
 TEST(VulkanDevices, ParseAndName) {
     EXPECT_EQ(parse_device("vulkan"), (Device{DeviceKind::Vulkan, 0}));

@@ -1,10 +1,10 @@
 #include "models/clip/clip_single_file.h"
 
 #include <algorithm>
-#include <cctype>
 #include <optional>
 
 #include "kiln/error.h"
+#include "models/layer_index.h"
 
 namespace kiln {
 
@@ -14,10 +14,11 @@ bool starts_with(const std::string& s, const std::string& p) { return s.compare(
 
 // "12.rest" -> (12, "rest"); nothing when the text does not start with a block number and a dot.
 std::optional<std::pair<int, std::string>> split_index(const std::string& s) {
-    size_t i = 0;
-    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
-    if (i == 0 || i > 6 || i >= s.size() || s[i] != '.') return std::nullopt;
-    return std::make_pair(std::stoi(s.substr(0, i)), s.substr(i + 1));
+    const size_t dot = s.find('.');
+    if (dot == std::string::npos) return std::nullopt;
+    const std::optional<int> n = layer_index(std::string_view(s).substr(0, dot));
+    if (!n) return std::nullopt;
+    return std::make_pair(*n, s.substr(dot + 1));
 }
 
 const Shape& shape_of(const SafetensorsFile& file, const std::string& name, size_t rank) {

@@ -3,10 +3,10 @@
 // both describe the same network; they need only the number of layers per level, which the names
 // themselves tell.
 #include <algorithm>
-#include <cctype>
 #include <regex>
 
 #include "kiln/error.h"
+#include "models/layer_index.h"
 #include "models/unet/unet_config.h"
 
 namespace kiln {
@@ -31,12 +31,14 @@ bool rename_resnet(const std::string& rest, std::string* out) {
 
 // Parses "<int>.<int>.<rest>".
 bool split_indices(const std::string& s, int* a, int* b, std::string* rest) {
-    static const std::regex re(R"(^(\d+)\.(\d+)\.(.*)$)");
-    std::smatch m;
-    if (!std::regex_match(s, m, re)) return false;
-    *a = std::stoi(m[1]);
-    *b = std::stoi(m[2]);
-    *rest = m[3];
+    const size_t dot1 = s.find('.'), dot2 = dot1 == std::string::npos ? dot1 : s.find('.', dot1 + 1);
+    if (dot2 == std::string::npos) return false;
+    const std::optional<int> first = layer_index(std::string_view(s).substr(0, dot1));
+    const std::optional<int> second = layer_index(std::string_view(s).substr(dot1 + 1, dot2 - dot1 - 1));
+    if (!first || !second) return false;
+    *a = *first;
+    *b = *second;
+    *rest = s.substr(dot2 + 1);
     return true;
 }
 
@@ -44,7 +46,10 @@ int count_input_blocks(const std::vector<std::string>& names, const std::string&
     int n = 0;
     const std::string p = prefix + "input_blocks.";
     for (const auto& name : names)
-        if (name.rfind(p, 0) == 0) n = std::max(n, std::stoi(name.substr(p.size())) + 1);
+        if (name.rfind(p, 0) == 0) {  // a name whose index is not a number is reported as unknown later
+            const std::string rest = name.substr(p.size());
+            if (const std::optional<int> k = layer_index(rest.substr(0, rest.find('.')))) n = std::max(n, *k + 1);
+        }
     return n;
 }
 
@@ -100,8 +105,9 @@ std::map<std::string, WeightMapping> unet_table_from_ldm(const SafetensorsFile& 
         if (out.empty() && starts("middle_block.")) {
             const std::string r = s.substr(13);
             const size_t dot = r.find('.');
-            if (dot != std::string::npos && dot > 0 && std::all_of(r.begin(), r.begin() + dot, ::isdigit)) {
-                const int idx = std::stoi(r.substr(0, dot));
+            const std::optional<int> index = dot == std::string::npos ? std::nullopt : layer_index(r.substr(0, dot));
+            if (index) {
+                const int idx = *index;
                 std::string inner = r.substr(dot + 1);
                 if ((idx == 0 || idx == 2) && rename_resnet(inner, &inner))
                     out = "mid_block.resnets." + std::to_string(idx / 2) + "." + inner;
@@ -191,6 +197,9 @@ UNetConfig unet_config_from_ldm(const WeightSource& src, HeadRule rule, int pool
             ++depth;
         c.transformer_depth.push_back(std::max(depth, 1));
     }
+    require(!c.block_out_channels.empty(), ErrorKind::InvalidModel,
+            "missing " + src.display_name("down_blocks.0.resnets.0.conv1.weight") + " in " + src.describe() +
+                ": the UNet's first level, from which its widths are read");
     c.layers_per_block = 0;
     while (src.has("down_blocks.0.resnets." + std::to_string(c.layers_per_block) + ".conv1.weight"))
         ++c.layers_per_block;

@@ -1,11 +1,11 @@
 #include "models/vae/vae_single_file.h"
 
 #include <algorithm>
-#include <cctype>
 #include <optional>
 #include <vector>
 
 #include "kiln/error.h"
+#include "models/layer_index.h"
 
 namespace kiln {
 
@@ -24,11 +24,7 @@ std::vector<std::string> split_dots(const std::string& s) {
     return parts;
 }
 
-std::optional<int> as_index(const std::string& s) {
-    if (s.empty() || s.size() > 6 || !std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); }))
-        return std::nullopt;
-    return std::stoi(s);
-}
+std::optional<int> as_index(const std::string& s) { return layer_index(s); }
 
 std::string join_from(const std::vector<std::string>& parts, size_t from) {
     std::string out;

@@ -1,0 +1,120 @@
+// The memory pre-check (pipeline/memory_check.h). estimate_activation_bytes claims the peak of what a
+// generation holds beyond the loaded weights; check_memory_for refuses, before any work, a request whose
+// estimate exceeds the memory the host has free. The estimate is checked against what kiln's own
+// accounting (core/memory.h) measures during real runs, and for how it must grow with the image.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/fixtures.h"
+#include "core/memory.h"
+#include "kiln/error.h"
+#include "pipeline/generate.h"
+#include "pipeline/memory_check.h"
+
+using namespace kiln;
+using kiln::test::data_path;
+
+namespace {
+
+// The demo model (SD 1.x layout, 32-channel VAE) and the SDXL fixture mini (8-channel VAE), each at two sizes
+// large enough that the convolutions' scratch has reached its budget at both: what grows between them is
+// activations.
+struct Case {
+    std::string name, path;
+    int small, large;  // square sides
+};
+std::vector<Case> cases() {
+    return {{"kiln-shapes", KILN_DEMO_MODEL, 128, 192}, {"sdxl-mini", data_path("sdxl-mini/diffusers"), 192, 320}};
+}
+
+StableDiffusionModel load(const Case& c) {
+    LoadOptions o;
+    o.vae_encoder = false;  // txt2img, as the kiln program loads for it
+    return load_model(c.path, o);
+}
+
+// The most bytes held at once during a one-step generation of side x side beyond what was held before it
+// (the weights and anything else alive): what the estimate speaks for.
+int64_t measured_peak(const StableDiffusionModel& model, int side) {
+    GenerationRequest r;
+    r.prompt = "a red circle";
+    r.width = r.height = side;
+    r.steps = 1;
+    const int64_t before = memory_stats().device("cpu").total.current;
+    reset_memory_peaks();
+    (void)generate(model, r);
+    return memory_stats().device("cpu").total.peak - before;
+}
+
+double mib(int64_t bytes) { return bytes / 1048576.0; }
+
+}  // namespace
+
+// The estimate bounds the real peak (it counts four full-resolution VAE tensors where three are alive, and
+// the ops' scratch at its budget), and it grows at least as fast as the real peak does: a constant margin
+// cannot hide a per-pixel term that is too small.
+TEST(MemoryCheck, EstimateCoversTheMeasuredPeakAndItsGrowth) {
+    for (const Case& c : cases()) {
+        const StableDiffusionModel model = load(c);
+        const auto t0 = std::chrono::steady_clock::now();
+        const int64_t small = measured_peak(model, c.small), large = measured_peak(model, c.large);
+        const int64_t small_estimate = estimate_activation_bytes(model, c.small, c.small);
+        const int64_t large_estimate = estimate_activation_bytes(model, c.large, c.large);
+        std::printf("[ memory   ] %-11s peak %.1f / %.1f MiB at %d / %d px, estimate %.1f / %.1f MiB (%.1f s)\n",
+                    c.name.c_str(), mib(small), mib(large), c.small, c.large, mib(small_estimate),
+                    mib(large_estimate),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        EXPECT_LE(small, small_estimate) << c.name << " at " << c.small;
+        EXPECT_LE(large, large_estimate) << c.name << " at " << c.large;
+        EXPECT_LE(large - small, large_estimate - small_estimate) << c.name;
+    }
+}
+
+// kiln's activations are per pixel (convolutions, and attention in blocks of queries: ops/attention.cpp), so
+// the estimate must not shrink as either side grows, and beyond its constant it must grow as the pixel count:
+// doubling both sides adds four times what the previous doubling added (sides where every level's token
+// count divides exactly).
+TEST(MemoryCheck, EstimateGrowsAsThePixelCount) {
+    for (const Case& c : cases()) {
+        const StableDiffusionModel model = load(c);
+        for (int fixed : {64, 512})
+            for (int side = 64; side < 2048; side += 64) {
+                const int next = side + 64;
+                EXPECT_LE(estimate_activation_bytes(model, side, fixed), estimate_activation_bytes(model, next, fixed))
+                    << c.name << ": width " << side << " to " << next;
+                EXPECT_LE(estimate_activation_bytes(model, fixed, side), estimate_activation_bytes(model, fixed, next))
+                    << c.name << ": height " << side << " to " << next;
+            }
+        auto at = [&](int side) { return estimate_activation_bytes(model, side, side); };
+        EXPECT_EQ(at(2048) - at(1024), 4 * (at(1024) - at(512))) << c.name;
+        EXPECT_GT(at(1024), at(512)) << c.name;
+    }
+}
+
+// A request whose estimate exceeds the host's free memory is refused before any work, as OutOfMemory naming
+// the size and the estimate; one that fits passes.
+TEST(MemoryCheck, RefusesWhatDoesNotFitNamingTheFigures) {
+    const int64_t free = available_host_bytes();
+    if (free < 0) GTEST_SKIP() << "this system does not say how much memory is available";
+    const StableDiffusionModel model = load(cases()[0]);
+    EXPECT_NO_THROW(check_memory_for(model, 64, 64))
+        << "64x64 needs about " << mib(estimate_activation_bytes(model, 64, 64)) << " MiB";
+    int side = 1024;
+    while (estimate_activation_bytes(model, side, side) <= free) side *= 2;
+    char need[32];
+    std::snprintf(need, sizeof need, "%.1f GiB", estimate_activation_bytes(model, side, side) / 1073741824.0);
+    try {
+        check_memory_for(model, side, side);
+        ADD_FAILURE() << side << "x" << side << " passed the check";
+    } catch (const Error& e) {
+        const std::string msg = e.what();
+        EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory) << msg;
+        const std::string size = std::to_string(side) + "x" + std::to_string(side);
+        for (const std::string part : {size, std::string(need), std::string("available")})
+            EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
+    }
+}
