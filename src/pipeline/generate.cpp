@@ -170,7 +170,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         return guide(gpu->run_recorded(key, inputs, unet_call).to_host());
     };
 
-    if (!gpu) check_memory_for(model, r.width, r.height);  // host RAM; a GPU reports its own out-of-memory
+    if (!gpu) check_memory_for(model, r.width, r.height, n);  // host RAM; a GPU reports its own out-of-memory
     GenerationResult result;
     if (!r.init_image) {
         Tensor noise = rng->randn(latent_shape);

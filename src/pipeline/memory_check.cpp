@@ -20,7 +20,7 @@ std::string gib(int64_t bytes) {
 
 }  // namespace
 
-int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, int height) {
+int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch) {
     const int64_t pixels = static_cast<int64_t>(width) * height;
     // VAE decode at full resolution: the first block's width, and at most three such tensors alive at
     // once (the last level's first block: its input, twice as wide, and its output; vae_blocks.cpp),
@@ -44,7 +44,7 @@ int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, 
     // 16-bit weight. Attention's score blocks (about 1 MiB a thread) come at other times, and are smaller
     // than that up to 64 threads.
     const int64_t scratch = 2 * ops::detail::kIm2colBudgetBytes + ops::detail::kWeightTileBudgetBytes;
-    return std::max(vae, unet) + scratch;
+    return batch * std::max(vae, unet) + scratch;
 }
 
 int64_t available_host_bytes() {
@@ -57,12 +57,15 @@ int64_t available_host_bytes() {
     return -1;
 }
 
-void check_memory_for(const StableDiffusionModel& model, int width, int height) {
-    const int64_t need = estimate_activation_bytes(model, width, height), free = available_host_bytes();
+void check_memory_for(const StableDiffusionModel& model, int width, int height, int batch) {
+    const int64_t need = estimate_activation_bytes(model, width, height, batch), free = available_host_bytes();
     if (free < 0) return;
+    const std::string size = std::to_string(width) + "x" + std::to_string(height);
     require(need <= free, ErrorKind::OutOfMemory,
-            "a " + std::to_string(width) + "x" + std::to_string(height) + " image needs about " + gib(need) +
-                " of memory for activations, and " + gib(free) + " is available");
+            (batch == 1 ? "a " + size + " image needs" : "a batch of " + std::to_string(batch) + " " + size +
+                                                             " images needs") +
+                " about " + gib(need) + " of memory for activations, and " + gib(free) + " is available" +
+                (batch == 1 ? "" : " (a smaller --batch-size, with --batch-count for the rest, needs less)"));
 }
 
 }  // namespace kiln

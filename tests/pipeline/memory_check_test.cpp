@@ -39,11 +39,12 @@ StableDiffusionModel load(const Case& c) {
 
 // The most bytes held at once during a one-step generation of side x side beyond what was held before it
 // (the weights and anything else alive): what the estimate speaks for.
-int64_t measured_peak(const StableDiffusionModel& model, int side) {
+int64_t measured_peak(const StableDiffusionModel& model, int side, int batch = 1) {
     GenerationRequest r;
     r.prompt = "a red circle";
     r.width = r.height = side;
     r.steps = 1;
+    r.batch_size = batch;
     const int64_t before = memory_stats().device("cpu").total.current;
     reset_memory_peaks();
     (void)generate(model, r);
@@ -72,6 +73,19 @@ TEST(MemoryCheck, EstimateCoversTheMeasuredPeakAndItsGrowth) {
         EXPECT_LE(large, large_estimate) << c.name << " at " << c.large;
         EXPECT_LE(large - small, large_estimate - small_estimate) << c.name;
     }
+}
+
+// A batch runs the UNet and the VAE decode on all its images at once: its activations grow with the batch, and
+// the estimate must cover them (the scratch does not grow: one image's estimate already holds it).
+TEST(MemoryCheck, EstimateCoversABatch) {
+    const Case c = cases()[0];
+    const StableDiffusionModel model = load(c);
+    const int64_t one = measured_peak(model, c.small), three = measured_peak(model, c.small, 3);
+    const int64_t estimate = estimate_activation_bytes(model, c.small, c.small, 3);
+    std::printf("[ memory   ] %-11s batch of 3 at %d px: peak %.1f MiB (one image %.1f), estimate %.1f MiB\n",
+                c.name.c_str(), c.small, mib(three), mib(one), mib(estimate));
+    EXPECT_LE(three, estimate);
+    EXPECT_LE(three - one, estimate - estimate_activation_bytes(model, c.small, c.small));
 }
 
 // kiln's activations are per pixel (convolutions, and attention in blocks of queries: ops/attention.cpp), so
@@ -114,7 +128,7 @@ TEST(MemoryCheck, RefusesWhatDoesNotFitNamingTheFigures) {
         const std::string msg = e.what();
         EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory) << msg;
         const std::string size = std::to_string(side) + "x" + std::to_string(side);
-        for (const std::string part : {size, std::string(need), std::string("available")})
+        for (const std::string& part : {size, std::string(need), std::string("available")})
             EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
     }
 }
