@@ -1,5 +1,6 @@
 #include "text/python_float.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -36,7 +37,8 @@ std::optional<double> parse_float(std::string_view text) {
         const bool exp_negative = i < text.size() && text[i] == '-';
         if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
         const size_t exp_start = i;
-        for (; i < text.size() && is_digit(text[i]); ++i) exponent = std::min<int64_t>(exponent * 10 + (text[i] - '0'), 1'000'000'000);
+        for (; i < text.size() && is_digit(text[i]); ++i)
+            exponent = std::min<int64_t>(exponent * 10 + (text[i] - '0'), 1'000'000'000);
         if (i == exp_start) return std::nullopt;
         if (exp_negative) exponent = -exponent;
     }
@@ -49,11 +51,12 @@ std::optional<double> parse_float(std::string_view text) {
     if (ec == std::errc::result_out_of_range) {
         // Out of range is either above the largest double (Python gives inf) or below half the smallest
         // (Python gives 0). Which: where the first non-zero digit stands, relative to the units digit.
-        const size_t int_digits = (dot == std::string_view::npos ? mantissa.size() : dot);
+        const size_t int_digits = dot == std::string_view::npos ? mantissa.size() : dot - mantissa_start;
         int64_t position = 0;  // 1 for the units digit, 2 for tens, 0 for tenths, -1 for hundredths...
         for (size_t k = 0; k < mantissa.size(); ++k) {
             if (mantissa[k] == '.' || mantissa[k] == '0') continue;
-            position = k < int_digits ? static_cast<int64_t>(int_digits - k) : -static_cast<int64_t>(k - int_digits - 1);
+            position = k < int_digits ? static_cast<int64_t>(int_digits - k)
+                                      : -static_cast<int64_t>(k - int_digits - 1);
             break;
         }
         value = position + exponent >= 1 ? std::numeric_limits<double>::infinity() : 0.0;

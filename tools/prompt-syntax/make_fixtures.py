@@ -14,7 +14,9 @@ line (kiln does not carry its code). Run it in a virtual environment outside the
 
 lark 1.1.2 is the version AUTOMATIC1111 pins (requirements_versions.txt).
 
-Three parts:
+Four parts:
+- floats: Python's float() of number texts of the shapes the syntax lets through (for kiln's
+  python::parse_float), or "ValueError".
 - attention: parse_prompt_attention(prompt), or the name of the exception it raises.
 - schedules: get_learned_conditioning_prompt_schedules([prompt], steps)[0] with AUTOMATIC1111's defaults
   (no hires pass, use_old_scheduling=False). Its lark grammar is ambiguous, and for some prompts the tree
@@ -135,6 +137,19 @@ SCHEDULE_PROMPTS = [
     # unicode
     ("caf\u00e9 [cr\u00e8me:lait:3]", 10), ("\u732b[\u72ac:\u9ce5:0.5]", 10), ("[\U0001F600|\U0001F431]", 4),
     ("a\u00a0[b:c:2]\u2003d", 10), ("[a:b:\u0663]", 10),
+]
+
+# Number texts as the weight pattern ([+-]?[.\d]+) and lark's SIGNED_NUMBER let them through, around the
+# edges of the doubles: the largest, the smallest subnormal, halfway cases, long mantissas.
+FLOAT_TEXTS = [
+    "0", "-0", "+0", "1", "1.", ".5", "+.5", "-.5", "0.1", "1.1", "1.3", "00012.50", "1e3", "1E3", "1e+3", "1e-3",
+    "1.5e2", ".5e1", "5.e-1", "1e308", "1.7976931348623157e308", "1.7976931348623158e308",
+    "1.7976931348623159e308", "2e308", "1e309", "-1e309", "1e400", "1e99999999999999999999", "4.9e-324",
+    "2.4703282292062327e-324", "2.4703282292062328e-324", "2.5e-324", "2.4e-324", "1e-320", "1e-400",
+    "-1e-400", "1e-99999999999999999999", "9" * 400, "-" + "9" * 400, "0." + "0" * 400 + "1",
+    "1" + "0" * 308 + ".5", "0" * 50 + "1.5", "0.1000000000000000055511151231257827",
+    "0.10000000000000000555111512312578271", "9007199254740993", "123456789012345678901234567890",
+    ".", "..", "1.2.3", "+", "-", "", "+-1", "e5", "1e", "1e+", "1.5e", ".e1",
 ]
 
 CHUNK_WORDS = ["cat", "dog", "red", "blue", "tree", "house", "sky", "sun", "moon", "star", "river", "stone"]
@@ -422,25 +437,31 @@ def main():
             attention.append({"prompt": prompt, "parsed": [[text, number(w)] for text, w in parsed]})
         except Exception as e:  # noqa: BLE001
             attention.append({"prompt": prompt, "error": type(e).__name__})
+    floats = []
+    for text in FLOAT_TEXTS:
+        try:
+            floats.append({"text": text, "value": number(float(text))})
+        except ValueError:
+            floats.append({"text": text, "error": "ValueError"})
     schedules = collect_schedules(args.a1111, all_schedule_cases())
     chunks, checked = collect_chunks(args.a1111, parser, args.tokenizer)
 
     fixture = {
         "source": {"a1111_commit": args.commit, "lark": lark.__version__, "transformers": transformers.__version__,
                    "hash_seeds": [HASH_SEEDS, EXTRA_HASH_SEEDS], "chunks_checked_against_webui": checked},
-        "attention": attention, "schedules": schedules, "chunks": chunks,
+        "floats": floats, "attention": attention, "schedules": schedules, "chunks": chunks,
     }
     # One case a line: small diffs when the cases change.
     with open(args.out, "w", encoding="utf-8") as f:
         f.write("{\n")
         f.write('"source": ' + json.dumps(fixture["source"]) + ",\n")
-        for key in ("attention", "schedules", "chunks"):
+        for key in ("floats", "attention", "schedules", "chunks"):
             f.write(f'"{key}": [\n')
             f.write(",\n".join(json.dumps(case, ensure_ascii=False, separators=(",", ":")) for case in fixture[key]))
             f.write("\n]" + (",\n" if key != "chunks" else "\n"))
         f.write("}\n")
     varied = sum(1 for s in schedules if len(s.get("outcomes", [])) > 1)
-    print(f"{args.out}: {len(attention)} attention, {len(schedules)} schedule ({varied} hash-dependent), "
+    print(f"{args.out}: {len(floats)} floats, {len(attention)} attention, {len(schedules)} schedule ({varied} hash-dependent), "
           f"{len(chunks)} chunk cases; chunks checked against the webui's tokenize_line: {checked}")
 
 
