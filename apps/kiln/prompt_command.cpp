@@ -36,9 +36,10 @@ std::vector<EncoderTokenizer> prompt_tokenizers(const std::string& model) {
     if (fs::is_directory(model, ec)) {
         require(fs::exists(fs::path(model) / "model_index.json"), ErrorKind::InvalidModel,
                 model + " is a folder but not a diffusers model (no model_index.json)");
-        std::vector<EncoderTokenizer> out{{"text_encoder", ClipTokenizer::from_folder((fs::path(model) / "tokenizer").string())}};
-        if (fs::is_directory(fs::path(model) / "tokenizer_2", ec))
-            out.push_back({"text_encoder_2", ClipTokenizer::from_folder((fs::path(model) / "tokenizer_2").string())});
+        const fs::path dir(model);
+        std::vector<EncoderTokenizer> out{{"text_encoder", ClipTokenizer::from_folder((dir / "tokenizer").string())}};
+        if (fs::is_directory(dir / "tokenizer_2", ec))
+            out.push_back({"text_encoder_2", ClipTokenizer::from_folder((dir / "tokenizer_2").string())});
         return out;
     }
     const Architecture arch = detect_single_file_architecture(SafetensorsFile::open(model));
@@ -52,16 +53,17 @@ std::vector<EncoderTokenizer> prompt_tokenizers(const std::string& model) {
     return {};
 }
 
-// JSON has no infinity or NaN: those weights are written as strings, as Python spells them.
+// JSON has no infinity or NaN: those weights are written as the strings Python's repr gives.
 Json weight_json(double w) {
-    if (std::isnan(w)) return "NaN";
-    if (std::isinf(w)) return w > 0 ? "Infinity" : "-Infinity";
+    if (std::isnan(w)) return "nan";
+    if (std::isinf(w)) return w > 0 ? "inf" : "-inf";
     return w;
 }
 
 // Indented JSON, but an array or object of plain values on one line: a chunk's 77 ids stay one line.
 void write_json(std::string& out, const Json& j, int indent) {
-    const bool flat = !j.is_structured() || std::none_of(j.begin(), j.end(), [](const Json& v) { return v.is_structured(); });
+    const bool flat =
+        !j.is_structured() || std::none_of(j.begin(), j.end(), [](const Json& v) { return v.is_structured(); });
     if (flat) {
         out += j.dump(-1, ' ', false, Json::error_handler_t::replace);
         return;
@@ -91,7 +93,8 @@ CLI::App* add_prompt_command(CLI::App& app, PromptOptions& options) {
         "prompt", "show how AUTOMATIC1111 reads a prompt: emphasis weights, per-step prompts, 75-token chunks (JSON)");
     cmd->add_option("text", options.text, "the prompt")->required();
     cmd->add_option("-m,--model", options.model,
-                    "use this checkpoint's tokenizers (.safetensors file or diffusers folder; default: kiln's built-in CLIP vocabulary)");
+                    "use this checkpoint's tokenizers (.safetensors file or diffusers folder; "
+                    "default: kiln's built-in CLIP vocabulary)");
     cmd->add_option("--steps", options.steps, "sampling steps, for prompt editing and alternation")
         ->capture_default_str()
         ->check(CLI::Range(1, 100000));
