@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "commands.h"
+#include "prompt_command.h"
 #include "kiln/error.h"
 
 int main(int argc, char** argv) {
@@ -105,6 +106,8 @@ int main(int argc, char** argv) {
     bool info_devices = false;
     info->add_option("path", info_path, "model file/folder or PNG image");
     info->add_flag("--devices", info_devices, "list the devices kiln can run on, with their memory");
+    kiln::cli::PromptOptions prompt_opts;
+    CLI::App* prompt = kiln::cli::add_prompt_command(app, prompt_opts);
 
     try {
         app.parse(argc, argv);
@@ -129,6 +132,7 @@ int main(int argc, char** argv) {
             return kiln::cli::run_info(info_path);
         }
         if (bench->parsed()) return kiln::cli::run_bench(bench_opts);
+        if (prompt->parsed()) return kiln::cli::run_prompt(prompt_opts);
     } catch (const kiln::Error& e) {
         std::fprintf(stderr, "kiln: error: %s\n", e.what());
         return 1;

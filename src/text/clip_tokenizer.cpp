@@ -164,6 +164,12 @@ int ClipTokenizer::token_id(const std::string& token) const {
     return it->second;
 }
 
+std::optional<int> ClipTokenizer::find_token_id(const std::string& token) const {
+    const auto it = bpe_->vocab().find(token);
+    if (it == bpe_->vocab().end()) return std::nullopt;
+    return it->second;
+}
+
 size_t ClipTokenizer::vocab_size() const { return bpe_->vocab().size(); }
 
 std::vector<int> ClipTokenizer::encode(const std::string& text) const {

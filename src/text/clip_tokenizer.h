@@ -9,6 +9,7 @@
 // U+FFFD. Copies are cheap (the tables are shared) and all const methods are thread-safe.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@ public:
     int bos_id() const { return bos_id_; }  // <|startoftext|>
     int eos_id() const { return eos_id_; }  // <|endoftext|>
     int token_id(const std::string& token) const;  // e.g. "!" -> 0; unknown -> kiln::Error
+    std::optional<int> find_token_id(const std::string& token) const;  // unknown -> nothing
     size_t vocab_size() const;
 
 private:

@@ -1,0 +1,41 @@
+// How AUTOMATIC1111 cuts a parsed prompt into the 77-token chunks its CLIP text encoders see
+// (tokenize_line in modules/sd_hijack_clip.py), with the webui's default "comma_padding_backtrack" of 20
+// and no textual-inversion embeddings.
+//
+// Each text of parse_prompt_attention's list is tokenized on its own, and its tokens carry its weight.
+// Tokens fill chunks of 75; a BREAK entry closes the chunk early. When a chunk is full and the next token
+// is not a comma, the tokens after the chunk's last comma move on to the next chunk, if that comma is
+// among the chunk's last 20 tokens (a comma that opened the chunk does not count). Every chunk is padded
+// with end tokens to 75 and framed by a start and an end token: 77 ids, 77 weights (1 for the frame and
+// the padding). Encoders whose pad token is not the end token (OpenCLIP: "!", id 0) get the pad id after
+// the chunk's first end token, as the webui feeds them.
+#pragma once
+#include <vector>
+
+#include "text/clip_tokenizer.h"
+#include "text/prompt_attention.h"
+
+namespace kiln {
+
+inline constexpr int kPromptChunkTokens = 75;
+inline constexpr int kCommaBacktrack = 20;
+
+struct PromptChunk {
+    std::vector<int> ids;         // 77
+    std::vector<double> weights;  // 77
+    int tokens = 0;               // prompt tokens in it; the rest is frame and padding
+};
+
+struct ChunkedPrompt {
+    std::vector<PromptChunk> chunks;  // at least one
+    // The webui's count, shown as "token_count/target" under its prompt box: 75 for every chunk but the
+    // last, plus the last one's tokens.
+    int token_count = 0;
+    int target() const;  // token_count rounded up to a multiple of 75 (75 at least)
+};
+
+// The tokenizer is the encoder's own (its pad token decides the padding). Its text is read as the webui's
+// tokenizers read it: the pad token is matched as ordinary text, not as a special token.
+ChunkedPrompt chunk_prompt(const std::vector<WeightedText>& parsed, const ClipTokenizer& tokenizer);
+
+}  // namespace kiln
