@@ -1,5 +1,6 @@
-// Reads tests/data/prompt-syntax/a1111_prompt_syntax.json: AUTOMATIC1111's own results for the prompt
-// syntax (tools/prompt-syntax/make_fixtures.py; the folder's README says how and from which commit).
+// Reads a1111_prompt_syntax.json (tests/data/prompt-syntax/a1111_prompt_syntax.tar.xz, unpacked by the build):
+// AUTOMATIC1111's own results for the prompt syntax (tools/prompt-syntax/make_fixtures.py; the folder's README
+// says how and from which commit).
 #pragma once
 #include <gtest/gtest.h>
 
@@ -15,7 +16,7 @@ namespace kiln::test {
 
 inline const nlohmann::json& a1111_fixture() {
     static const nlohmann::json fixture = [] {
-        const std::string path = std::string(KILN_SOURCE_DIR) + "/tests/data/prompt-syntax/a1111_prompt_syntax.json";
+        const std::string path = KILN_PROMPT_SYNTAX_DATA;
         std::ifstream in(path, std::ios::binary);
         EXPECT_TRUE(in.good()) << path;
         std::ostringstream text;

@@ -12,7 +12,8 @@ line (kiln does not carry its code). Run it in a virtual environment outside the
         --tokenizer /path/to/sd15-mini/diffusers/tokenizer \
         --out tests/data/prompt-syntax/a1111_prompt_syntax.json
 
-lark 1.1.2 is the version AUTOMATIC1111 pins (requirements_versions.txt).
+lark 1.1.2 is the version AUTOMATIC1111 pins (requirements_versions.txt). The repository stores the file
+packed (a1111_prompt_syntax.tar.xz; tests/data/prompt-syntax/README.md has the command), not the JSON itself.
 
 Four parts:
 - floats: Python's float() of number texts of the shapes the syntax lets through (for kiln's
