@@ -1,4 +1,4 @@
-// The kiln command line: txt2img, img2img, info, bench.
+// The kiln command line: txt2img, img2img, info, bench, prompt.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
