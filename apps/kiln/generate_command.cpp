@@ -151,7 +151,8 @@ int run_generate(const GenerateOptions& o, bool img2img) {
             image_params.params.push_back({"Version", kVersion});
             const std::string path = output_path(o.output, i * req.batch_size + b, images);
             StageScope zone(Stage::ImageWrite);
-            write_png(path, image_from_tensor(batch_item(result.image, b)), {{"parameters", format_infotext(image_params)}});
+            write_png(path, image_from_tensor(batch_item(result.image, b)),
+                      {{"parameters", format_infotext(image_params)}});
             std::printf("%s\n", path.c_str());
         }
     }

@@ -35,8 +35,8 @@ TEST(BatchSize, FilesKeysAndLatentsOfTwoBatchesOfTwo) {
     const std::string out = tmp.file("b.png"), latents = tmp.file("b.safetensors");
     const ProcessResult r =
         run_kiln({"txt2img", "-m", kSd15, "-p", "a red circle", "-n", "blurry", "-W", "64", "-H", "72", "--steps", "3",
-                  "--seed", "1000", "--batch-count", "2", "--batch-size", "2", "--clip-skip", "2", "--sampler", "euler_a",
-                  "-o", out, "--latents-out", latents, "--quiet"});
+                  "--seed", "1000", "--batch-count", "2", "--batch-size", "2", "--clip-skip", "2", "--sampler",
+                  "euler_a", "-o", out, "--latents-out", latents, "--quiet"});
     expect_success(r);
     const std::vector<std::string> pngs = {tmp.file("b-1.png"), tmp.file("b-2.png"), tmp.file("b-3.png"),
                                            tmp.file("b-4.png")};

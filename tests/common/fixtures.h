@@ -41,4 +41,16 @@ inline double relative_error(const Tensor& a, const Tensor& b) {
     return scale > 0 ? diff / scale : diff;
 }
 
+// ||a - b|| / ||b|| over all elements: the error of the tensor as a whole, beside relative_error's worst element.
+inline double relative_l2_error(const Tensor& a, const Tensor& b) {
+    EXPECT_EQ(a.shape(), b.shape());
+    if (a.shape() != b.shape()) return INFINITY;
+    double d = 0, r = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+        d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+        r += double(b[i]) * b[i];
+    }
+    return r > 0 ? std::sqrt(d / r) : INFINITY;
+}
+
 }  // namespace kiln::test

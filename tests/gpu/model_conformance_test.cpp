@@ -61,17 +61,6 @@ bool runs(const Backend& gpu, size_t model_case, size_t sampler, size_t cases) {
     return !gpu.describe().emulated || sampler % cases == model_case;
 }
 
-// ||a - b|| / ||b|| over all elements (L2).
-double l2_error(const Tensor& a, const Tensor& b) {
-    EXPECT_EQ(a.shape(), b.shape());
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < a.numel() && a.shape() == b.shape(); ++i) {
-        d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-        r += double(b[i]) * b[i];
-    }
-    return a.shape() == b.shape() && r > 0 ? std::sqrt(d / r) : INFINITY;
-}
-
 // Peak signal-to-noise ratio of an image in [0, 1] against a reference, in dB (NaN compares as a failure).
 double psnr(const Tensor& image, const Tensor& reference) {
     double d = 0;
@@ -130,9 +119,10 @@ TEST_P(Models, ModulesMatchTheCpu) {
             for (int i = 0; i < 77; ++i) ids[i] = (i * 37 + 5) % 1000;
             const Tensor text = dev.text_encoders[0].model.encode(ids).last_hidden_state;
             const Tensor text_want = cpu.text_encoders[0].model.encode(ids).last_hidden_state;
-            const double unet_err = kiln::test::relative_error(unet, want), unet_l2 = l2_error(unet, want);
-            const double vae_err = kiln::test::relative_error(vae, vae_want), vae_l2 = l2_error(vae, vae_want);
-            const double text_err = kiln::test::relative_error(text, text_want), text_l2 = l2_error(text, text_want);
+            using kiln::test::relative_error, kiln::test::relative_l2_error;
+            const double unet_err = relative_error(unet, want), unet_l2 = relative_l2_error(unet, want);
+            const double vae_err = relative_error(vae, vae_want), vae_l2 = relative_l2_error(vae, vae_want);
+            const double text_err = relative_error(text, text_want), text_l2 = relative_l2_error(text, text_want);
             std::printf("[ models %s ] %-24s %-4s unet %.2e (L2 %.2e) vae %.2e (%.2e) text %.2e (%.2e), "
                         "bound %.1e\n",
                         device_name(gpu->device()).c_str(), case_name(c).c_str(), dtype_name(t), unet_err, unet_l2,

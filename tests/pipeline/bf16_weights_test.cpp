@@ -102,17 +102,6 @@ Rounded load_rounded(const std::string& model) {
 
 bool bitwise_equal(const Tensor& a, const Tensor& b) { return a.shape() == b.shape() && a.values() == b.values(); }
 
-// ||a - b|| / ||b|| over all elements (L2).
-double l2_error(const Tensor& a, const Tensor& b) {
-    EXPECT_EQ(a.shape(), b.shape());
-    double d = 0, r = 0;
-    for (int64_t i = 0; i < a.numel() && a.shape() == b.shape(); ++i) {
-        d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-        r += double(b[i]) * b[i];
-    }
-    return a.shape() == b.shape() && r > 0 ? std::sqrt(d / r) : INFINITY;
-}
-
 GenerationRequest run(const char* sampler) {
     GenerationRequest r;
     r.prompt = "a red circle on a blue background";
@@ -153,7 +142,7 @@ void check_bound(const StableDiffusionModel& bf16, const StableDiffusionModel& f
         in.time_ids = &time_ids;
     }
     auto check = [&](const char* what, const Tensor& got, const Tensor& want, int matrices) {
-        const double err = l2_error(got, want), bound = std::sqrt(double(matrices)) * kU;
+        const double err = kiln::test::relative_l2_error(got, want), bound = std::sqrt(double(matrices)) * kU;
         std::printf("[ bf16     ] %-9s %-5s L2 error %.2e (%.1f u), bound sqrt(%d) u = %.2e\n", m.c_str(), what, err,
                     err / kU, matrices, bound);
         EXPECT_LT(err, bound) << m << " " << what;
