@@ -81,3 +81,13 @@ TEST(BatchSize, OutOfRangeIsOneLineError) {
         EXPECT_NE(r.err.find("batch size must be between 1 and 64"), std::string::npos) << r.err;
     }
 }
+
+// --latents-out into a folder that does not exist: one error line naming the file, and no PNG written after it.
+TEST(LatentsOut, UnwritablePathIsOneLineError) {
+    TempDir tmp;
+    const std::string bad = tmp.file("no-such-folder/latents.safetensors"), png = tmp.file("x.png");
+    expect_one_error_line(run_kiln({"txt2img", "-m", kSd15, "-p", "x", "-W", "64", "-H", "64", "--steps", "1", "-o",
+                                    png, "--latents-out", bad, "--quiet"}),
+                          {bad});
+    EXPECT_FALSE(fs::exists(png));
+}
