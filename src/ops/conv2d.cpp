@@ -73,6 +73,23 @@ Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, 
                                                 detail::kIm2colBudgetBytes);
 }
 
+Tensor conv2d_affine_silu(const Tensor& x, const std::vector<float>& scale, const std::vector<float>& shift,
+                          const Tensor& w, const Tensor* b, int stride, int padding) {
+    const int64_t channels = x.rank() == 4 ? x.dim(1) : -1;
+    require(channels >= 0 && int64_t(scale.size()) == channels && int64_t(shift.size()) == channels,
+            ErrorKind::InvalidArgument,
+            "conv2d_affine_silu: x " + shape_str(x.shape()) + " must be [N, C, H, W] with " +
+                std::to_string(scale.size()) + " scales and " + std::to_string(shift.size()) + " shifts, one a channel");
+    if (x.on_device()) return device_ops(x).conv2d_affine_silu(x, scale, shift, w, b, stride, padding);
+    detail::InputNorm norm;  // per (image, channel) plane
+    for (int64_t n = 0; n < x.dim(0); ++n) {
+        norm.scale.insert(norm.scale.end(), scale.begin(), scale.end());
+        norm.shift.insert(norm.shift.end(), shift.begin(), shift.end());
+    }
+    return detail::conv2d_impl(x, w, b, stride, padding, detail::kIm2colBudgetBytes, detail::kWeightTileBudgetBytes,
+                               {&norm, false, "conv2d_affine_silu"});
+}
+
 Tensor conv2d_group_norm_silu_plus(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
                                    const Tensor& w, const Tensor* b, const Tensor& image_bias, int64_t at, int stride,
                                    int padding) {

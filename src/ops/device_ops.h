@@ -5,6 +5,7 @@
 // device than the first is an InvalidArgument error naming both.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -24,6 +25,18 @@ public:
     virtual Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
                                           float eps, const Tensor& w, const Tensor* b, int stride,
                                           int padding) const = 0;
+    // ops::conv2d_affine_silu: the affine as a 1x1 convolution with a diagonal filter (one product a pixel), then
+    // SiLU and the convolution, where the backend has no fused form.
+    virtual Tensor conv2d_affine_silu(const Tensor& x, const std::vector<float>& scale, const std::vector<float>& shift,
+                                      const Tensor& w, const Tensor* b, int stride, int padding) const {
+        const int64_t c = x.dim(1);
+        Tensor diagonal({c, c, 1, 1});
+        for (int64_t i = 0; i < c; ++i) diagonal[i * c + i] = scale[i];
+        const Tensor shift_on_device = Tensor({c}, shift).to_device(w.backend(), w.dtype());
+        Tensor y = conv2d(x, diagonal.to_device(w.backend(), w.dtype()), &shift_on_device, 1, 0);
+        activation_(y, DeviceActivation::Silu);
+        return conv2d(y, w, b, stride, padding);
+    }
     // y += y_bias (per channel, may be null), then y += conv2d_group_norm_silu(x, ...); and the convolution of x's
     // nearest-2x upsampling. A backend without a fused form composes them.
     virtual void conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const Tensor& gamma,

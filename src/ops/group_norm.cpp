@@ -33,26 +33,39 @@ void detail::group_norm_affine(const Tensor& x, int groups, const Tensor& gamma,
     shift.assign(planes, 0.0f);
     if (planes == 0) return;
     const int64_t spatial = x.numel() / planes;
-    const int64_t per_group = channels / groups;
-    const float* xp = x.data();
-    const double count = static_cast<double>(per_group * spatial);
-    std::vector<double> sum(planes), sum_sq(planes);
-    const int64_t grain = detail::chunk_items(planes, spatial);
+    std::vector<double> sum(planes, 0.0), sum_sq(planes, 0.0);
+    detail::add_plane_sums(x.data(), planes, spatial, spatial, sum.data(), sum_sq.data());
+    detail::group_norm_scale_shift(sum, sum_sq, spatial, n_img, channels, groups, gamma, beta, eps, scale, shift);
+}
+
+void detail::add_plane_sums(const float* x, int64_t planes, int64_t plane_stride, int64_t length, double* sum,
+                            double* sum_sq) {
+    const int64_t grain = detail::chunk_items(planes, length);
     // Sum and sum of squares in double: E[x^2] - E[x]^2 then loses about count * 2^-53 * (mean/std)^2
     // of the variance, far below float32's 2^-24 for any activations a network produces.
-#pragma omp parallel for schedule(dynamic, grain) if (detail::worth_threads(planes, spatial))
+#pragma omp parallel for schedule(dynamic, grain) if (detail::worth_threads(planes, length))
     for (int64_t p = 0; p < planes; ++p) {
-        const float* row = xp + p * spatial;
+        const float* row = x + p * plane_stride;
         double s = 0.0, s2 = 0.0;
 #pragma omp simd reduction(+ : s, s2)
-        for (int64_t i = 0; i < spatial; ++i) {
+        for (int64_t i = 0; i < length; ++i) {
             const double v = row[i];
             s += v;
             s2 += v * v;
         }
-        sum[p] = s;
-        sum_sq[p] = s2;
+        sum[p] += s;
+        sum_sq[p] += s2;
     }
+}
+
+void detail::group_norm_scale_shift(const std::vector<double>& sum, const std::vector<double>& sum_sq,
+                                    int64_t plane_count, int64_t n_img, int64_t channels, int groups,
+                                    const Tensor& gamma, const Tensor& beta, float eps, std::vector<float>& scale,
+                                    std::vector<float>& shift) {
+    const int64_t per_group = channels / groups;
+    const double count = static_cast<double>(per_group * plane_count);
+    scale.assign(n_img * channels, 0.0f);
+    shift.assign(n_img * channels, 0.0f);
     // Per channel: y = x * scale + shift with scale = gamma * rstd, shift = beta - mean * scale.
     for (int64_t n = 0; n < n_img; ++n) {
         for (int64_t g = 0; g < groups; ++g) {

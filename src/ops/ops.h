@@ -34,6 +34,14 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride = 1,
 Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
                               const Tensor& w, const Tensor* b, int stride = 1, int padding = 0);
 
+// conv2d(silu(x * scale[c] + shift[c]), w, b, ...) per channel c (scale and shift hold x's C values, the same for
+// every image): a GroupNorm whose statistics were gathered elsewhere (a tiled VAE decode normalises each tile
+// with the whole image's), as group_norm's scale and shift (detail::group_norm_scale_shift). On the CPU im2col
+// applies them as it reads, as conv2d_group_norm_silu; a GPU without a fused form composes a 1x1 convolution with
+// a diagonal filter (the affine, rounded to its dtype), SiLU and the convolution.
+Tensor conv2d_affine_silu(const Tensor& x, const std::vector<float>& scale, const std::vector<float>& shift,
+                          const Tensor& w, const Tensor* b, int stride = 1, int padding = 0);
+
 // conv2d_group_norm_silu(x, ...) then add_channel_bias_(y, image_bias [N, Cout]) with exactly those bits: a
 // ResnetBlock's first convolution with its time embedding, which a GPU adds as the convolution's output is
 // written rather than in a pass of its own. image_bias may be wider, [N, W]: its columns [at, at + Cout) are

@@ -27,6 +27,16 @@ Tensor conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, int strid
 void group_norm_affine(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
                        std::vector<float>& scale, std::vector<float>& shift);
 
+// group_norm_affine in parts, for statistics gathered over several pieces of a tensor (a tiled VAE decode):
+// adds, for each of `planes` runs of `length` floats `plane_stride` apart from x, their sum and sum of squares
+// (in double) to sum[p] and sum_sq[p]; and group_norm's scale and shift from such sums over [N, C] planes of
+// plane_count values each (gamma and beta float32 on the host).
+void add_plane_sums(const float* x, int64_t planes, int64_t plane_stride, int64_t length, double* sum,
+                    double* sum_sq);
+void group_norm_scale_shift(const std::vector<double>& sum, const std::vector<double>& sum_sq, int64_t plane_count,
+                            int64_t n_img, int64_t channels, int groups, const Tensor& gamma, const Tensor& beta,
+                            float eps, std::vector<float>& scale, std::vector<float>& shift);
+
 // conv2d_group_norm_silu with explicit budgets (as conv2d_tiled).
 Tensor conv2d_group_norm_silu_tiled(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
                                     const Tensor& w, const Tensor* b, int stride, int padding,

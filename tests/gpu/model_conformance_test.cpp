@@ -145,6 +145,37 @@ TEST_P(Models, ModulesMatchTheCpu) {
     }
 }
 
+// The tiled VAE decode (bands of 2 rows, the most seams) on the GPU against the CPU's untiled float32 decode.
+// Composed on a GPU without a fused form, it rounds what the untiled composition rounds (GroupNorm's output,
+// SiLU's, each convolution's) and one more thing: the per-channel scale and shift of each GroupNorm, stored in
+// the device's dtype. That is one more relative rounding per norm on the deepest path, about 30 norms
+// (2 per ResNet block, 3 blocks a level, 4 levels, the mid block's and the output's): 64 u + 30 u, within
+// 1.5 times the module bound above.
+TEST_P(Models, TiledVaeDecodeMatchesTheCpu) {
+    Backend* gpu = &this->gpu();
+    for (const char* model : {"sd15-mini", "sdxl-mini"}) {
+        const ModelCase c{model, false};
+        const StableDiffusionModel cpu = load_on(c, Device{}, DType::F32);
+        SafetensorsFile ref = SafetensorsFile::open(data_path(c.model + "/modules.safetensors"));
+        const Tensor latents = ref.load("vae.wide.latent"), want = cpu.vae->decode(latents);
+        for (DType t : kiln::test::gpu_dtypes(*gpu)) {
+            const StableDiffusionModel dev = load_on(c, gpu->device(), t);
+            LoadOptions placed;
+            placed.device = gpu->device();
+            placed.precision = t;
+            const DType vae_type = device_precision(placed, dev.arch, true);
+            const double bound = 1.5 * rounding_bound(vae_type == DType::BF16 ? DType::BF16 : t);
+            const Tensor tiled = dev.vae->decode_tiled(latents, 1);
+            using kiln::test::relative_error, kiln::test::relative_l2_error;
+            const double err = relative_error(tiled, want), l2 = relative_l2_error(tiled, want);
+            std::printf("[ models %s ] %-24s %-4s tiled VAE decode %.2e (L2 %.2e), bound %.1e\n",
+                        device_name(gpu->device()).c_str(), case_name(c).c_str(), dtype_name(t), err, l2, bound);
+            EXPECT_LT(err, bound) << case_name(c) << " " << dtype_name(t);
+            EXPECT_LT(l2, bound) << case_name(c) << " " << dtype_name(t);
+        }
+    }
+}
+
 // The text encoder runs its layers as a recorded call on a GPU (eager the first time, captured the second,
 // replayed after): four different prompt batches in a row, each output against the CPU, for clip skip 1 and 2.
 TEST_P(Models, TextEncoderRecordingsMatchTheCpu) {

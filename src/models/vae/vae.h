@@ -25,6 +25,12 @@ public:
     // h*f, w*f] in about [-1, 1], f = config().downsample_factor().
     Tensor decode(const Tensor& latents) const;
 
+    // decode() a band of rows at a time from the mid block on, each GroupNorm with the whole image's statistics:
+    // the same image up to float rounding, with the device (or, on the CPU, the scratch) holding one band's
+    // tensors of about band_bytes and the host one or two whole activations (vae_tiled_decode.cpp). Returns the
+    // image on the host, float32.
+    Tensor decode_tiled(const Tensor& latents, int64_t band_bytes) const;
+
     // The posterior of an image [N, in_channels, H, W] in [-1, 1]: mean and std, [N, latent, H/f, W/f].
     // logvar is clamped to [-30, 20] and std = exp(logvar / 2), as DiagonalGaussianDistribution.
     struct Posterior {

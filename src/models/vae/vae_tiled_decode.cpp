@@ -1,0 +1,218 @@
+// Vae::decode_tiled: the decode a band of rows at a time, with every GroupNorm normalising by the whole
+// image's statistics, so the result is decode()'s up to float rounding (no seams, no blending).
+//
+// The part up to the mid block works at the latent size (an eighth of the image each way) and its attention
+// mixes every position, so it runs whole. From there each activation is parked on the host, float32, with the
+// per-channel sums of its values; each step (a ResNet block, an upsampler, the output convolution) reads bands
+// of it with the rows its 3x3 convolutions need around them, runs them where the weights are (a GPU or the
+// CPU), and writes the band's own rows back with their sums, from which the next GroupNorm's scale and shift
+// come. A ResNet block's second norm needs the statistics of its first convolution's output over the whole
+// image before any of its output can be made, so each block runs its first convolution twice: once for the
+// statistics, once again (band by band) to use them. That costs about a third more arithmetic than decode();
+// in exchange the device holds one band's tensors and the host one activation (two where a block changes the
+// width or an upsampler quadruples it), instead of two or three whole activations with their scratch.
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/error.h"
+#include "models/vae/vae.h"
+#include "ops/ops.h"
+#include "ops/tuning.h"
+
+namespace kiln {
+
+namespace {
+
+using vae::kNormEps;
+
+// Per channel of one image: the sum and sum of squares of its values, and how many values each channel had.
+struct Sums {
+    std::vector<double> sum, sum_sq;
+    int64_t count = 0;
+    explicit Sums(int64_t channels = 0) : sum(channels, 0.0), sum_sq(channels, 0.0) {}
+};
+
+// An activation [N, C, H, W] on the host with the sums of each image's channels.
+struct Parked {
+    Tensor x;
+    std::vector<Sums> sums;
+};
+
+int64_t plane_of(const Tensor& t) { return t.dim(2) * t.dim(3); }
+
+// Rows [r0, r1) of image n of x, clamped to the image: a new [1, C, rows, W] tensor (first_row says where it
+// starts).
+Tensor gather_rows(const Tensor& x, int64_t n, int64_t r0, int64_t r1, int64_t& first_row) {
+    const int64_t c = x.dim(1), h = x.dim(2), w = x.dim(3);
+    r0 = std::max<int64_t>(r0, 0);
+    r1 = std::min(r1, h);
+    first_row = r0;
+    Tensor band({1, c, r1 - r0, w});
+    for (int64_t ch = 0; ch < c; ++ch)
+        std::memcpy(band.data() + ch * (r1 - r0) * w, x.data() + ((n * c + ch) * h + r0) * w,
+                    sizeof(float) * (r1 - r0) * w);
+    return band;
+}
+
+// band's rows [from, from + rows) into image n of x at row `at`.
+void scatter_rows(Tensor& x, int64_t n, int64_t at, const Tensor& band, int64_t from, int64_t rows) {
+    const int64_t c = x.dim(1), h = x.dim(2), w = x.dim(3), band_h = band.dim(2);
+    for (int64_t ch = 0; ch < c; ++ch)
+        std::memcpy(x.data() + ((n * c + ch) * h + at) * w, band.data() + (ch * band_h + from) * w,
+                    sizeof(float) * rows * w);
+}
+
+// Adds band's rows [from, from + rows) to the sums.
+void add_sums(Sums& s, const Tensor& band, int64_t from, int64_t rows) {
+    const int64_t band_h = band.dim(2), w = band.dim(3);
+    ops::detail::add_plane_sums(band.data() + from * w, band.dim(1), band_h * w, rows * w, s.sum.data(),
+                                s.sum_sq.data());
+    s.count += rows * w;
+}
+
+struct Affine {
+    std::vector<float> scale, shift;
+};
+
+// The GroupNorm `norm` of an activation with these sums, as a per-channel scale and shift.
+Affine norm_affine(const Sums& s, const vae::Norm& norm, int groups) {
+    Affine a;
+    ops::detail::group_norm_scale_shift(s.sum, s.sum_sq, s.count, 1, static_cast<int64_t>(s.sum.size()), groups,
+                                        norm.w.to_host(), norm.b.to_host(), kNormEps, a.scale, a.shift);
+    return a;
+}
+
+// Output rows per band: the band's tensors (its input with 2 rows each side, and up to three outputs as wide as
+// `out_channels`, float32 on the host) within band_bytes, and at least 2 (decode_tiled's in-place update reads
+// 2 rows above a band, which must not have been written yet).
+int64_t rows_per_band(int64_t in_channels, int64_t out_channels, int64_t width, int64_t band_bytes) {
+    const int64_t per_row = (in_channels + 3 * out_channels) * width * int64_t(sizeof(float));
+    return std::max<int64_t>(2, band_bytes / per_row - 4);
+}
+
+Parked park(const Tensor& x) {
+    Parked p{x.to_host(), {}};
+    for (int64_t n = 0; n < p.x.dim(0); ++n) {
+        p.sums.emplace_back(p.x.dim(1));
+        ops::detail::add_plane_sums(p.x.data() + n * p.x.dim(1) * plane_of(p.x), p.x.dim(1), plane_of(p.x),
+                                    plane_of(p.x), p.sums.back().sum.data(), p.sums.back().sum_sq.data());
+        p.sums.back().count = plane_of(p.x);
+    }
+    return p;
+}
+
+Parked resnet(Parked in, const vae::Resnet& res, int groups, const Tensor& like, int64_t band_bytes) {
+    const int64_t n_img = in.x.dim(0), c = in.x.dim(1), h = in.x.dim(2), w = in.x.dim(3);
+    const int64_t cout = res.conv1.w.dim(0);
+    const int64_t rows = rows_per_band(c, cout, w, band_bytes);
+    // Without a shortcut the output has x's shape and replaces it band by band; a band's rows are written once
+    // the next band has read the rows it needs above itself.
+    Parked out{res.shortcut ? Tensor({n_img, cout, h, w}) : Tensor(), {}};
+    for (int64_t n = 0; n < n_img; ++n) {
+        const Affine a1 = norm_affine(in.sums[n], res.norm1, groups);
+        Sums h_sums(cout);  // conv1's output, for norm2
+        for (int64_t r0 = 0; r0 < h; r0 += rows) {
+            const int64_t r1 = std::min(h, r0 + rows);
+            int64_t first = 0;
+            const Tensor band = ops::on_device_of(gather_rows(in.x, n, r0 - 1, r1 + 1, first), like);
+            const Tensor hb = ops::conv2d_affine_silu(band, a1.scale, a1.shift, res.conv1.w, &res.conv1.b, 1, 1);
+            add_sums(h_sums, hb.to_host(), r0 - first, r1 - r0);
+        }
+        const Affine a2 = norm_affine(h_sums, res.norm2, groups);
+        Sums out_sums(cout);
+        Tensor pending;
+        int64_t pending_at = 0, pending_from = 0, pending_rows = 0;
+        for (int64_t r0 = 0; r0 < h; r0 += rows) {
+            const int64_t r1 = std::min(h, r0 + rows);
+            int64_t first = 0;
+            Tensor band = ops::on_device_of(gather_rows(in.x, n, r0 - 2, r1 + 2, first), like);
+            const Tensor hb = ops::conv2d_affine_silu(band, a1.scale, a1.shift, res.conv1.w, &res.conv1.b, 1, 1);
+            const Tensor conv2 = ops::conv2d_affine_silu(hb, a2.scale, a2.shift, res.conv2.w, &res.conv2.b, 1, 1);
+            // decode()'s sums: shortcut + conv2, or x + conv2 (one rounding of the same two values).
+            Tensor sum = res.shortcut ? ops::conv2d(band, res.shortcut->w, &res.shortcut->b) : std::move(band);
+            ops::add_(sum, conv2);
+            Tensor result = sum.to_host();
+            add_sums(out_sums, result, r0 - first, r1 - r0);
+            if (res.shortcut) {
+                scatter_rows(out.x, n, r0, result, r0 - first, r1 - r0);
+                continue;
+            }
+            if (!pending.empty()) scatter_rows(in.x, n, pending_at, pending, pending_from, pending_rows);
+            pending = std::move(result);
+            pending_at = r0;
+            pending_from = r0 - first;
+            pending_rows = r1 - r0;
+        }
+        if (!pending.empty()) scatter_rows(in.x, n, pending_at, pending, pending_from, pending_rows);
+        out.sums.push_back(std::move(out_sums));
+    }
+    if (!res.shortcut) out.x = std::move(in.x);
+    return out;
+}
+
+Parked upsample(Parked in, const vae::Conv& conv, const Tensor& like, int64_t band_bytes) {
+    const int64_t n_img = in.x.dim(0), c = in.x.dim(1), h = in.x.dim(2), w = in.x.dim(3);
+    const int64_t cout = conv.w.dim(0);
+    // Each input row makes two output rows, as wide again: count the band in output rows.
+    const int64_t rows = std::max<int64_t>(2, rows_per_band(c, cout, 2 * w, band_bytes) / 2);
+    Parked out{Tensor({n_img, cout, 2 * h, 2 * w}), {}};
+    for (int64_t n = 0; n < n_img; ++n) {
+        Sums sums(cout);
+        for (int64_t r0 = 0; r0 < h; r0 += rows) {
+            const int64_t r1 = std::min(h, r0 + rows);
+            int64_t first = 0;
+            const Tensor band = ops::on_device_of(gather_rows(in.x, n, r0 - 1, r1 + 1, first), like);
+            const Tensor y = ops::conv2d_upsample2x(band, conv.w, &conv.b, 1, 1).to_host();
+            add_sums(sums, y, 2 * (r0 - first), 2 * (r1 - r0));
+            scatter_rows(out.x, n, 2 * r0, y, 2 * (r0 - first), 2 * (r1 - r0));
+        }
+        out.sums.push_back(std::move(sums));
+    }
+    return out;
+}
+
+Tensor norm_silu_conv(const Parked& in, const vae::Norm& norm, int groups, const vae::Conv& conv, const Tensor& like,
+                      int64_t band_bytes) {
+    const int64_t n_img = in.x.dim(0), c = in.x.dim(1), h = in.x.dim(2), w = in.x.dim(3);
+    const int64_t cout = conv.w.dim(0);
+    const int64_t rows = rows_per_band(c, cout, w, band_bytes);
+    Tensor out({n_img, cout, h, w});
+    for (int64_t n = 0; n < n_img; ++n) {
+        const Affine a = norm_affine(in.sums[n], norm, groups);
+        for (int64_t r0 = 0; r0 < h; r0 += rows) {
+            const int64_t r1 = std::min(h, r0 + rows);
+            int64_t first = 0;
+            const Tensor band = ops::on_device_of(gather_rows(in.x, n, r0 - 1, r1 + 1, first), like);
+            const Tensor y = ops::conv2d_affine_silu(band, a.scale, a.shift, conv.w, &conv.b, 1, 1).to_host();
+            scatter_rows(out, n, r0, y, r0 - first, r1 - r0);
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+Tensor Vae::decode_tiled(const Tensor& latents, int64_t band_bytes) const {
+    require(band_bytes > 0, ErrorKind::InvalidArgument,
+            "VAE tiled decode: the band budget must be positive, not " + std::to_string(band_bytes));
+    require(latents.rank() == 4 && latents.dim(1) == config_.latent_channels && latents.dim(0) > 0 &&
+                latents.dim(2) > 0 && latents.dim(3) > 0,
+            ErrorKind::InvalidArgument,
+            "VAE decode: latents of shape " + shape_str(latents.shape()) + ", expected [N, " +
+                std::to_string(config_.latent_channels) + ", h, w]");
+    const int groups = config_.norm_num_groups;
+    const Tensor& like = dec_conv_in_.w;  // where the decode runs
+    Tensor x = ops::on_device_of(latents, like);
+    if (post_quant_conv_) x = ops::conv2d(x, post_quant_conv_->w, &post_quant_conv_->b);
+    x = ops::conv2d(x, dec_conv_in_.w, &dec_conv_in_.b, 1, 1);
+    x = dec_mid_.forward(std::move(x), groups);
+    Parked p = park(x);
+    x = Tensor();
+    for (const Level& level : up_) {
+        for (const vae::Resnet& res : level.resnets) p = resnet(std::move(p), res, groups, like, band_bytes);
+        if (level.resample) p = upsample(std::move(p), *level.resample, like, band_bytes);
+    }
+    return norm_silu_conv(p, dec_norm_out_, groups, dec_conv_out_, like, band_bytes);
+}
+
+}  // namespace kiln
