@@ -40,7 +40,7 @@ int run_bench(const BenchOptions& o) {
 
     const Placement placement = resolve_placement(o.device, o.precision);
     require(!o.suites.empty(), ErrorKind::InvalidArgument,
-            "name the suites to run with --suite (unet, text, vae-decode, vae-encode, txt2img)");
+            "name the suites to run with --suite (unet, text, vae-decode, vae-decode-tiled, vae-encode, txt2img)");
     require(o.arch.empty() || o.model.empty(), ErrorKind::InvalidArgument,
             "give either --arch (synthetic weights) or -m MODEL, not both");
     std::vector<BenchSuite> suites;

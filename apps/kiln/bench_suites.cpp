@@ -1,3 +1,4 @@
+#include "pipeline/vae_tiling.h"
 #include "bench_suites.h"
 
 #include <algorithm>
@@ -100,7 +101,8 @@ SuiteRun make_unet_run(const StableDiffusionModel& m, const SuiteSettings& s, Un
             }};
 }
 
-SuiteRun make_vae_run(const StableDiffusionModel& m, const SuiteSettings& s, bool decode, Tensor& input) {
+SuiteRun make_vae_run(const StableDiffusionModel& m, const SuiteSettings& s, bool decode, Tensor& input,
+                      bool tiled = false) {
     require(m.vae != nullptr, ErrorKind::InvalidArgument, "the vae suites need the model's VAE");
     const VaeConfig& c = m.vae->config();
     const int f = c.downsample_factor();
@@ -111,10 +113,15 @@ SuiteRun make_vae_run(const StableDiffusionModel& m, const SuiteSettings& s, boo
         input = rng->randn({s.batch, c.latent_channels, s.height / f, s.width / f});
         Backend* gpu = gpu_of(m);
         if (gpu) input = input.to_device(*gpu, DType::F32);
-        return {"VAE decode of " + std::to_string(s.batch) + " latent(s) " + size_str(s.width / f, s.height / f) +
-                    " to " + size_str(s.width, s.height) + " pixels",
-                [&m, &input, gpu] {
+        return {std::string(tiled ? "VAE decode in bands of " : "VAE decode of ") + std::to_string(s.batch) +
+                    " latent(s) " + size_str(s.width / f, s.height / f) + " to " + size_str(s.width, s.height) +
+                    " pixels",
+                [&m, &input, gpu, tiled] {
                     StageScope zone(Stage::VaeDecode);
+                    if (tiled) {  // eager, and back on the host when it returns
+                        m.vae->decode_tiled(input, default_vae_band_bytes(gpu != nullptr));
+                        return;
+                    }
                     if (!gpu) {
                         m.vae->decode(input);
                         return;
@@ -160,9 +167,11 @@ BenchSuite parse_bench_suite(const std::string& name) {
     if (name == "unet") return BenchSuite::Unet;
     if (name == "text") return BenchSuite::Text;
     if (name == "vae-decode") return BenchSuite::VaeDecode;
+    if (name == "vae-decode-tiled") return BenchSuite::VaeDecodeTiled;
     if (name == "vae-encode") return BenchSuite::VaeEncode;
     if (name == "txt2img") return BenchSuite::Txt2img;
-    fail(ErrorKind::InvalidArgument, "unknown bench suite '" + name + "' (unet, text, vae-decode, vae-encode, txt2img)");
+    fail(ErrorKind::InvalidArgument,
+         "unknown bench suite '" + name + "' (unet, text, vae-decode, vae-decode-tiled, vae-encode, txt2img)");
 }
 
 const char* bench_suite_name(BenchSuite suite) {
@@ -170,6 +179,7 @@ const char* bench_suite_name(BenchSuite suite) {
         case BenchSuite::Unet: return "unet";
         case BenchSuite::Text: return "text";
         case BenchSuite::VaeDecode: return "vae-decode";
+        case BenchSuite::VaeDecodeTiled: return "vae-decode-tiled";
         case BenchSuite::VaeEncode: return "vae-encode";
         case BenchSuite::Txt2img: return "txt2img";
     }
@@ -182,7 +192,8 @@ SyntheticParts parts_for(const std::vector<BenchSuite>& suites) {
     for (BenchSuite s : suites) {
         p.text = p.text || s == BenchSuite::Text || s == BenchSuite::Txt2img;
         p.unet = p.unet || s == BenchSuite::Unet || s == BenchSuite::Txt2img;
-        p.vae = p.vae || s == BenchSuite::VaeDecode || s == BenchSuite::VaeEncode || s == BenchSuite::Txt2img;
+        p.vae = p.vae || s == BenchSuite::VaeDecode || s == BenchSuite::VaeDecodeTiled ||
+                 s == BenchSuite::VaeEncode || s == BenchSuite::Txt2img;
     }
     // Only vae-encode encodes: txt2img is measured as `kiln txt2img` runs, without the encoder's weights.
     p.vae_encoder = std::find(suites.begin(), suites.end(), BenchSuite::VaeEncode) != suites.end();
@@ -207,6 +218,7 @@ BenchSuiteResult run_bench_suite(const StableDiffusionModel& m, BenchSuite suite
         case BenchSuite::Text: work = make_text_run(m, s); break;
         case BenchSuite::Unet: work = make_unet_run(m, s, unet_in); break;
         case BenchSuite::VaeDecode: work = make_vae_run(m, s, true, vae_in); break;
+        case BenchSuite::VaeDecodeTiled: work = make_vae_run(m, s, true, vae_in, true); break;
         case BenchSuite::VaeEncode: work = make_vae_run(m, s, false, vae_in); break;
         case BenchSuite::Txt2img: work = make_txt2img_run(m, s, req); break;
     }

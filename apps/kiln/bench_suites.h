@@ -9,8 +9,8 @@
 
 namespace kiln::cli {
 
-enum class BenchSuite { Unet, Text, VaeDecode, VaeEncode, Txt2img };
-// "unet", "text", "vae-decode", "vae-encode", "txt2img"; anything else is InvalidArgument.
+enum class BenchSuite { Unet, Text, VaeDecode, VaeDecodeTiled, VaeEncode, Txt2img };
+// "unet", "text", "vae-decode", "vae-decode-tiled", "vae-encode", "txt2img"; anything else is InvalidArgument.
 BenchSuite parse_bench_suite(const std::string& name);
 const char* bench_suite_name(BenchSuite suite);
 

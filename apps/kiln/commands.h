@@ -30,10 +30,11 @@ struct GenerateOptions {
     bool profile = false;  // --profile: stage / op / memory tables on stderr at the end
     std::string trace;     // --trace FILE: Chrome trace
     std::string latents_out;  // --latents-out FILE: the final latents as safetensors ("latents")
+    std::string vae_tiling = "auto";  // --vae-tiling auto|on|off
 };
 
 struct BenchOptions {
-    std::vector<std::string> suites;  // unet | text | vae-decode | vae-encode | txt2img
+    std::vector<std::string> suites;  // unet | text | vae-decode | vae-decode-tiled | vae-encode | txt2img
     std::string arch, model, prediction;
     std::string weights;  // --weights f32|f16|bf16; empty: the file's (synthetic: f32)
     int width = 512, height = 512, batch = 1, steps = 20, warmup = 2, repeats = 10, threads = 0;

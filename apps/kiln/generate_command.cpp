@@ -73,6 +73,8 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     req.batch_size = o.batch_size;
     req.rng = o.rng;
     req.strength = o.strength;
+    req.vae_tiling = parse_vae_tiling(o.vae_tiling);
+    req.notice = [](const std::string& line) { std::fprintf(stderr, "kiln: %s\n", line.c_str()); };
     if (!o.timestep_spacing.empty()) req.timestep_spacing = o.timestep_spacing;
     require(o.batch_count >= 1 && o.batch_count <= 10000, ErrorKind::InvalidArgument,
             "batch count must be between 1 and 10000");

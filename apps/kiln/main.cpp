@@ -64,6 +64,11 @@ int main(int argc, char** argv) {
         cmd->add_option("-o,--output", gen.output, "output PNG")->capture_default_str();
         cmd->add_option("--latents-out", gen.latents_out,
                         "also write the final latents (float32, before VAE scaling) to FILE.safetensors");
+        cmd->add_option("--vae-tiling", gen.vae_tiling,
+                        "auto | on | off: decode the image in bands of rows, the same image in less memory "
+                        "(auto: where the whole decode does not fit)")
+            ->check(CLI::IsMember({"auto", "on", "off"}))
+            ->capture_default_str();
         cmd->add_flag("-q,--quiet", gen.quiet, "no progress bar");
         cmd->add_flag("--profile", gen.profile, "print time per stage and per op kind, and memory, to stderr at the end");
         cmd->add_option("--trace", gen.trace, "write a Chrome trace (Perfetto, chrome://tracing) of the run to FILE");
@@ -79,7 +84,7 @@ int main(int argc, char** argv) {
 
     kiln::cli::BenchOptions bench_opts;
     CLI::App* bench = app.add_subcommand("bench", "time the standard suites (synthetic full-size models or -m MODEL)");
-    bench->add_option("--suite", bench_opts.suites, "unet, text, vae-decode, vae-encode, txt2img (comma-separated)")
+    bench->add_option("--suite", bench_opts.suites, "unet, text, vae-decode, vae-decode-tiled, vae-encode, txt2img (comma-separated)")
         ->delimiter(',');
     bench->add_option("--arch", bench_opts.arch, "sd15 | sd21 | sdxl: deterministic random weights (default sd15)");
     bench->add_option("-m,--model", bench_opts.model, "a real checkpoint instead (.safetensors file or diffusers folder)");

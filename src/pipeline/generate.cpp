@@ -170,7 +170,8 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         return guide(gpu->run_recorded(key, inputs, unet_call).to_host());
     };
 
-    if (!gpu) check_memory_for(model, r.width, r.height, n);  // host RAM; a GPU reports its own out-of-memory
+    // Host RAM; a GPU reports its own out-of-memory.
+    if (!gpu) check_memory_for(model, r.width, r.height, n, r.vae_tiling != VaeTiling::Off);
     GenerationResult result;
     if (!r.init_image) {
         Tensor noise = rng->randn(latent_shape);
@@ -218,7 +219,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         // diffusers divides (latents / scaling_factor); times the rounded reciprocal is 1 ulp off in
         // about one element in five.
         for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = latents[i] / model.vae_scale;
-        Tensor decoded = model.vae->decode(latents).to_host();
+        Tensor decoded = decode_latents(model, latents, r.vae_tiling, r.notice);
         // A reduced-precision VAE that overflowed gives NaN or infinity, which would be a black picture.
         // (SDXL's VAE, the one known to overflow fp16, runs in bfloat16 or float32: their range is float32's.)
         // (The message is built once, after the scan: built per pixel it cost 75 ms of a 512x512 image.)

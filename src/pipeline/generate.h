@@ -7,6 +7,7 @@
 
 #include "core/tensor.h"
 #include "models/model.h"
+#include "pipeline/vae_tiling.h"
 
 namespace kiln {
 
@@ -26,7 +27,9 @@ struct GenerationRequest {
     int batch_size = 1;
     const Tensor* init_image = nullptr;          // img2img: [1, 3, H, W] in [0, 1]
     double strength = 0.75;  // double, as Python's float in diffusers' get_timesteps
+    VaeTiling vae_tiling = VaeTiling::Auto;       // the decode whole or in bands (vae_tiling.h)
     std::function<void(int step, int total)> progress;
+    std::function<void(const std::string&)> notice;  // one line when kiln changes course (e.g. a tiled decode)
 };
 
 struct GenerationResult {

@@ -7,6 +7,7 @@
 
 #include "kiln/error.h"
 #include "ops/tuning.h"
+#include "pipeline/vae_tiling.h"
 
 namespace kiln {
 
@@ -20,13 +21,9 @@ std::string gib(int64_t bytes) {
 
 }  // namespace
 
-int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch) {
+int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch,
+                                  bool vae_tiled) {
     const int64_t pixels = static_cast<int64_t>(width) * height;
-    // VAE decode at full resolution: the first block's width, and at most three such tensors alive at
-    // once (the last level's first block: its input, twice as wide, and its output; vae_blocks.cpp),
-    // plus scratch: four leaves room.
-    const int64_t vae_ch = model.vae ? model.vae->config().block_out_channels.at(0) : 128;
-    const int64_t vae = 4 * vae_ch * pixels * 4;
     // UNet at the latent resolution with the guidance batch of 2: the skip connections of every
     // level plus about eight working tensors of the widest first-level activation.
     int64_t unet = 0;
@@ -42,9 +39,9 @@ int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, 
     // Beside them, the ops' scratch (ops/tuning.h), whatever the image: a convolution's im2col columns, the
     // output tiles it holds (a few, each a ninth of the columns for a 3x3 kernel) and the float32 rows of a
     // 16-bit weight. Attention's score blocks (about 1 MiB a thread) come at other times, and are smaller
-    // than that up to 64 threads.
+    // than that up to 64 threads. The VAE decode's own figure (vae_tiling.cpp) includes them.
     const int64_t scratch = 2 * ops::detail::kIm2colBudgetBytes + ops::detail::kWeightTileBudgetBytes;
-    return batch * std::max(vae, unet) + scratch;
+    return std::max(batch * unet + scratch, estimate_vae_decode_bytes(model, width, height, batch, vae_tiled));
 }
 
 int64_t available_host_bytes() {
@@ -57,8 +54,8 @@ int64_t available_host_bytes() {
     return -1;
 }
 
-void check_memory_for(const StableDiffusionModel& model, int width, int height, int batch) {
-    const int64_t need = estimate_activation_bytes(model, width, height, batch), free = available_host_bytes();
+void check_memory_for(const StableDiffusionModel& model, int width, int height, int batch, bool vae_tiled) {
+    const int64_t need = estimate_activation_bytes(model, width, height, batch, vae_tiled), free = available_host_bytes();
     if (free < 0) return;
     const std::string size = std::to_string(width) + "x" + std::to_string(height);
     require(need <= free, ErrorKind::OutOfMemory,

@@ -9,13 +9,16 @@
 namespace kiln {
 
 // Peak bytes of activations and the ops' scratch (not weights, which are already loaded) for `batch` width x
-// height images sampled together (the UNet and the VAE decode take the whole batch at once).
-int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch = 1);
+// height images sampled together (the UNet and the VAE decode take the whole batch at once), with the VAE
+// decode whole or in bands (vae_tiling.h).
+int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch = 1,
+                                  bool vae_tiled = false);
 
 // Bytes the host can still give (MemAvailable), or -1 when unknown.
 int64_t available_host_bytes();
 
 // Throws ErrorKind::OutOfMemory when the estimate exceeds what is available.
-void check_memory_for(const StableDiffusionModel& model, int width, int height, int batch = 1);
+void check_memory_for(const StableDiffusionModel& model, int width, int height, int batch = 1,
+                      bool vae_tiled = false);
 
 }  // namespace kiln

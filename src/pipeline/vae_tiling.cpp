@@ -1,0 +1,67 @@
+#include "pipeline/vae_tiling.h"
+
+#include <algorithm>
+
+#include "kiln/error.h"
+#include "ops/tuning.h"
+#include "pipeline/memory_check.h"
+
+namespace kiln {
+
+VaeTiling parse_vae_tiling(const std::string& name) {
+    if (name == "auto") return VaeTiling::Auto;
+    if (name == "on") return VaeTiling::On;
+    if (name == "off") return VaeTiling::Off;
+    fail(ErrorKind::InvalidArgument, "unknown VAE tiling '" + name + "' (auto, on, off)");
+}
+
+const char* vae_tiling_name(VaeTiling tiling) {
+    switch (tiling) {
+        case VaeTiling::Auto: return "auto";
+        case VaeTiling::On: return "on";
+        case VaeTiling::Off: return "off";
+    }
+    return "?";
+}
+
+int64_t default_vae_band_bytes(bool gpu) { return (gpu ? int64_t(256) : int64_t(64)) << 20; }
+
+int64_t estimate_vae_decode_bytes(const StableDiffusionModel& model, int width, int height, int batch, bool tiled) {
+    const int64_t pixels = int64_t(width) * height;
+    const int64_t channels = model.vae ? model.vae->config().block_out_channels.at(0) : 128;
+    const int64_t activation = channels * pixels * int64_t(sizeof(float));
+    // Whole: at most three full-size activations alive at once (the last level's first block: its input, twice
+    // as wide, and its output; vae_blocks.cpp) plus scratch: four. In bands: the parked activation and the
+    // output of an upsampler or a block that narrows it (a quarter, or half, more) beside a band.
+    if (!tiled) return batch * 4 * activation + 2 * ops::detail::kIm2colBudgetBytes + ops::detail::kWeightTileBudgetBytes;
+    return batch * 2 * activation + default_vae_band_bytes(false) + 2 * ops::detail::kIm2colBudgetBytes +
+           ops::detail::kWeightTileBudgetBytes;
+}
+
+Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
+                      const std::function<void(const std::string&)>& notice) {
+    const bool gpu = !model.device.is_cpu();
+    const int64_t band = default_vae_band_bytes(gpu);
+    if (tiling == VaeTiling::On) return model.vae->decode_tiled(latents, band);
+    if (tiling == VaeTiling::Off) return model.vae->decode(latents).to_host();
+    const int f = model.vae->config().downsample_factor();
+    const int width = int(latents.dim(3)) * f, height = int(latents.dim(2)) * f, n = int(latents.dim(0));
+    if (!gpu) {
+        const int64_t free = available_host_bytes();
+        const bool fits = free < 0 || estimate_vae_decode_bytes(model, width, height, n, false) <= free;
+        return fits ? model.vae->decode(latents) : model.vae->decode_tiled(latents, band);
+    }
+    // A GPU says when it runs out: the whole decode is tried first, and what it allocated is freed as the error
+    // unwinds, before the bands start.
+    try {
+        return model.vae->decode(latents).to_host();
+    } catch (const Error& e) {
+        if (e.kind() != ErrorKind::OutOfMemory) throw;
+        if (notice)
+            notice("the VAE decode of " + std::to_string(width) + "x" + std::to_string(height) + " ran out of memory on " +
+                   device_name(model.device) + "; decoding in bands instead (--vae-tiling on skips the first try)");
+    }
+    return model.vae->decode_tiled(latents, band);
+}
+
+}  // namespace kiln

@@ -1,0 +1,35 @@
+// When the VAE decode runs in bands (Vae::decode_tiled) instead of whole: the decode is a run's memory peak (at
+// 1024x1024 an SD VAE's last level holds 512 MiB a float32 activation), and a tiled decode gives the same image.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/tensor.h"
+#include "models/model.h"
+
+namespace kiln {
+
+enum class VaeTiling {
+    Auto,  // whole where it fits (CPU: by the estimate against free memory; GPU: tried, in bands on out-of-memory)
+    On,    // always in bands
+    Off,   // always whole
+};
+
+// "auto", "on", "off"; anything else is InvalidArgument.
+VaeTiling parse_vae_tiling(const std::string& name);
+const char* vae_tiling_name(VaeTiling tiling);
+
+// Bytes of a band's tensors: 256 MiB on a GPU (few, large kernels), 64 MiB on the CPU (its convolutions already
+// work through the image in tiles).
+int64_t default_vae_band_bytes(bool gpu);
+
+// Peak bytes of the decode of `batch` width x height images on the CPU, whole or in bands of the default size.
+int64_t estimate_vae_decode_bytes(const StableDiffusionModel& model, int width, int height, int batch, bool tiled);
+
+// The decoded image [N, 3, H, W] on the host (float32, about [-1, 1]) of raw latents (already divided by the VAE
+// scale). `notice` hears one line when Auto falls back to bands after the GPU ran out of memory.
+Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
+                      const std::function<void(const std::string&)>& notice);
+
+}  // namespace kiln
