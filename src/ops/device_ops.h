@@ -37,6 +37,24 @@ public:
         activation_(y, DeviceActivation::Silu);
         return conv2d(y, w, b, stride, padding);
     }
+    // Per channel c of x [1, C, H, W], over its rows [row, row + rows): adds the sum and the sum of squares of
+    // the values, accumulated in double, to sum[c] and sum_sq[c] (GroupNorm statistics gathered band by band,
+    // models/vae/vae_tiled_decode.cpp). Where the backend has no kernel, the values come to the host for it.
+    virtual void add_channel_sums(const Tensor& x, int64_t row, int64_t rows, std::vector<double>& sum,
+                                  std::vector<double>& sum_sq) const {
+        const Tensor host = x.to_host();
+        const int64_t c = x.dim(1), plane = x.dim(2) * x.dim(3), w = x.dim(3);
+        for (int64_t ch = 0; ch < c; ++ch) {
+            const float* v = host.data() + ch * plane + row * w;
+            double s = 0.0, q = 0.0;
+            for (int64_t i = 0; i < rows * w; ++i) {
+                s += v[i];
+                q += double(v[i]) * v[i];
+            }
+            sum[ch] += s;
+            sum_sq[ch] += q;
+        }
+    }
     // y += y_bias (per channel, may be null), then y += conv2d_group_norm_silu(x, ...); and the convolution of x's
     // nearest-2x upsampling. A backend without a fused form composes them.
     virtual void conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const Tensor& gamma,

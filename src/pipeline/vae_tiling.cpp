@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/backend.h"
 #include "kiln/error.h"
 #include "ops/tuning.h"
 #include "pipeline/memory_check.h"
@@ -38,6 +39,26 @@ int64_t estimate_vae_decode_bytes(const StableDiffusionModel& model, int width, 
            ops::detail::kWeightTileBudgetBytes;
 }
 
+namespace {
+
+// The most a tiled decode parks at once, in bytes of `elem`: at each level of the decoder, a block that changes the
+// width holds its input and its output, and the upsampler its input and its output (four times the pixels).
+int64_t tiled_parking_bytes(const StableDiffusionModel& model, int width, int height, int batch, int64_t elem) {
+    const std::vector<int>& ch = model.vae->config().block_out_channels;
+    const int levels = int(ch.size());
+    int64_t most = 0, prev = ch.back();
+    for (int i = 0; i < levels; ++i) {
+        const int64_t pixels = int64_t(width) * height >> (2 * (levels - 1 - i));
+        const int64_t out = ch[levels - 1 - i];
+        most = std::max(most, (prev + out) * pixels);
+        if (i + 1 < levels) most = std::max(most, 5 * out * pixels);
+        prev = out;
+    }
+    return batch * most * elem;
+}
+
+}  // namespace
+
 Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
                       const std::function<void(const std::string&)>& notice) {
     const bool gpu = !model.device.is_cpu();
@@ -52,16 +73,21 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
         return fits ? model.vae->decode(latents) : model.vae->decode_tiled(latents, band);
     }
     // A GPU says when it runs out: the whole decode is tried first, and what it allocated is freed as the error
-    // unwinds, before the bands start.
+    // unwinds, before the bands start. They park the activations on the GPU too where those fit in half of what
+    // it has free (no transfers; the whole decode's scratch was what did not fit), else on the host.
     try {
         return model.vae->decode(latents).to_host();
     } catch (const Error& e) {
         if (e.kind() != ErrorKind::OutOfMemory) throw;
-        if (notice)
-            notice("the VAE decode of " + std::to_string(width) + "x" + std::to_string(height) + " ran out of memory on " +
-                   device_name(model.device) + "; decoding in bands instead (--vae-tiling on skips the first try)");
     }
-    return model.vae->decode_tiled(latents, band);
+    const DeviceMemoryInfo free = backend_for(model.device).memory_info();
+    const int64_t elem = int64_t(dtype_size(model.vae->weight_dtype()));
+    const bool park_on_device = tiled_parking_bytes(model, width, height, n, elem) <= free.free / 2;
+    if (notice)
+        notice("the VAE decode of " + std::to_string(width) + "x" + std::to_string(height) + " ran out of memory on " +
+               device_name(model.device) + "; decoding in bands instead, the activations kept on the " +
+               (park_on_device ? "GPU" : "host") + " (--vae-tiling on skips the first try)");
+    return model.vae->decode_tiled(latents, band, park_on_device);
 }
 
 }  // namespace kiln

@@ -744,6 +744,20 @@ void CudaDeviceOps::add_channel_bias_(Tensor& x, const Tensor& bias_nc) const {
                      backend_.stream());
 }
 
+void CudaDeviceOps::add_channel_sums(const Tensor& x, int64_t row, int64_t rows, std::vector<double>& sum,
+                                     std::vector<double>& sum_sq) const {
+    const int64_t c = x.dim(1), plane = x.dim(2) * x.dim(3), w = x.dim(3);
+    Tensor sums = Tensor::empty_on(backend_, {4 * c}, DType::F32);  // 2c doubles
+    const char* base = static_cast<const char*>(x.device_data()) + row * w * int64_t(dtype_size(x.dtype()));
+    plane_sums(base, x.dtype(), c, plane, rows * w, static_cast<double*>(sums.device_data()), backend_.stream());
+    std::vector<double> host(2 * c);
+    backend_.download(host.data(), sums.device_data(), 2 * c * int64_t(sizeof(double)));
+    for (int64_t ch = 0; ch < c; ++ch) {
+        sum[ch] += host[2 * ch];
+        sum_sq[ch] += host[2 * ch + 1];
+    }
+}
+
 void CudaDeviceOps::scale_(Tensor& x, float s) const { scale(x.device_data(), x.dtype(), x.numel(), s, backend_.stream()); }
 
 Tensor CudaDeviceOps::nchw_to_nlc(const Tensor& x) const {

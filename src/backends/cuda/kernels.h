@@ -20,6 +20,10 @@ enum class Activation { Silu, Gelu, GeluTanh, QuickGelu };
 void activation(void* x, DType type, int64_t n, Activation f, cudaStream_t stream);
 
 void add(void* a, const void* b, DType type, int64_t n, cudaStream_t stream);  // a += b
+// For each of `planes` runs of `length` values `stride` apart from x: their sum and sum of squares, accumulated
+// in double, into sums[2p] and sums[2p + 1] (device memory, 2 * planes doubles).
+void plane_sums(const void* x, DType type, int64_t planes, int64_t stride, int64_t length, double* sums,
+                cudaStream_t stream);
 void scale(void* x, DType type, int64_t n, float s, cudaStream_t stream);      // x *= s
 // x [n, c, inner] += bias [n, c] broadcast over inner; with per_channel, bias [c] for every image.
 void add_channel_bias(void* x, const void* bias, DType type, int64_t n, int64_t c, int64_t inner,

@@ -19,6 +19,8 @@ public:
     static Vae load(const WeightSource& source, const VaeConfig& config, bool with_encoder = true);
 
     const VaeConfig& config() const { return config_; }
+    // The dtype of its weights: on a GPU also its activations'.
+    DType weight_dtype() const { return dec_conv_in_.w.dtype(); }
     bool has_encoder() const { return has_encoder_; }
 
     // Raw latents [N, latent_channels, h, w] (no scaling_factor applied) -> image [N, out_channels,
@@ -27,9 +29,10 @@ public:
 
     // decode() a band of rows at a time from the mid block on, each GroupNorm with the whole image's statistics:
     // the same image up to float rounding, with the device (or, on the CPU, the scratch) holding one band's
-    // tensors of about band_bytes and the host one or two whole activations (vae_tiled_decode.cpp). Returns the
-    // image on the host, float32.
-    Tensor decode_tiled(const Tensor& latents, int64_t band_bytes) const;
+    // tensors of about band_bytes and the host one or two whole activations (vae_tiled_decode.cpp); with
+    // park_on_device, a GPU holds those activations instead (in its dtype: no transfers, a band's scratch
+    // instead of the whole decode's). Returns the image on the host, float32.
+    Tensor decode_tiled(const Tensor& latents, int64_t band_bytes, bool park_on_device = false) const;
 
     // The posterior of an image [N, in_channels, H, W] in [-1, 1]: mean and std, [N, latent, H/f, W/f].
     // logvar is clamped to [-30, 20] and std = exp(logvar / 2), as DiagonalGaussianDistribution.

@@ -2,8 +2,9 @@
 // image's statistics, so the result is decode()'s up to float rounding (no seams, no blending).
 //
 // The part up to the mid block works at the latent size (an eighth of the image each way) and its attention
-// mixes every position, so it runs whole. From there each activation is parked on the host, float32, with the
-// per-channel sums of its values; each step (a ResNet block, an upsampler, the output convolution) reads bands
+// mixes every position, so it runs whole. From there each activation is parked, on the host (float32) or, where
+// the caller allows, on the GPU the decode runs on (its dtype), with the per-channel sums of its values (taken
+// where each band was computed: a GPU's bands need not come to the host for them); each step (a ResNet block, an upsampler, the output convolution) reads bands
 // of it with the rows its 3x3 convolutions need around them, runs them where the weights are (a GPU or the
 // CPU), and writes the band's own rows back with their sums, from which the next GroupNorm's scale and shift
 // come. A ResNet block's second norm needs the statistics of its first convolution's output over the whole
@@ -16,6 +17,7 @@
 
 #include "kiln/error.h"
 #include "models/vae/vae.h"
+#include "ops/device_ops.h"
 #include "ops/ops.h"
 #include "ops/tuning.h"
 
@@ -32,43 +34,70 @@ struct Sums {
     explicit Sums(int64_t channels = 0) : sum(channels, 0.0), sum_sq(channels, 0.0) {}
 };
 
-// An activation [N, C, H, W] on the host with the sums of each image's channels.
+// An activation [N, C, H, W] with the sums of each image's channels: on the host (float32), or on the device
+// in its dtype where the decode parks there.
 struct Parked {
     Tensor x;
     std::vector<Sums> sums;
 };
 
-int64_t plane_of(const Tensor& t) { return t.dim(2) * t.dim(3); }
+char* bytes_of(Tensor& t) {
+    return t.on_device() ? static_cast<char*>(t.device_data()) : reinterpret_cast<char*>(t.data());
+}
+const char* bytes_of(const Tensor& t) {
+    return t.on_device() ? static_cast<const char*>(t.device_data()) : reinterpret_cast<const char*>(t.data());
+}
 
-// Rows [r0, r1) of image n of x, clamped to the image: a new [1, C, rows, W] tensor (first_row says where it
-// starts).
-Tensor gather_rows(const Tensor& x, int64_t n, int64_t r0, int64_t r1, int64_t& first_row) {
-    const int64_t c = x.dim(1), h = x.dim(2), w = x.dim(3);
-    r0 = std::max<int64_t>(r0, 0);
-    r1 = std::min(r1, h);
-    first_row = r0;
-    Tensor band({1, c, r1 - r0, w});
+// A new [n, c, h, w] tensor where `like` lives, in its dtype there (float32 on the host).
+Tensor new_like(const Tensor& like, Shape shape) {
+    return like.on_device() ? Tensor::empty_on(like.backend(), std::move(shape), like.dtype()) : Tensor(std::move(shape));
+}
+
+// `rows` rows of every channel of image src_n of src, from row src_row, into image dst_n of dst at row dst_row.
+// Both on the host, or both on one device (a copy there per channel).
+void copy_rows(Tensor& dst, int64_t dst_n, int64_t dst_row, const Tensor& src, int64_t src_n, int64_t src_row,
+               int64_t rows) {
+    const int64_t c = src.dim(1), w = src.dim(3);
+    const int64_t elem = src.on_device() ? int64_t(dtype_size(src.dtype())) : int64_t(sizeof(float));
+    const int64_t bytes = rows * w * elem;
+    const char* from = bytes_of(src);
+    char* to = bytes_of(dst);
+    if (dst.on_device()) {
+        for (int64_t ch = 0; ch < c; ++ch)
+            dst.backend().copy(to + ((dst_n * c + ch) * dst.dim(2) + dst_row) * w * elem,
+                               from + ((src_n * c + ch) * src.dim(2) + src_row) * w * elem, bytes);
+        return;
+    }
+#pragma omp parallel for if (c * bytes >= (int64_t(1) << 20))
     for (int64_t ch = 0; ch < c; ++ch)
-        std::memcpy(band.data() + ch * (r1 - r0) * w, x.data() + ((n * c + ch) * h + r0) * w,
-                    sizeof(float) * (r1 - r0) * w);
+        std::memcpy(to + ((dst_n * c + ch) * dst.dim(2) + dst_row) * w * elem,
+                    from + ((src_n * c + ch) * src.dim(2) + src_row) * w * elem, size_t(bytes));
+}
+
+// Rows [r0, r1) of image n of x, clamped to the image: a new [1, C, rows, W] tensor where x is (first_row says
+// where it starts).
+Tensor gather_rows(const Tensor& x, int64_t n, int64_t r0, int64_t r1, int64_t& first_row) {
+    r0 = std::max<int64_t>(r0, 0);
+    r1 = std::min(r1, x.dim(2));
+    first_row = r0;
+    Tensor band = new_like(x, {1, x.dim(1), r1 - r0, x.dim(3)});
+    copy_rows(band, 0, 0, x, n, r0, r1 - r0);
     return band;
 }
 
-// band's rows [from, from + rows) into image n of x at row `at`.
-void scatter_rows(Tensor& x, int64_t n, int64_t at, const Tensor& band, int64_t from, int64_t rows) {
-    const int64_t c = x.dim(1), h = x.dim(2), w = x.dim(3), band_h = band.dim(2);
-    for (int64_t ch = 0; ch < c; ++ch)
-        std::memcpy(x.data() + ((n * c + ch) * h + at) * w, band.data() + (ch * band_h + from) * w,
-                    sizeof(float) * rows * w);
-}
-
-// Adds band's rows [from, from + rows) to the sums.
+// Adds rows [from, from + rows) of band [1, C, h, W] to the sums, where the band is.
 void add_sums(Sums& s, const Tensor& band, int64_t from, int64_t rows) {
     const int64_t band_h = band.dim(2), w = band.dim(3);
-    ops::detail::add_plane_sums(band.data() + from * w, band.dim(1), band_h * w, rows * w, s.sum.data(),
-                                s.sum_sq.data());
+    if (band.on_device())
+        ops::device_ops(band).add_channel_sums(band, from, rows, s.sum, s.sum_sq);
+    else
+        ops::detail::add_plane_sums(band.data() + from * w, band.dim(1), band_h * w, rows * w, s.sum.data(),
+                                    s.sum_sq.data());
     s.count += rows * w;
 }
+
+// A band's result, moved to where the parked activation is (the host, or the device it was computed on).
+Tensor to_park(Tensor band, const Tensor& park) { return park.on_device() ? std::move(band) : band.to_host(); }
 
 struct Affine {
     std::vector<float> scale, shift;
@@ -90,13 +119,14 @@ int64_t rows_per_band(int64_t in_channels, int64_t out_channels, int64_t width, 
     return std::max<int64_t>(2, band_bytes / per_row - 4);
 }
 
-Parked park(const Tensor& x) {
-    Parked p{x.to_host(), {}};
+// The mid block's output parked: on the device it was computed on, or on the host.
+Parked park(Tensor x, bool on_device) {
+    Parked p{on_device ? std::move(x) : x.to_host(), {}};
     for (int64_t n = 0; n < p.x.dim(0); ++n) {
         p.sums.emplace_back(p.x.dim(1));
-        ops::detail::add_plane_sums(p.x.data() + n * p.x.dim(1) * plane_of(p.x), p.x.dim(1), plane_of(p.x),
-                                    plane_of(p.x), p.sums.back().sum.data(), p.sums.back().sum_sq.data());
-        p.sums.back().count = plane_of(p.x);
+        int64_t first = 0;
+        const Tensor image = p.x.dim(0) == 1 ? p.x : gather_rows(p.x, n, 0, p.x.dim(2), first);
+        add_sums(p.sums.back(), image, 0, p.x.dim(2));
     }
     return p;
 }
@@ -107,7 +137,7 @@ Parked resnet(Parked in, const vae::Resnet& res, int groups, const Tensor& like,
     const int64_t rows = rows_per_band(c, cout, w, band_bytes);
     // Without a shortcut the output has x's shape and replaces it band by band; a band's rows are written once
     // the next band has read the rows it needs above itself.
-    Parked out{res.shortcut ? Tensor({n_img, cout, h, w}) : Tensor(), {}};
+    Parked out{res.shortcut ? new_like(in.x, {n_img, cout, h, w}) : Tensor(), {}};
     for (int64_t n = 0; n < n_img; ++n) {
         const Affine a1 = norm_affine(in.sums[n], res.norm1, groups);
         Sums h_sums(cout);  // conv1's output, for norm2
@@ -116,7 +146,7 @@ Parked resnet(Parked in, const vae::Resnet& res, int groups, const Tensor& like,
             int64_t first = 0;
             const Tensor band = ops::on_device_of(gather_rows(in.x, n, r0 - 1, r1 + 1, first), like);
             const Tensor hb = ops::conv2d_affine_silu(band, a1.scale, a1.shift, res.conv1.w, &res.conv1.b, 1, 1);
-            add_sums(h_sums, hb.to_host(), r0 - first, r1 - r0);
+            add_sums(h_sums, hb, r0 - first, r1 - r0);
         }
         const Affine a2 = norm_affine(h_sums, res.norm2, groups);
         Sums out_sums(cout);
@@ -131,19 +161,19 @@ Parked resnet(Parked in, const vae::Resnet& res, int groups, const Tensor& like,
             // decode()'s sums: shortcut + conv2, or x + conv2 (one rounding of the same two values).
             Tensor sum = res.shortcut ? ops::conv2d(band, res.shortcut->w, &res.shortcut->b) : std::move(band);
             ops::add_(sum, conv2);
-            Tensor result = sum.to_host();
-            add_sums(out_sums, result, r0 - first, r1 - r0);
+            add_sums(out_sums, sum, r0 - first, r1 - r0);
+            Tensor result = to_park(std::move(sum), in.x);
             if (res.shortcut) {
-                scatter_rows(out.x, n, r0, result, r0 - first, r1 - r0);
+                copy_rows(out.x, n, r0, result, 0, r0 - first, r1 - r0);
                 continue;
             }
-            if (!pending.empty()) scatter_rows(in.x, n, pending_at, pending, pending_from, pending_rows);
+            if (!pending.empty()) copy_rows(in.x, n, pending_at, pending, 0, pending_from, pending_rows);
             pending = std::move(result);
             pending_at = r0;
             pending_from = r0 - first;
             pending_rows = r1 - r0;
         }
-        if (!pending.empty()) scatter_rows(in.x, n, pending_at, pending, pending_from, pending_rows);
+        if (!pending.empty()) copy_rows(in.x, n, pending_at, pending, 0, pending_from, pending_rows);
         out.sums.push_back(std::move(out_sums));
     }
     if (!res.shortcut) out.x = std::move(in.x);
@@ -155,16 +185,17 @@ Parked upsample(Parked in, const vae::Conv& conv, const Tensor& like, int64_t ba
     const int64_t cout = conv.w.dim(0);
     // Each input row makes two output rows, as wide again: count the band in output rows.
     const int64_t rows = std::max<int64_t>(2, rows_per_band(c, cout, 2 * w, band_bytes) / 2);
-    Parked out{Tensor({n_img, cout, 2 * h, 2 * w}), {}};
+    Parked out{new_like(in.x, {n_img, cout, 2 * h, 2 * w}), {}};
     for (int64_t n = 0; n < n_img; ++n) {
         Sums sums(cout);
         for (int64_t r0 = 0; r0 < h; r0 += rows) {
             const int64_t r1 = std::min(h, r0 + rows);
             int64_t first = 0;
             const Tensor band = ops::on_device_of(gather_rows(in.x, n, r0 - 1, r1 + 1, first), like);
-            const Tensor y = ops::conv2d_upsample2x(band, conv.w, &conv.b, 1, 1).to_host();
+            Tensor y = ops::conv2d_upsample2x(band, conv.w, &conv.b, 1, 1);
             add_sums(sums, y, 2 * (r0 - first), 2 * (r1 - r0));
-            scatter_rows(out.x, n, 2 * r0, y, 2 * (r0 - first), 2 * (r1 - r0));
+            y = to_park(std::move(y), in.x);
+            copy_rows(out.x, n, 2 * r0, y, 0, 2 * (r0 - first), 2 * (r1 - r0));
         }
         out.sums.push_back(std::move(sums));
     }
@@ -184,7 +215,7 @@ Tensor norm_silu_conv(const Parked& in, const vae::Norm& norm, int groups, const
             int64_t first = 0;
             const Tensor band = ops::on_device_of(gather_rows(in.x, n, r0 - 1, r1 + 1, first), like);
             const Tensor y = ops::conv2d_affine_silu(band, a.scale, a.shift, conv.w, &conv.b, 1, 1).to_host();
-            scatter_rows(out, n, r0, y, r0 - first, r1 - r0);
+            copy_rows(out, n, r0, y, 0, r0 - first, r1 - r0);
         }
     }
     return out;
@@ -192,7 +223,7 @@ Tensor norm_silu_conv(const Parked& in, const vae::Norm& norm, int groups, const
 
 }  // namespace
 
-Tensor Vae::decode_tiled(const Tensor& latents, int64_t band_bytes) const {
+Tensor Vae::decode_tiled(const Tensor& latents, int64_t band_bytes, bool park_on_device) const {
     require(band_bytes > 0, ErrorKind::InvalidArgument,
             "VAE tiled decode: the band budget must be positive, not " + std::to_string(band_bytes));
     require(latents.rank() == 4 && latents.dim(1) == config_.latent_channels && latents.dim(0) > 0 &&
@@ -206,8 +237,7 @@ Tensor Vae::decode_tiled(const Tensor& latents, int64_t band_bytes) const {
     if (post_quant_conv_) x = ops::conv2d(x, post_quant_conv_->w, &post_quant_conv_->b);
     x = ops::conv2d(x, dec_conv_in_.w, &dec_conv_in_.b, 1, 1);
     x = dec_mid_.forward(std::move(x), groups);
-    Parked p = park(x);
-    x = Tensor();
+    Parked p = park(std::move(x), park_on_device && like.on_device());
     for (const Level& level : up_) {
         for (const vae::Resnet& res : level.resnets) p = resnet(std::move(p), res, groups, like, band_bytes);
         if (level.resample) p = upsample(std::move(p), *level.resample, like, band_bytes);
