@@ -48,7 +48,7 @@ int run_bench(const BenchOptions& o) {
     const bool synthetic = o.model.empty();
     const SyntheticArch arch = parse_synthetic_arch(o.arch.empty() ? "sd15" : o.arch);
     if (o.threads != 0) set_cpu_threads(o.threads);
-    SuiteSettings settings{o.width, o.height, o.batch, o.steps, o.warmup, o.repeats};
+    SuiteSettings settings{o.width, o.height, o.batch, o.steps, o.warmup, o.repeats, o.vae_park};
     if (!o.json.empty()) {  // find out now rather than after a long run
         std::ofstream probe(o.json, std::ios::binary | std::ios::app);
         require(probe.good(), ErrorKind::IO, "cannot write " + o.json);

@@ -116,10 +116,16 @@ SuiteRun make_vae_run(const StableDiffusionModel& m, const SuiteSettings& s, boo
         return {std::string(tiled ? "VAE decode in bands of " : "VAE decode of ") + std::to_string(s.batch) +
                     " latent(s) " + size_str(s.width / f, s.height / f) + " to " + size_str(s.width, s.height) +
                     " pixels",
-                [&m, &input, gpu, tiled] {
+                [&m, &input, gpu, tiled, s] {
                     StageScope zone(Stage::VaeDecode);
                     if (tiled) {  // eager, and back on the host when it returns
-                        m.vae->decode_tiled(input, default_vae_band_bytes(gpu != nullptr));
+                        const int f = m.vae->config().downsample_factor();
+                        const bool on_device =
+                            s.vae_park == "device" ||
+                            (s.vae_park == "auto" && gpu &&
+                             tiled_decode_fits_device(m, int(input.dim(3)) * f, int(input.dim(2)) * f,
+                                                      int(input.dim(0))));
+                        m.vae->decode_tiled(input, default_vae_band_bytes(gpu != nullptr), on_device);
                         return;
                     }
                     if (!gpu) {

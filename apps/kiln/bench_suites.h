@@ -22,6 +22,7 @@ struct SuiteSettings {
     int batch = 1;                  // unet: the UNet's batch (2 = one image with guidance); text/vae: rows
     int steps = 20;                 // txt2img
     int warmup = 2, repeats = 10;
+    std::string vae_park = "auto";  // vae-decode-tiled: auto | host | device (where the activations wait)
 };
 
 // Checks the settings for this suite (InvalidArgument naming the option), makes the inputs, runs

@@ -38,6 +38,7 @@ struct BenchOptions {
     std::string arch, model, prediction;
     std::string weights;  // --weights f32|f16|bf16; empty: the file's (synthetic: f32)
     int width = 512, height = 512, batch = 1, steps = 20, warmup = 2, repeats = 10, threads = 0;
+    std::string vae_park = "auto";  // --vae-park auto|host|device (vae-decode-tiled)
     std::string device = default_device(), precision;
     std::string json;                 // --json FILE
     std::vector<std::string> compare; // --compare OLD NEW

@@ -93,6 +93,10 @@ int main(int argc, char** argv) {
     bench->add_option("--weights", bench_opts.weights, kWeightsHelp)->check(CLI::IsMember({"f32", "f16", "bf16"}));
     bench->add_option("-W,--width", bench_opts.width, "image width in pixels")->capture_default_str();
     bench->add_option("-H,--height", bench_opts.height, "image height in pixels")->capture_default_str();
+    bench->add_option("--vae-park", bench_opts.vae_park,
+                      "vae-decode-tiled: where the activations wait between bands, auto | host | device")
+        ->check(CLI::IsMember({"auto", "host", "device"}))
+        ->capture_default_str();
     bench->add_option("--batch", bench_opts.batch, "unet: the UNet batch (2 = one image with guidance); text/vae: rows")
         ->capture_default_str();
     bench->add_option("--steps", bench_opts.steps, "txt2img sampling steps")->capture_default_str();

@@ -42,6 +42,8 @@ public:
     virtual DeviceDescription describe() const = 0;
     virtual DeviceMemoryInfo memory_info() const = 0;
     // Bytes the backend's allocator holds from the device (live buffers plus its cache).
+    // The largest single allocation the driver allows (Vulkan's maxMemoryAllocationSize); 0: no stated limit.
+    virtual int64_t max_allocation_bytes() const { return 0; }
     virtual int64_t reserved_bytes() const = 0;
 
     // Device memory. allocate throws ErrorKind::OutOfMemory naming the bytes asked and free.

@@ -41,23 +41,41 @@ int64_t estimate_vae_decode_bytes(const StableDiffusionModel& model, int width, 
 
 namespace {
 
-// The most a tiled decode parks at once, in bytes of `elem`: at each level of the decoder, a block that changes the
-// width holds its input and its output, and the upsampler its input and its output (four times the pixels).
-int64_t tiled_parking_bytes(const StableDiffusionModel& model, int width, int height, int batch, int64_t elem) {
+// What a tiled decode parks, in bytes of `elem`: the most at once (at each level of the decoder, a block that
+// changes the width holds its input and its output, and the upsampler its input and its output, four times the
+// pixels) and the largest single tensor.
+struct Parking {
+    int64_t most = 0, largest = 0;
+};
+Parking tiled_parking_bytes(const StableDiffusionModel& model, int width, int height, int batch, int64_t elem) {
     const std::vector<int>& ch = model.vae->config().block_out_channels;
     const int levels = int(ch.size());
-    int64_t most = 0, prev = ch.back();
+    Parking p;
+    int64_t prev = ch.back();
     for (int i = 0; i < levels; ++i) {
-        const int64_t pixels = int64_t(width) * height >> (2 * (levels - 1 - i));
+        const int64_t pixels = int64_t(batch) * width * height >> (2 * (levels - 1 - i));
         const int64_t out = ch[levels - 1 - i];
-        most = std::max(most, (prev + out) * pixels);
-        if (i + 1 < levels) most = std::max(most, 5 * out * pixels);
+        p.most = std::max(p.most, (prev + out) * pixels * elem);
+        p.largest = std::max(p.largest, std::max(prev, out) * pixels * elem);
+        if (i + 1 < levels) {
+            p.most = std::max(p.most, 5 * out * pixels * elem);
+            p.largest = std::max(p.largest, 4 * out * pixels * elem);
+        }
         prev = out;
     }
-    return batch * most * elem;
+    return p;
 }
 
 }  // namespace
+
+bool tiled_decode_fits_device(const StableDiffusionModel& model, int width, int height, int batch) {
+    if (model.device.is_cpu()) return false;
+    Backend& gpu = backend_for(model.device);
+    const int64_t elem = int64_t(dtype_size(model.vae->weight_dtype()));
+    const Parking p = tiled_parking_bytes(model, width, height, batch, elem);
+    const int64_t limit = gpu.max_allocation_bytes();
+    return p.most <= gpu.memory_info().free / 2 && (limit == 0 || p.largest <= limit);
+}
 
 Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
                       const std::function<void(const std::string&)>& notice) {
@@ -80,9 +98,7 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
     } catch (const Error& e) {
         if (e.kind() != ErrorKind::OutOfMemory) throw;
     }
-    const DeviceMemoryInfo free = backend_for(model.device).memory_info();
-    const int64_t elem = int64_t(dtype_size(model.vae->weight_dtype()));
-    const bool park_on_device = tiled_parking_bytes(model, width, height, n, elem) <= free.free / 2;
+    const bool park_on_device = tiled_decode_fits_device(model, width, height, n);
     if (notice)
         notice("the VAE decode of " + std::to_string(width) + "x" + std::to_string(height) + " ran out of memory on " +
                device_name(model.device) + "; decoding in bands instead, the activations kept on the " +

@@ -38,6 +38,7 @@ public:
     Location locate(const void* address) const;
 
     int64_t reserved_bytes() const { return reserved_; }
+    int64_t max_allocation() const { return max_allocation_; }
 
     int new_pool();
     void set_current_pool(int pool) { current_ = pool; }
