@@ -1,5 +1,6 @@
 #include "models/weight_source.h"
 
+#include "io/mapped_tensor.h"
 #include "kiln/error.h"
 
 namespace kiln {
@@ -28,6 +29,8 @@ Tensor FileSource::load(const std::string& name) const {
 Tensor FileSource::load_matrix(const std::string& name, const Shape*) const {
     require(file_->has(name), ErrorKind::InvalidModel, "missing tensor '" + name + "' in " + file_->path());
     require_floating(*file_, name);
+    if (keeps_stored_on_host(file_->info(name).dtype))
+        if (std::optional<Tensor> in_place = mapped_tensor(file_, name)) return std::move(*in_place);
     return file_->load_stored(name);
 }
 std::vector<std::string> FileSource::names() const { return file_->names(); }
@@ -62,6 +65,23 @@ Tensor MappedSource::load_matrix(const std::string& name, const Shape*) const { 
 
 namespace {
 
+// The rows of one of m.parts parts of a fused tensor of this shape.
+int64_t rows_per_part(const Shape& shape, const WeightMapping& m, const SafetensorsFile& file) {
+    // Rank and emptiness first: dim(0) of a scalar, or numel / 0 rows, would not be an answer.
+    const int64_t rows = !shape.empty() ? shape[0] : 0;
+    require(rows > 0 && rows % m.parts == 0, ErrorKind::InvalidModel,
+            "fused tensor '" + m.file_name + "' in " + file.path() + " of shape " + shape_str(shape) +
+                " does not split into " + std::to_string(m.parts) + " parts");
+    return rows / m.parts;
+}
+
+Shape squeezed(const Shape& shape) {
+    Shape s;
+    for (int64_t d : shape)
+        if (d != 1) s.push_back(d);
+    return s;
+}
+
 // Rows [first, first + n) of t (any dtype), as a tensor of shape `shape`.
 Tensor slice_rows(const Tensor& t, int64_t first, int64_t n, Shape shape) {
     const int64_t inner = t.numel() / t.dim(0);
@@ -73,22 +93,38 @@ Tensor slice_rows(const Tensor& t, int64_t first, int64_t n, Shape shape) {
 
 }  // namespace
 
+// The mapped tensor as a view of the file, for the mappings that only choose bytes and shape.
+std::optional<Tensor> MappedSource::view(const WeightMapping& m) const {
+    switch (m.op) {
+        case WeightMapping::Op::Copy: return mapped_tensor(file_, m.file_name);
+        case WeightMapping::Op::Squeeze: {
+            std::optional<Tensor> t = mapped_tensor(file_, m.file_name);
+            if (t) *t = std::move(*t).reshaped(squeezed(t->shape()));
+            return t;
+        }
+        case WeightMapping::Op::RowSlice: {
+            const int64_t n = rows_per_part(file_->info(m.file_name).shape, m, *file_);
+            return mapped_rows(file_, m.file_name, m.part * n, n);
+        }
+        case WeightMapping::Op::Transpose: return std::nullopt;  // moves values
+    }
+    return std::nullopt;
+}
+
 Tensor MappedSource::load_mapped(const std::string& name, bool stored_precision) const {
     auto it = table_.find(name);
     require(it != table_.end(), ErrorKind::InvalidModel,
             "missing tensor for " + component_ + " '" + name + "' in " + file_->path());
     const WeightMapping& m = it->second;
     require_floating(*file_, m.file_name);
+    if (stored_precision && keeps_stored_on_host(file_->info(m.file_name).dtype))
+        if (std::optional<Tensor> in_place = view(m)) return std::move(*in_place);
     // A transposed tensor (SDXL's small text projection) is transposed in float32.
     Tensor t = stored_precision && m.op != WeightMapping::Op::Transpose ? file_->load_stored(m.file_name)
                                                                          : file_->load(m.file_name);
     switch (m.op) {
         case WeightMapping::Op::Copy: return t;
-        case WeightMapping::Op::Squeeze: {
-            Shape s;
-            for (int64_t d : t.shape()) if (d != 1) s.push_back(d);
-            return std::move(t).reshaped(s);
-        }
+        case WeightMapping::Op::Squeeze: return std::move(t).reshaped(squeezed(t.shape()));
         case WeightMapping::Op::Transpose: {
             require(t.rank() == 2, ErrorKind::InvalidModel, "tensor '" + m.file_name + "' in " + file_->path() +
                                                                 " should be 2-d, has shape " + shape_str(t.shape()));
@@ -99,12 +135,7 @@ Tensor MappedSource::load_mapped(const std::string& name, bool stored_precision)
             return out;
         }
         case WeightMapping::Op::RowSlice: {
-            // Rank and emptiness first: dim(0) of a scalar, or numel / 0 rows, would not be an answer.
-            const int64_t rows = t.rank() >= 1 ? t.dim(0) : 0;
-            require(rows > 0 && rows % m.parts == 0, ErrorKind::InvalidModel,
-                    "fused tensor '" + m.file_name + "' in " + file_->path() + " of shape " + shape_str(t.shape()) +
-                        " does not split into " + std::to_string(m.parts) + " parts");
-            const int64_t n = rows / m.parts;
+            const int64_t n = rows_per_part(t.shape(), m, *file_);
             Shape s = t.shape();
             s[0] = n;
             return slice_rows(t, m.part * n, n, std::move(s));
@@ -161,7 +192,7 @@ Tensor WeightReader::stack(const std::vector<std::string>& names, const Shape& e
     if (type == DType::F32) {
         std::vector<float> all;
         all.reserve(size_t(n) * parts.size());
-        for (const Tensor& p : parts) all.insert(all.end(), p.values().begin(), p.values().end());
+        for (const Tensor& p : parts) all.insert(all.end(), p.data(), p.data() + n);  // p may be a view
         return place(Tensor(shape, std::move(all)));
     }
     std::vector<uint16_t> all;

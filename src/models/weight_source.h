@@ -59,9 +59,15 @@ public:
     // is moved there in device_dtype, the precision the backend computes in.
     Backend* device = nullptr;
     DType device_dtype = DType::F16;
+
+protected:
+    // Whether a matrix the file stores as `stored` is handed out as stored, on the host. Then file sources
+    // hand out a view of the mapped file (io/mapped_tensor.h) instead of a copy where the tensor allows.
+    bool keeps_stored_on_host(DType stored) const { return !device && (!weights_dtype || *weights_dtype == stored); }
 };
 
-// Every tensor of a safetensors file, by its own name (diffusers folders).
+// Every tensor of a safetensors file, by its own name (diffusers folders). Matrices are views of the
+// mapped file where keeps_stored_on_host allows it, so the model keeps the file mapped.
 class FileSource : public WeightSource {
 public:
     explicit FileSource(std::shared_ptr<const SafetensorsFile> file);
@@ -75,7 +81,8 @@ private:
     std::shared_ptr<const SafetensorsFile> file_;
 };
 
-// Internal names mapped onto tensors of a single-file checkpoint.
+// Internal names mapped onto tensors of a single-file checkpoint. As FileSource, matrices are views of
+// the mapped file where the mapping needs no arithmetic (Copy, Squeeze, RowSlice).
 class MappedSource : public WeightSource {
 public:
     // `file_name_for` names, as the file would, a tensor the table lacks (for messages).
@@ -90,6 +97,7 @@ public:
 
 private:
     Tensor load_mapped(const std::string& name, bool stored_precision) const;
+    std::optional<Tensor> view(const WeightMapping& m) const;
 
     std::shared_ptr<const SafetensorsFile> file_;
     std::map<std::string, WeightMapping> table_;
