@@ -26,10 +26,12 @@ Tensor FileSource::load(const std::string& name) const {
     require_floating(*file_, name);
     return file_->load(name);
 }
-Tensor FileSource::load_matrix(const std::string& name, const Shape*) const {
+Tensor FileSource::load_matrix(const std::string& name, const Shape*) const { return matrix(name, true); }
+Tensor FileSource::load_matrix_copied(const std::string& name, const Shape*) const { return matrix(name, false); }
+Tensor FileSource::matrix(const std::string& name, bool in_place) const {
     require(file_->has(name), ErrorKind::InvalidModel, "missing tensor '" + name + "' in " + file_->path());
     require_floating(*file_, name);
-    if (keeps_stored_on_host(file_->info(name).dtype))
+    if (in_place && keeps_stored_on_host(file_->info(name).dtype))
         if (std::optional<Tensor> in_place = mapped_tensor(file_, name)) return std::move(*in_place);
     return file_->load_stored(name);
 }
@@ -60,8 +62,13 @@ std::string MappedSource::display_name(const std::string& name) const {
 
 std::string MappedSource::describe() const { return file_->path() + " (" + component_ + ")"; }
 
-Tensor MappedSource::load(const std::string& name) const { return load_mapped(name, false); }
-Tensor MappedSource::load_matrix(const std::string& name, const Shape*) const { return load_mapped(name, true); }
+Tensor MappedSource::load(const std::string& name) const { return load_mapped(name, false, false); }
+Tensor MappedSource::load_matrix(const std::string& name, const Shape*) const {
+    return load_mapped(name, true, true);
+}
+Tensor MappedSource::load_matrix_copied(const std::string& name, const Shape*) const {
+    return load_mapped(name, true, false);
+}
 
 namespace {
 
@@ -111,13 +118,13 @@ std::optional<Tensor> MappedSource::view(const WeightMapping& m) const {
     return std::nullopt;
 }
 
-Tensor MappedSource::load_mapped(const std::string& name, bool stored_precision) const {
+Tensor MappedSource::load_mapped(const std::string& name, bool stored_precision, bool in_place) const {
     auto it = table_.find(name);
     require(it != table_.end(), ErrorKind::InvalidModel,
             "missing tensor for " + component_ + " '" + name + "' in " + file_->path());
     const WeightMapping& m = it->second;
     require_floating(*file_, m.file_name);
-    if (stored_precision && keeps_stored_on_host(file_->info(m.file_name).dtype))
+    if (in_place && stored_precision && keeps_stored_on_host(file_->info(m.file_name).dtype))
         if (std::optional<Tensor> in_place = view(m)) return std::move(*in_place);
     // A transposed tensor (SDXL's small text projection) is transposed in float32.
     Tensor t = stored_precision && m.op != WeightMapping::Op::Transpose ? file_->load_stored(m.file_name)
@@ -144,11 +151,11 @@ Tensor MappedSource::load_mapped(const std::string& name, bool stored_precision)
     return t;
 }
 
-Tensor WeightReader::read(const std::string& name, const Shape* expected, bool matrix) {
+Tensor WeightReader::read(const std::string& name, const Shape* expected, bool matrix, bool copied) {
     require(source_.has(name), ErrorKind::InvalidModel,
             "missing tensor " + source_.display_name(name) + " in " + source_.describe());
     used_.insert(name);
-    Tensor t = matrix ? source_.load_matrix(name, expected)
+    Tensor t = matrix ? (copied ? source_.load_matrix_copied(name, expected) : source_.load_matrix(name, expected))
                       : expected ? source_.load_expecting(name, *expected) : source_.load(name);
     parameters_ += t.numel();
     if (expected && t.shape() != *expected)
@@ -181,7 +188,7 @@ Tensor WeightReader::get_vector_stack(const std::vector<std::string>& names, int
 Tensor WeightReader::stack(const std::vector<std::string>& names, const Shape& each, bool matrix) {
     require(!names.empty(), ErrorKind::InvalidArgument, "WeightReader: a stack needs one or more names");
     std::vector<Tensor> parts;
-    for (const std::string& n : names) parts.push_back(read(n, &each, matrix));
+    for (const std::string& n : names) parts.push_back(read(n, &each, matrix, /*copied=*/true));
     const DType type = parts.front().dtype();
     for (const Tensor& p : parts)
         require(p.dtype() == type, ErrorKind::InvalidModel,
@@ -192,7 +199,7 @@ Tensor WeightReader::stack(const std::vector<std::string>& names, const Shape& e
     if (type == DType::F32) {
         std::vector<float> all;
         all.reserve(size_t(n) * parts.size());
-        for (const Tensor& p : parts) all.insert(all.end(), p.data(), p.data() + n);  // p may be a view
+        for (const Tensor& p : parts) all.insert(all.end(), p.data(), p.data() + n);  // a source may give views
         return place(Tensor(shape, std::move(all)));
     }
     std::vector<uint16_t> all;

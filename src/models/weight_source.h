@@ -51,6 +51,11 @@ public:
     virtual Tensor load_matrix(const std::string& name, const Shape* expected) const {
         return expected ? load_expecting(name, *expected) : load(name);
     }
+    // As load_matrix, for a matrix the caller copies at once (stacked with others): never a view of a
+    // mapped file, whose pages would stay resident beside the copy with nothing reading them again.
+    virtual Tensor load_matrix_copied(const std::string& name, const Shape* expected) const {
+        return load_matrix(name, expected);
+    }
 
     // The precision WeightReader::get_matrix hands matrices out in: unset keeps load_matrix's (the
     // file's); F32, F16 or BF16 converts at load (the --weights option). Other tensors are float32.
@@ -74,10 +79,13 @@ public:
     bool has(const std::string& name) const override;
     Tensor load(const std::string& name) const override;
     Tensor load_matrix(const std::string& name, const Shape* expected) const override;
+    Tensor load_matrix_copied(const std::string& name, const Shape* expected) const override;
     std::vector<std::string> names() const override;
     std::string describe() const override;
 
 private:
+    Tensor matrix(const std::string& name, bool in_place) const;
+
     std::shared_ptr<const SafetensorsFile> file_;
 };
 
@@ -91,12 +99,13 @@ public:
     bool has(const std::string& name) const override;
     Tensor load(const std::string& name) const override;
     Tensor load_matrix(const std::string& name, const Shape* expected) const override;
+    Tensor load_matrix_copied(const std::string& name, const Shape* expected) const override;
     std::vector<std::string> names() const override;
     std::string describe() const override;
     std::string display_name(const std::string& name) const override;
 
 private:
-    Tensor load_mapped(const std::string& name, bool stored_precision) const;
+    Tensor load_mapped(const std::string& name, bool stored_precision, bool in_place) const;
     std::optional<Tensor> view(const WeightMapping& m) const;
 
     std::shared_ptr<const SafetensorsFile> file_;
@@ -135,7 +144,7 @@ public:
     void check_all_used(const std::function<bool(const std::string&)>& ignore = nullptr) const;
 
 private:
-    Tensor read(const std::string& name, const Shape* expected, bool matrix);
+    Tensor read(const std::string& name, const Shape* expected, bool matrix, bool copied = false);
     Tensor stack(const std::vector<std::string>& names, const Shape& each, bool matrix);
     Tensor place(Tensor t) const;
 

@@ -2,7 +2,10 @@
 // as the file stores them and the mapping only picks bytes and a shape; otherwise they copy, as before.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "../io/io_test_util.h"
 #include "io/safetensors.h"
@@ -82,4 +85,45 @@ TEST(WeightViews, AFusedTensorThatDoesNotSplitIsStillNamed) {
     const Error e = kiln::test::expect_error([&] { (void)r.get_matrix("q"); });
     EXPECT_EQ(e.kind(), ErrorKind::InvalidModel);
     EXPECT_NE(std::string(e.what()).find("does not split into 3 parts"), std::string::npos) << e.what();
+}
+
+namespace {
+
+int64_t resident_bytes() {
+    std::ifstream f("/proc/self/status");
+    for (std::string line; std::getline(f, line);)
+        if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+    return -1;
+}
+
+}  // namespace
+
+// Stacked matrices are copied into one tensor at once, so they are read as copies (whose pages the file
+// source drops), not as views: a view's pages would stay resident beside the stack with nothing reading
+// them again, holding the weights twice.
+TEST(WeightViews, StackedMatricesHoldTheirBytesOnce) {
+    if (resident_bytes() < 0) GTEST_SKIP() << "no /proc/self/status VmRSS here";
+    TempDir dir;
+    const std::string path = dir.file("parts.safetensors");
+    constexpr int kParts = 8;
+    constexpr int64_t kRows = 1024, kCols = 4096;  // 8 MiB of F16 each, 64 MiB in all
+    std::vector<std::string> names;
+    {
+        std::vector<std::pair<std::string, Tensor>> tensors;
+        for (int i = 0; i < kParts; ++i) {
+            names.push_back("p" + std::to_string(i));
+            tensors.emplace_back(names.back(), Tensor::filled({kRows, kCols}, 0.5f + float(i)));
+        }
+        write_safetensors(path, tensors, DType::F16);
+    }
+    FileSource source(std::make_shared<const SafetensorsFile>(SafetensorsFile::open(path)));
+    WeightReader r(source);
+    const int64_t before = resident_bytes();
+    const Tensor stack = r.get_matrix_stack(names, {kRows, kCols});
+    const int64_t grown = resident_bytes() - before, bytes = kParts * kRows * kCols * 2;
+    EXPECT_FALSE(stack.is_view());
+    EXPECT_EQ(stack.to_f32()[stack.numel() - 1], 7.5f);
+    std::printf("[ pages ] stacking %lld bytes of F16 grew the resident set by %lld bytes\n",
+                static_cast<long long>(bytes), static_cast<long long>(grown));
+    EXPECT_LT(grown, bytes * 3 / 2);  // the copy, not the copy and the file's pages (2x); room for ASan
 }
