@@ -1,4 +1,5 @@
 // `kiln txt2img` and `kiln img2img`.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -107,10 +108,16 @@ int run_generate(const GenerateOptions& o, bool img2img) {
         StageScope zone(Stage::Load);
         model = load_model(o.model, load);
     }
-    // AUTOMATIC1111's "Model hash" reads the whole file (a second or more for a 2 GB checkpoint) and is
-    // needed only when the first PNG is written, so it is computed beside the sampling, not before it.
+    // AUTOMATIC1111's "Model hash" reads the whole file (about 2 s of CPU for a 2 GB checkpoint) and is
+    // needed only when the first PNG is written, so it is computed beside the sampling, not before it: at
+    // the lowest priority, so that it takes idle cores (a GPU run's) rather than the sampling's threads,
+    // and whatever is left of it runs when the first PNG waits for it.
     std::future<std::string> hash_job;
-    if (model.layout == FileLayout::SingleFile) hash_job = std::async(std::launch::async, model_hash, o.model);
+    if (model.layout == FileLayout::SingleFile)
+        hash_job = std::async(std::launch::async, [path = o.model] {
+            ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);  // this thread only (Linux)
+            return model_hash(path);
+        });
     std::string hash;
     const std::string sampler = req.sampler.empty() ? default_sampler(model) : req.sampler;
     if (!img2img) {  // sizes not given: the model's native size, as diffusers
