@@ -1,6 +1,6 @@
 // Memory accounting: every buffer kiln owns is counted, by device and by category, with its current
 // size and the peak since the last reset. Tensor storage counts itself (see tensor.h); other owners
-// (mapped files, backends' device buffers, staging areas) record through a MemoryLease.
+// (views of mapped files, backends' device buffers, staging areas) record through a MemoryLease.
 //
 // It sits in core, below Tensor, so that every layer can attribute what it allocates. A backend
 // registers its devices by name ("cuda:0") and records its own allocations there; "cpu" is device 0.
@@ -19,7 +19,7 @@ enum class MemoryCategory {
     Workspace,    // ops' scratch (im2col columns, attention blocks)
     Staging,      // transfer buffers between host and device
     HostPinned,   // page-locked host memory for device transfers
-    MappedFile,   // bytes of files mapped into memory (safetensors), backed by the page cache
+    MappedFile,   // weights read in place from a mapped file (Tensor::view), backed by the page cache
 };
 constexpr int kMemoryCategoryCount = 6;
 const char* memory_category_name(MemoryCategory category);  // "weights", "activations", ...

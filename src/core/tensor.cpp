@@ -51,13 +51,47 @@ Tensor Tensor::from_bits16(Shape shape, DType dtype, std::vector<uint16_t> bits)
     return t;
 }
 
+Tensor Tensor::view(Shape shape, DType dtype, std::shared_ptr<const void> storage, MemoryCategory category) {
+    require(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16, ErrorKind::InvalidArgument,
+            std::string("a view of dtype ") + dtype_name(dtype) + " (F32, F16 or BF16 expected)");
+    Tensor t;
+    t.numel_ = shape_numel(shape);
+    require(storage != nullptr || t.numel_ == 0, ErrorKind::InvalidArgument,
+            "a view of shape " + shape_str(shape) + " without memory");
+    require(reinterpret_cast<uintptr_t>(storage.get()) % dtype_size(dtype) == 0, ErrorKind::InvalidArgument,
+            std::string("a view of ") + dtype_name(dtype) + " values at an address not aligned for them");
+    t.shape_ = std::move(shape);
+    t.dtype_ = dtype;
+    if (t.numel_ > 0) {  // an empty view needs no memory and holds none
+        t.view_ = std::move(storage);
+        t.lease_ = MemoryLease(t.numel_ * int64_t(dtype_size(dtype)), category);
+    }
+    return t;
+}
+
+// Copy-on-write: the first non-const access to a view's float32 values gives the tensor its own copy,
+// counted in the current category, so writes never reach the memory it was a view of.
+void Tensor::copy_out_of_view() {
+    const float* values = f32();
+    data_.assign(values, values + numel_);
+    lease_ = MemoryLease(int64_t(data_.size() * sizeof(float)));
+    view_.reset();
+}
+
+void Tensor::require_owned() const {
+    require(!view_, ErrorKind::InvalidArgument,
+            "tensor of shape " + shape_str(shape_) + " is a read-only view; read it through data()");
+}
+
 Tensor::Tensor(const Tensor& other)
     : shape_(other.shape_),
       numel_(other.numel_),
       dtype_(other.dtype_),
       data_(other.data_),
       bits16_(other.bits16_),
-      lease_(other.lease_) {
+      // A lease's copy counts in the copier's category; a view's copy is the same kind of memory.
+      lease_(other.view_ ? MemoryLease(other.lease_.bytes(), other.lease_.category()) : other.lease_),
+      view_(other.view_) {
     if (other.device_) {
         device_ = std::make_shared<DeviceBuffer>(other.device_->backend(), other.device_->bytes());
         device_->backend().copy(device_->data(), other.device_->data(), other.device_->bytes());
@@ -102,10 +136,10 @@ Tensor Tensor::to_device(Backend& backend, DType dtype) const {
     // Round on the host, then move the bytes: conversions are exact-to-nearest-even either way.
     if (dtype == DType::F32) {
         const Tensor f = to_f32();
-        backend.upload(out.device_->data(), f.data_.data(), numel_ * 4);
+        backend.upload(out.device_->data(), f.f32(), numel_ * 4);
     } else {
         const Tensor c = converted(dtype);
-        backend.upload(out.device_->data(), c.bits16_.data(), numel_ * 2);
+        backend.upload(out.device_->data(), c.b16(), numel_ * 2);
     }
     return out;
 }
@@ -133,14 +167,14 @@ const uint16_t* Tensor::bits16() const {
     require_host();
     require(dtype_ == DType::F16 || dtype_ == DType::BF16, ErrorKind::InvalidArgument,
             std::string("a 16-bit tensor is needed here, got ") + dtype_name(dtype_) + " of shape " + shape_str(shape_));
-    return bits16_.data();
+    return b16();
 }
 
 Tensor Tensor::to_f32() const {
     require_host();
     if (dtype_ == DType::F32) return *this;
     Tensor out(shape_);
-    decode_to_float(dtype_, reinterpret_cast<const uint8_t*>(bits16_.data()), out.data_.data(), size_t(numel_));
+    decode_to_float(dtype_, reinterpret_cast<const uint8_t*>(b16()), out.data_.data(), size_t(numel_));
     return out;
 }
 
@@ -150,10 +184,10 @@ void Tensor::row_to_f32(int64_t row, float* out) const {
             "row " + std::to_string(row) + " of a tensor of shape " + shape_str(shape_));
     const int64_t cols = numel_ / shape_[0];
     if (dtype_ == DType::F32) {
-        std::copy(data_.begin() + row * cols, data_.begin() + (row + 1) * cols, out);
+        std::copy(f32() + row * cols, f32() + (row + 1) * cols, out);
         return;
     }
-    decode_to_float(dtype_, reinterpret_cast<const uint8_t*>(bits16_.data() + row * cols), out, size_t(cols));
+    decode_to_float(dtype_, reinterpret_cast<const uint8_t*>(b16() + row * cols), out, size_t(cols));
 }
 
 Tensor Tensor::converted(DType dtype) const {
@@ -162,7 +196,7 @@ Tensor Tensor::converted(DType dtype) const {
     if (dtype == DType::F32) return to_f32();
     const Tensor f = to_f32();
     std::vector<uint16_t> bits(static_cast<size_t>(numel_));
-    encode_from_float(dtype, f.data_.data(), reinterpret_cast<uint8_t*>(bits.data()), size_t(numel_));
+    encode_from_float(dtype, f.f32(), reinterpret_cast<uint8_t*>(bits.data()), size_t(numel_));
     return from_bits16(shape_, dtype, std::move(bits));
 }
 
@@ -190,7 +224,9 @@ Tensor Tensor::first_values(Shape shape) && {
     Tensor out(std::move(*this));
     out.shape_ = std::move(shape);
     out.numel_ = n;
-    // Shrinking a vector never reallocates; the lease keeps counting the whole storage.
+    // Shrinking a vector never reallocates; the lease keeps counting the whole storage. A view keeps
+    // pointing at the same memory.
+    if (out.view_) return out;
     if (out.dtype_ == DType::F32)
         out.data_.resize(static_cast<size_t>(n));
     else

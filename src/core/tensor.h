@@ -9,6 +9,9 @@
 // category current on the creating thread (Activations unless a MemoryCategoryScope says otherwise).
 // A copy counts in the copier's category, a move keeps the count's category. Growing values() in place
 // is not re-counted: make a new tensor instead.
+// A view (Tensor::view) reads values that live in memory it does not own, a weight inside a memory-mapped
+// file: nothing is copied, its bytes count in the category its maker names, and nothing can write
+// through it (see view()).
 #pragma once
 #include <cstdint>
 #include <initializer_list>
@@ -46,12 +49,22 @@ public:
         data_ = std::move(other.data_);
         bits16_ = std::move(other.bits16_);
         lease_ = std::move(other.lease_);
+        view_ = std::move(other.view_);
         device_ = std::move(other.device_);
         other.shape_.clear();
         return *this;
     }
     // F16 or BF16 codes, numel of them (anything else: InvalidArgument).
     static Tensor from_bits16(Shape shape, DType dtype, std::vector<uint16_t> bits);
+    // Read-only values of `dtype` (F32, F16 or BF16) that `storage` points at, numel(shape) of them and
+    // aligned for the dtype, kept alive by `storage`'s owner (a shared_ptr made with the aliasing
+    // constructor: a weight inside a mapped file keeps the mapping). Nothing is copied; the bytes count
+    // in `category` (MappedFile for a file's pages) rather than as memory kiln allocated. Const reads go
+    // to that memory; the non-const float32 accessors (data(), operator[], values()) first copy the
+    // values into storage of the tensor's own, so no code can write through a view. A copy of a view is
+    // a view of the same memory, counted again in the same category.
+    static Tensor view(Shape shape, DType dtype, std::shared_ptr<const void> storage, MemoryCategory category);
+    bool is_view() const { return view_ != nullptr; }
 
     const Shape& shape() const { return shape_; }
     int64_t dim(int i) const { return shape_[i < 0 ? shape_.size() + i : i]; }
@@ -74,8 +87,9 @@ public:
     Tensor to_host() const;
 
     // Float32 storage; a 16-bit tensor throws InvalidArgument naming its dtype (call to_f32() first).
-    float* data() { return require_f32(), data_.data(); }
-    const float* data() const { return require_f32(), data_.data(); }
+    // The non-const accessors make a view's values the tensor's own first (see view()).
+    float* data() { return require_f32(), own(), data_.data(); }
+    const float* data() const { return require_f32(), f32(); }
     // F16/BF16 storage; a float32 tensor throws InvalidArgument.
     const uint16_t* bits16() const;
     // The same values as float32 (a copy; exact for F16 and BF16).
@@ -84,10 +98,11 @@ public:
     void row_to_f32(int64_t row, float* out) const;
     // The values rounded to `dtype` (F32, F16 or BF16; round to nearest even).
     Tensor converted(DType dtype) const;
-    float& operator[](int64_t i) { return require_f32(), data_[i]; }
-    float operator[](int64_t i) const { return require_f32(), data_[i]; }
-    std::vector<float>& values() { return require_f32(), data_; }
-    const std::vector<float>& values() const { return require_f32(), data_; }
+    float& operator[](int64_t i) { return require_f32(), own(), data_[i]; }
+    float operator[](int64_t i) const { return require_f32(), f32()[i]; }
+    std::vector<float>& values() { return require_f32(), own(), data_; }
+    // A view has no vector to hand out: InvalidArgument (read data() instead).
+    const std::vector<float>& values() const { return require_f32(), require_owned(), data_; }
 
     // Same data, new shape of the same element count.
     Tensor reshaped(Shape shape) const&;
@@ -106,6 +121,14 @@ private:
     }
     [[noreturn]] void throw_not_host() const;
     [[noreturn]] void throw_not_f32() const;
+    // Where the values are: the tensor's own vectors, or a view's memory.
+    const float* f32() const { return view_ ? static_cast<const float*>(view_.get()) : data_.data(); }
+    const uint16_t* b16() const { return view_ ? static_cast<const uint16_t*>(view_.get()) : bits16_.data(); }
+    void own() {
+        if (view_) copy_out_of_view();
+    }
+    void copy_out_of_view();
+    void require_owned() const;
 
     Shape shape_;
     int64_t numel_ = 0;
@@ -113,6 +136,7 @@ private:
     std::vector<float> data_;       // F32
     std::vector<uint16_t> bits16_;  // F16, BF16
     MemoryLease lease_;  // after data_: counted only once the storage exists
+    std::shared_ptr<const void> view_;  // set for a view (then data_ and bits16_ are empty)
     std::shared_ptr<DeviceBuffer> device_;  // set for a device tensor (then data_ and bits16_ are empty)
 };
 

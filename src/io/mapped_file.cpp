@@ -11,7 +11,6 @@
 #include <cstring>
 #include <utility>
 
-#include "core/memory.h"
 #include "kiln/error.h"
 
 namespace kiln {
@@ -53,7 +52,8 @@ MappedFile MappedFile::open(const std::string& path) {
     void* p = ::mmap(nullptr, static_cast<size_t>(file.size_), PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) fail_errno(path, "cannot memory-map");
     file.data_ = static_cast<const uint8_t*>(p);
-    record_allocation(kCpuDevice, MemoryCategory::MappedFile, static_cast<int64_t>(file.size_));
+    // Not counted in the memory accounting: a mapping is address space, and its pages are the page
+    // cache's. What tensors read in place counts (MemoryCategory::MappedFile, io/mapped_tensor.h).
     return file;
 }
 
@@ -81,10 +81,7 @@ void MappedFile::drop_pages(uint64_t offset, uint64_t length) const noexcept {
 }
 
 void MappedFile::release() noexcept {
-    if (data_) {
-        ::munmap(const_cast<uint8_t*>(data_), static_cast<size_t>(size_));
-        record_release(kCpuDevice, MemoryCategory::MappedFile, static_cast<int64_t>(size_));
-    }
+    if (data_) ::munmap(const_cast<uint8_t*>(data_), static_cast<size_t>(size_));
     data_ = nullptr;
     size_ = 0;
 }

@@ -1,5 +1,6 @@
 #include "models/weight_source.h"
 
+#include "io/mapped_tensor.h"
 #include "kiln/error.h"
 
 namespace kiln {
@@ -25,9 +26,13 @@ Tensor FileSource::load(const std::string& name) const {
     require_floating(*file_, name);
     return file_->load(name);
 }
-Tensor FileSource::load_matrix(const std::string& name, const Shape*) const {
+Tensor FileSource::load_matrix(const std::string& name, const Shape*) const { return matrix(name, true); }
+Tensor FileSource::load_matrix_copied(const std::string& name, const Shape*) const { return matrix(name, false); }
+Tensor FileSource::matrix(const std::string& name, bool in_place) const {
     require(file_->has(name), ErrorKind::InvalidModel, "missing tensor '" + name + "' in " + file_->path());
     require_floating(*file_, name);
+    if (in_place && keeps_stored_on_host(file_->info(name).dtype))
+        if (std::optional<Tensor> in_place = mapped_tensor(file_, name)) return std::move(*in_place);
     return file_->load_stored(name);
 }
 std::vector<std::string> FileSource::names() const { return file_->names(); }
@@ -57,10 +62,32 @@ std::string MappedSource::display_name(const std::string& name) const {
 
 std::string MappedSource::describe() const { return file_->path() + " (" + component_ + ")"; }
 
-Tensor MappedSource::load(const std::string& name) const { return load_mapped(name, false); }
-Tensor MappedSource::load_matrix(const std::string& name, const Shape*) const { return load_mapped(name, true); }
+Tensor MappedSource::load(const std::string& name) const { return load_mapped(name, false, false); }
+Tensor MappedSource::load_matrix(const std::string& name, const Shape*) const {
+    return load_mapped(name, true, true);
+}
+Tensor MappedSource::load_matrix_copied(const std::string& name, const Shape*) const {
+    return load_mapped(name, true, false);
+}
 
 namespace {
+
+// The rows of one of m.parts parts of a fused tensor of this shape.
+int64_t rows_per_part(const Shape& shape, const WeightMapping& m, const SafetensorsFile& file) {
+    // Rank and emptiness first: dim(0) of a scalar, or numel / 0 rows, would not be an answer.
+    const int64_t rows = !shape.empty() ? shape[0] : 0;
+    require(rows > 0 && rows % m.parts == 0, ErrorKind::InvalidModel,
+            "fused tensor '" + m.file_name + "' in " + file.path() + " of shape " + shape_str(shape) +
+                " does not split into " + std::to_string(m.parts) + " parts");
+    return rows / m.parts;
+}
+
+Shape squeezed(const Shape& shape) {
+    Shape s;
+    for (int64_t d : shape)
+        if (d != 1) s.push_back(d);
+    return s;
+}
 
 // Rows [first, first + n) of t (any dtype), as a tensor of shape `shape`.
 Tensor slice_rows(const Tensor& t, int64_t first, int64_t n, Shape shape) {
@@ -73,22 +100,38 @@ Tensor slice_rows(const Tensor& t, int64_t first, int64_t n, Shape shape) {
 
 }  // namespace
 
-Tensor MappedSource::load_mapped(const std::string& name, bool stored_precision) const {
+// The mapped tensor as a view of the file, for the mappings that only choose bytes and shape.
+std::optional<Tensor> MappedSource::view(const WeightMapping& m) const {
+    switch (m.op) {
+        case WeightMapping::Op::Copy: return mapped_tensor(file_, m.file_name);
+        case WeightMapping::Op::Squeeze: {
+            std::optional<Tensor> t = mapped_tensor(file_, m.file_name);
+            if (t) *t = std::move(*t).reshaped(squeezed(t->shape()));
+            return t;
+        }
+        case WeightMapping::Op::RowSlice: {
+            const int64_t n = rows_per_part(file_->info(m.file_name).shape, m, *file_);
+            return mapped_rows(file_, m.file_name, m.part * n, n);
+        }
+        case WeightMapping::Op::Transpose: return std::nullopt;  // moves values
+    }
+    return std::nullopt;
+}
+
+Tensor MappedSource::load_mapped(const std::string& name, bool stored_precision, bool in_place) const {
     auto it = table_.find(name);
     require(it != table_.end(), ErrorKind::InvalidModel,
             "missing tensor for " + component_ + " '" + name + "' in " + file_->path());
     const WeightMapping& m = it->second;
     require_floating(*file_, m.file_name);
+    if (in_place && stored_precision && keeps_stored_on_host(file_->info(m.file_name).dtype))
+        if (std::optional<Tensor> in_place = view(m)) return std::move(*in_place);
     // A transposed tensor (SDXL's small text projection) is transposed in float32.
     Tensor t = stored_precision && m.op != WeightMapping::Op::Transpose ? file_->load_stored(m.file_name)
                                                                          : file_->load(m.file_name);
     switch (m.op) {
         case WeightMapping::Op::Copy: return t;
-        case WeightMapping::Op::Squeeze: {
-            Shape s;
-            for (int64_t d : t.shape()) if (d != 1) s.push_back(d);
-            return std::move(t).reshaped(s);
-        }
+        case WeightMapping::Op::Squeeze: return std::move(t).reshaped(squeezed(t.shape()));
         case WeightMapping::Op::Transpose: {
             require(t.rank() == 2, ErrorKind::InvalidModel, "tensor '" + m.file_name + "' in " + file_->path() +
                                                                 " should be 2-d, has shape " + shape_str(t.shape()));
@@ -99,12 +142,7 @@ Tensor MappedSource::load_mapped(const std::string& name, bool stored_precision)
             return out;
         }
         case WeightMapping::Op::RowSlice: {
-            // Rank and emptiness first: dim(0) of a scalar, or numel / 0 rows, would not be an answer.
-            const int64_t rows = t.rank() >= 1 ? t.dim(0) : 0;
-            require(rows > 0 && rows % m.parts == 0, ErrorKind::InvalidModel,
-                    "fused tensor '" + m.file_name + "' in " + file_->path() + " of shape " + shape_str(t.shape()) +
-                        " does not split into " + std::to_string(m.parts) + " parts");
-            const int64_t n = rows / m.parts;
+            const int64_t n = rows_per_part(t.shape(), m, *file_);
             Shape s = t.shape();
             s[0] = n;
             return slice_rows(t, m.part * n, n, std::move(s));
@@ -113,11 +151,11 @@ Tensor MappedSource::load_mapped(const std::string& name, bool stored_precision)
     return t;
 }
 
-Tensor WeightReader::read(const std::string& name, const Shape* expected, bool matrix) {
+Tensor WeightReader::read(const std::string& name, const Shape* expected, bool matrix, bool copied) {
     require(source_.has(name), ErrorKind::InvalidModel,
             "missing tensor " + source_.display_name(name) + " in " + source_.describe());
     used_.insert(name);
-    Tensor t = matrix ? source_.load_matrix(name, expected)
+    Tensor t = matrix ? (copied ? source_.load_matrix_copied(name, expected) : source_.load_matrix(name, expected))
                       : expected ? source_.load_expecting(name, *expected) : source_.load(name);
     parameters_ += t.numel();
     if (expected && t.shape() != *expected)
@@ -150,7 +188,7 @@ Tensor WeightReader::get_vector_stack(const std::vector<std::string>& names, int
 Tensor WeightReader::stack(const std::vector<std::string>& names, const Shape& each, bool matrix) {
     require(!names.empty(), ErrorKind::InvalidArgument, "WeightReader: a stack needs one or more names");
     std::vector<Tensor> parts;
-    for (const std::string& n : names) parts.push_back(read(n, &each, matrix));
+    for (const std::string& n : names) parts.push_back(read(n, &each, matrix, /*copied=*/true));
     const DType type = parts.front().dtype();
     for (const Tensor& p : parts)
         require(p.dtype() == type, ErrorKind::InvalidModel,
@@ -161,7 +199,7 @@ Tensor WeightReader::stack(const std::vector<std::string>& names, const Shape& e
     if (type == DType::F32) {
         std::vector<float> all;
         all.reserve(size_t(n) * parts.size());
-        for (const Tensor& p : parts) all.insert(all.end(), p.values().begin(), p.values().end());
+        for (const Tensor& p : parts) all.insert(all.end(), p.data(), p.data() + n);  // a source may give views
         return place(Tensor(shape, std::move(all)));
     }
     std::vector<uint16_t> all;

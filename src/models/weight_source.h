@@ -51,6 +51,11 @@ public:
     virtual Tensor load_matrix(const std::string& name, const Shape* expected) const {
         return expected ? load_expecting(name, *expected) : load(name);
     }
+    // As load_matrix, for a matrix the caller copies at once (stacked with others): never a view of a
+    // mapped file, whose pages would stay resident beside the copy with nothing reading them again.
+    virtual Tensor load_matrix_copied(const std::string& name, const Shape* expected) const {
+        return load_matrix(name, expected);
+    }
 
     // The precision WeightReader::get_matrix hands matrices out in: unset keeps load_matrix's (the
     // file's); F32, F16 or BF16 converts at load (the --weights option). Other tensors are float32.
@@ -59,23 +64,33 @@ public:
     // is moved there in device_dtype, the precision the backend computes in.
     Backend* device = nullptr;
     DType device_dtype = DType::F16;
+
+protected:
+    // Whether a matrix the file stores as `stored` is handed out as stored, on the host. Then file sources
+    // hand out a view of the mapped file (io/mapped_tensor.h) instead of a copy where the tensor allows.
+    bool keeps_stored_on_host(DType stored) const { return !device && (!weights_dtype || *weights_dtype == stored); }
 };
 
-// Every tensor of a safetensors file, by its own name (diffusers folders).
+// Every tensor of a safetensors file, by its own name (diffusers folders). Matrices are views of the
+// mapped file where keeps_stored_on_host allows it, so the model keeps the file mapped.
 class FileSource : public WeightSource {
 public:
     explicit FileSource(std::shared_ptr<const SafetensorsFile> file);
     bool has(const std::string& name) const override;
     Tensor load(const std::string& name) const override;
     Tensor load_matrix(const std::string& name, const Shape* expected) const override;
+    Tensor load_matrix_copied(const std::string& name, const Shape* expected) const override;
     std::vector<std::string> names() const override;
     std::string describe() const override;
 
 private:
+    Tensor matrix(const std::string& name, bool in_place) const;
+
     std::shared_ptr<const SafetensorsFile> file_;
 };
 
-// Internal names mapped onto tensors of a single-file checkpoint.
+// Internal names mapped onto tensors of a single-file checkpoint. As FileSource, matrices are views of
+// the mapped file where the mapping needs no arithmetic (Copy, Squeeze, RowSlice).
 class MappedSource : public WeightSource {
 public:
     // `file_name_for` names, as the file would, a tensor the table lacks (for messages).
@@ -84,12 +99,14 @@ public:
     bool has(const std::string& name) const override;
     Tensor load(const std::string& name) const override;
     Tensor load_matrix(const std::string& name, const Shape* expected) const override;
+    Tensor load_matrix_copied(const std::string& name, const Shape* expected) const override;
     std::vector<std::string> names() const override;
     std::string describe() const override;
     std::string display_name(const std::string& name) const override;
 
 private:
-    Tensor load_mapped(const std::string& name, bool stored_precision) const;
+    Tensor load_mapped(const std::string& name, bool stored_precision, bool in_place) const;
+    std::optional<Tensor> view(const WeightMapping& m) const;
 
     std::shared_ptr<const SafetensorsFile> file_;
     std::map<std::string, WeightMapping> table_;
@@ -127,7 +144,7 @@ public:
     void check_all_used(const std::function<bool(const std::string&)>& ignore = nullptr) const;
 
 private:
-    Tensor read(const std::string& name, const Shape* expected, bool matrix);
+    Tensor read(const std::string& name, const Shape* expected, bool matrix, bool copied = false);
     Tensor stack(const std::vector<std::string>& names, const Shape& each, bool matrix);
     Tensor place(Tensor t) const;
 

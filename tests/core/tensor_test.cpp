@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "core/dtype_convert.h"
 #include "core/half.h"
@@ -142,4 +144,81 @@ TEST(Tensor, FirstValuesKeepsTheStorage) {
     front = Tensor();
     EXPECT_EQ(current(), before);
     EXPECT_THROW(Tensor({2, 2}).first_values({5}), Error);
+}
+
+// A view reads memory it does not own and counts it in the category it is given; a copy of it is a view
+// of the same memory; the first non-const float32 access gives the tensor its own copy (counted as
+// tensors are), so the memory it viewed is never written.
+TEST(Tensor, ViewReadsInPlaceAndCopiesBeforeAnyWrite) {
+    const auto current = [](MemoryCategory c) { return memory_stats().device("cpu")[c].current; };
+    auto owner = std::make_shared<std::vector<float>>(std::vector<float>{1, 2, 3, 4, 5, 6});
+    const float* memory = owner->data();
+    const int64_t mapped = current(MemoryCategory::MappedFile), made = current(MemoryCategory::Activations);
+    const Tensor v =
+        Tensor::view({2, 3}, DType::F32, std::shared_ptr<const void>(owner, memory), MemoryCategory::MappedFile);
+    EXPECT_TRUE(v.is_view());
+    EXPECT_EQ(current(MemoryCategory::MappedFile) - mapped, 24);
+    EXPECT_EQ(current(MemoryCategory::Activations), made);
+    EXPECT_EQ(v.data(), memory);
+    EXPECT_EQ(v[4], 5.0f);
+    EXPECT_THROW((void)v.values(), Error);  // no vector to hand out
+    float row[3];
+    v.row_to_f32(1, row);
+    EXPECT_EQ(row[2], 6.0f);
+
+    const Tensor shared = v;  // a copy of a view is a view of the same memory, counted in its category
+    EXPECT_TRUE(shared.is_view());
+    EXPECT_EQ(shared.data(), memory);
+    EXPECT_EQ(current(MemoryCategory::MappedFile) - mapped, 48);
+    EXPECT_EQ(current(MemoryCategory::Activations), made);
+    const Tensor reshaped = v.reshaped({3, 2});
+    EXPECT_EQ(reshaped.data(), memory);
+    {
+        const Tensor f = v.to_f32();  // const: a temporary's data() would be the non-const one, a copy
+        EXPECT_EQ(f.data(), memory);
+    }
+    EXPECT_EQ(current(MemoryCategory::MappedFile) - mapped, 72);  // v, shared, reshaped
+
+    Tensor own = v;
+    own.data()[0] = 100.0f;  // copy on write
+    EXPECT_FALSE(own.is_view());
+    EXPECT_NE(own.data(), memory);
+    EXPECT_EQ(current(MemoryCategory::Activations) - made, 24);
+    EXPECT_EQ(current(MemoryCategory::MappedFile) - mapped, 72);  // own's count moved to activations
+    EXPECT_EQ((*owner)[0], 1.0f);
+    EXPECT_EQ(own[0], 100.0f);
+    EXPECT_EQ(own[5], 6.0f);
+
+    // The view keeps its owner alive.
+    std::weak_ptr<std::vector<float>> watch = owner;
+    owner.reset();
+    EXPECT_FALSE(watch.expired());
+    EXPECT_EQ(v[5], 6.0f);
+}
+
+TEST(Tensor, SixteenBitViews) {
+    auto owner = std::make_shared<std::vector<uint16_t>>(std::vector<uint16_t>{0x3c00, 0xc000, 0x3800, 0x0000});
+    const Tensor v = Tensor::view({2, 2}, DType::F16, std::shared_ptr<const void>(owner, owner->data()),
+                                  MemoryCategory::MappedFile);
+    EXPECT_EQ(v.bits16(), owner->data());
+    EXPECT_THROW((void)v.data(), Error);
+    const Tensor f = v.to_f32();
+    EXPECT_EQ(f[1], -2.0f);
+    EXPECT_EQ(v.converted(DType::F16).bits16(), owner->data());  // already F16: the same view
+    EXPECT_EQ(v.converted(DType::BF16).to_f32()[2], 0.5f);
+    const Tensor front = Tensor(v).first_values({1, 2});
+    EXPECT_EQ(front.bits16(), owner->data());
+}
+
+TEST(Tensor, ViewsRefuseWhatTheyCannotRead) {
+    auto owner = std::make_shared<std::vector<uint8_t>>(16);
+    const auto at = [&](int skip) { return std::shared_ptr<const void>(owner, owner->data() + skip); };
+    constexpr MemoryCategory kMapped = MemoryCategory::MappedFile;
+    EXPECT_THROW(Tensor::view({2}, DType::F16, at(1), kMapped), Error);
+    EXPECT_THROW(Tensor::view({2}, DType::F32, at(2), kMapped), Error);
+    EXPECT_THROW(Tensor::view({2}, DType::I64, at(0), kMapped), Error);
+    EXPECT_THROW(Tensor::view({2}, DType::F32, nullptr, kMapped), Error);
+    const Tensor empty = Tensor::view({0, 4}, DType::F32, nullptr, kMapped);
+    EXPECT_TRUE(empty.empty());
+    EXPECT_FALSE(empty.is_view());
 }
