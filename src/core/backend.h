@@ -54,6 +54,13 @@ public:
     virtual void upload(void* dst, const void* src, int64_t bytes) = 0;
     virtual void download(void* dst, const void* src, int64_t bytes) = 0;
     virtual void copy(void* dst, const void* src, int64_t bytes) = 0;
+    // `count` runs of `bytes`: run i from src + i * src_pitch to dst + i * dst_pitch (the channels of a band of
+    // rows). One copy call per run here; a backend does them as one command.
+    virtual void copy_strided(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t bytes,
+                              int64_t count) {
+        for (int64_t i = 0; i < count; ++i)
+            copy(static_cast<char*>(dst) + i * dst_pitch, static_cast<const char*>(src) + i * src_pitch, bytes);
+    }
     // dst (host) = the n values at src, of type src_type, widened to float32; returns like download. Here the
     // bytes come over and the host widens them; a backend may widen them on the device first.
     virtual void download_f32(float* dst, const void* src, DType src_type, int64_t n);

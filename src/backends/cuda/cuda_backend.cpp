@@ -158,6 +158,14 @@ void CudaBackend::copy(void* dst, const void* src, int64_t bytes) {
     carry_layout(src, dst, nullptr);
 }
 
+void CudaBackend::copy_strided(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t bytes,
+                               int64_t count) {
+    if (bytes <= 0 || count <= 0) return;
+    if (!channels_last_.empty()) channels_last_.erase(dst);  // activations: values in their own layout
+    KILN_CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(dst_pitch), src, size_t(src_pitch), size_t(bytes), size_t(count),
+                                      cudaMemcpyDeviceToDevice, stream_));
+}
+
 // dst now holds src's values, in src's layout: a channels-last filter's mark goes with them (with the new type
 // where given), and a mark dst had goes.
 void CudaBackend::carry_layout(const void* src, void* dst, const DType* type) {

@@ -39,6 +39,8 @@ public:
     // longer than the transfer.
     void download_f32(float* dst, const void* src, DType src_type, int64_t n) override;
     void copy(void* dst, const void* src, int64_t bytes) override;
+    void copy_strided(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t bytes,
+                      int64_t count) override;
     void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) override;
     void synchronize() override;
     const ops::DeviceOps& ops() const override { return *ops_; }

@@ -246,6 +246,20 @@ void VulkanBackend::copy(void* dst, const void* src, int64_t bytes) {
     record_barrier();
 }
 
+void VulkanBackend::copy_strided(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t bytes,
+                                 int64_t count) {
+    if (bytes <= 0 || count <= 0) return;
+    // One command with a region per run; the runs of one tensor lie in one buffer.
+    const VulkanMemory::Location from = memory_->locate(src), to = memory_->locate(dst);
+    std::vector<VkBufferCopy> regions(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i)
+        regions[size_t(i)] = {from.offset + VkDeviceSize(i * src_pitch), to.offset + VkDeviceSize(i * dst_pitch),
+                              VkDeviceSize(bytes)};
+    record_begin();
+    api().vkCmdCopyBuffer(target_, from.buffer, to.buffer, uint32_t(count), regions.data());
+    record_barrier();
+}
+
 void VulkanBackend::convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) {
     require(supports(src_type) && supports(dst_type), ErrorKind::Unsupported,
             device_name(device()) + " cannot convert " + dtype_name(src_type) + " to " + dtype_name(dst_type));

@@ -34,6 +34,8 @@ public:
     void upload(void* dst, const void* src, int64_t bytes) override;
     void download(void* dst, const void* src, int64_t bytes) override;
     void copy(void* dst, const void* src, int64_t bytes) override;
+    void copy_strided(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t bytes,
+                      int64_t count) override;
     void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) override;
     void synchronize() override;
     bool supports(DType t) const override { return t == DType::F32 || (t == DType::F16 && physical_.fp16_storage); }

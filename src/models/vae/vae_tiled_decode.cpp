@@ -62,10 +62,10 @@ void copy_rows(Tensor& dst, int64_t dst_n, int64_t dst_row, const Tensor& src, i
     const int64_t bytes = rows * w * elem;
     const char* from = bytes_of(src);
     char* to = bytes_of(dst);
-    if (dst.on_device()) {
-        for (int64_t ch = 0; ch < c; ++ch)
-            dst.backend().copy(to + ((dst_n * c + ch) * dst.dim(2) + dst_row) * w * elem,
-                               from + ((src_n * c + ch) * src.dim(2) + src_row) * w * elem, bytes);
+    if (dst.on_device()) {  // one command: a run per channel
+        dst.backend().copy_strided(to + ((dst_n * c) * dst.dim(2) + dst_row) * w * elem, dst.dim(2) * w * elem,
+                                   from + ((src_n * c) * src.dim(2) + src_row) * w * elem, src.dim(2) * w * elem,
+                                   bytes, c);
         return;
     }
 #pragma omp parallel for if (c * bytes >= (int64_t(1) << 20))
