@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Packs what a GPU machine needs to run kiln's CUDA tests and benchmarks without building there (it lacks
-# kiln's Debian libraries): the kiln program, kiln_cuda_tests and kiln_gpu_tests from BUILD_DIR (default build/), the shared
-# libraries they load that a CUDA image may lack. (The fixtures travel with the tree.) Writes .stage-cuda/stage.tar.xz; pass
-# .stage-cuda to the device tool's carry, and unpack there with scripts/run-on-device.sh.
+# kiln's Debian libraries): the kiln program with its GPU backend plugins, kiln_cuda_tests and kiln_gpu_tests
+# from BUILD_DIR (default build/), the shared libraries they load that a CUDA image may lack. (The fixtures
+# travel with the tree.) Writes .stage-cuda/stage.tar.xz; pass .stage-cuda to the device tool's carry, and
+# unpack there with scripts/run-on-device.sh.
 # OpenBLAS (36 MB) is replaced by the reference BLAS (Debian's libblas3, 0.5 MB) under OpenBLAS's file name:
 # the CPU side of the GPU tests is small, and kiln uses only cblas_sgemm (the thread calls are weak symbols).
 set -euo pipefail
@@ -11,8 +12,13 @@ build=${BUILD_DIR:-build}
 stage=.stage-cuda
 rm -rf "$stage" && mkdir -p "$stage/pack/lib"
 # STAGE_PROGRAMS narrows what goes (e.g. "kiln_cuda_tests" alone fits beside the demo model's archive).
-for prog in ${STAGE_PROGRAMS:-kiln kiln_cuda_tests kiln_gpu_tests}; do cp "$build/$prog" "$stage/pack/"; done
-for bin in "$stage"/pack/kiln*; do
+programs=${STAGE_PROGRAMS:-kiln kiln_cuda_tests kiln_gpu_tests}
+for prog in $programs; do cp "$build/$prog" "$stage/pack/"; done
+# kiln loads its GPU backends from the plugins beside it (libkiln-cuda.so, libkiln-vulkan.so), which fit only
+# the kiln they were built with: they go where kiln goes. (The test programs link the backends themselves.)
+case " $programs " in *" kiln "*) cp "$build"/libkiln-*.so "$stage/pack/" ;; esac
+for bin in "$stage"/pack/kiln* "$stage"/pack/libkiln-*.so; do
+  [ -e "$bin" ] || continue
   ldd "$bin" | awk '/=> \// { print $3 }'
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in

@@ -8,7 +8,7 @@
 #include "kiln/error.h"
 #include "models/model_info.h"
 #include "core/backend.h"
-#include "pipeline/compiled_backends.h"
+#include "pipeline/backend_plugins.h"
 
 namespace kiln::cli {
 
@@ -37,7 +37,7 @@ int run_info(const std::string& path) {
 }
 
 int run_info_devices() {
-    register_compiled_backends();
+    register_backend_plugins();
     std::vector<std::string> why;
     for (const DeviceDescription& d : list_devices(&why)) {
         std::printf("%-8s %s", device_name(d.device).c_str(), d.name.c_str());

@@ -4,7 +4,7 @@
 #include "commands.h"
 #include "core/backend.h"
 #include "kiln/error.h"
-#include "pipeline/compiled_backends.h"
+#include "pipeline/backend_plugins.h"
 
 namespace kiln::cli {
 
@@ -14,7 +14,7 @@ std::string default_device() {
 }
 
 Placement resolve_placement(const std::string& device, const std::string& precision) {
-    register_compiled_backends();
+    register_backend_plugins();
     Placement p;
     p.device = resolve_device(device);
     if (p.device.is_cpu()) {

@@ -15,7 +15,6 @@
 #include "core/backend.h"
 #include "kiln/error.h"
 #include "ops/ops.h"
-#include "pipeline/compiled_backends.h"
 
 using namespace kiln;
 using Products = vulkan::VulkanBackend::Products;
@@ -50,7 +49,8 @@ double median_ms(vulkan::VulkanBackend& vk, const std::function<Tensor()>& run, 
 
 int main(int argc, char** argv) {
     try {
-        register_compiled_backends();
+        // Linked statically (it reaches inside the backend), so registered directly rather than as a plugin.
+        register_backend_factory(DeviceKind::Vulkan, vulkan::vulkan_backend_factory());
         const int index = argc > 1 ? std::atoi(argv[1]) : 0;
         const int runs = argc > 2 ? std::atoi(argv[2]) : 20;
         auto& vk = static_cast<vulkan::VulkanBackend&>(backend_for(Device{DeviceKind::Vulkan, index}));

@@ -92,23 +92,39 @@ void synchronize_backends() {
     for (Backend* b : made) b->synchronize();
 }
 
-std::vector<DeviceDescription> list_devices(std::vector<std::string>* why_none) {
-    std::vector<DeviceDescription> out{{Device{}, "CPU", "host memory, OpenBLAS + OpenMP", {}}};
+namespace {
+
+// The devices of the registered kinds among `kinds` (a GPU backend may be a plugin, loaded by its list).
+std::vector<DeviceDescription> list_kinds(const std::vector<DeviceKind>& kinds, std::vector<std::string>* why_none) {
     Registry& r = registry();
     std::map<DeviceKind, BackendFactory> factories;
     {
         std::lock_guard lock(r.mutex);
         factories = r.factories;
     }
-    if (why_none && !factories.count(DeviceKind::Cuda))
-        why_none->push_back("cuda: this build has no CUDA backend (built without nvcc)");
-    if (why_none && !factories.count(DeviceKind::Vulkan))
-        why_none->push_back("vulkan: this build has no Vulkan backend (built without libvulkan-dev and glslc)");
-    for (auto& [kind, f] : factories) {
+    std::vector<DeviceDescription> out;
+    for (DeviceKind kind : kinds) {
+        auto f = factories.find(kind);
+        if (f == factories.end()) {
+            if (why_none && kind == DeviceKind::Cuda)
+                why_none->push_back("cuda: this build has no CUDA backend (built without nvcc)");
+            if (why_none && kind == DeviceKind::Vulkan)
+                why_none->push_back("vulkan: this build has no Vulkan backend (built without libvulkan-dev and glslc)");
+            continue;
+        }
         std::string why;
-        for (DeviceDescription& d : f.list(&why)) out.push_back(std::move(d));
+        for (DeviceDescription& d : f->second.list(&why)) out.push_back(std::move(d));
         if (!why.empty() && why_none) why_none->push_back(why);
     }
+    return out;
+}
+
+}  // namespace
+
+std::vector<DeviceDescription> list_devices(std::vector<std::string>* why_none) {
+    std::vector<DeviceDescription> out{{Device{}, "CPU", "host memory, OpenBLAS + OpenMP", {}}};
+    for (DeviceDescription& d : list_kinds({DeviceKind::Cuda, DeviceKind::Vulkan}, why_none))
+        out.push_back(std::move(d));
     return out;
 }
 
@@ -120,8 +136,8 @@ Device resolve_device(const std::string& text) {
     }
     Device d = parse_device(text);
     if (d.is_cpu()) return d;
-    std::vector<std::string> why;
-    for (const DeviceDescription& desc : list_devices(&why))
+    std::vector<std::string> why;  // of this kind only: asking for a CUDA device loads no Vulkan plugin
+    for (const DeviceDescription& desc : list_kinds({d.kind}, &why))
         if (desc.device == d) return d;
     std::string reason;
     for (const std::string& w : why) reason += (reason.empty() ? "" : "; ") + w;

@@ -102,8 +102,8 @@ private:
 };
 
 // ---- registry ----
-// A compiled GPU backend registers a factory for its kind (register_compiled_backends in
-// backends/registry.h does it for every backend this build has).
+// A GPU backend registers a factory for its kind: in the kiln program, one that loads the backend's plugin
+// when first called (register_backend_plugins in pipeline/backend_plugins.h).
 struct BackendFactory {
     std::function<std::vector<DeviceDescription>(std::string* why_none)> list;
     std::function<std::unique_ptr<Backend>(int index)> create;

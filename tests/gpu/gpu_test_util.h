@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "core/backend.h"
-#include "pipeline/compiled_backends.h"
+#include "gpu/linked_backends.h"
 
 namespace kiln::test {
 
 // Every device but the CPU: "cuda:0", "vulkan:0", ...
 inline std::vector<std::string> gpu_device_names() {
-    register_compiled_backends();
+    test::register_linked_backends();
     std::vector<std::string> out;
     for (const DeviceDescription& d : list_devices())
         if (!d.device.is_cpu()) out.push_back(device_name(d.device));

@@ -14,7 +14,7 @@
 #include "core/tensor.h"
 #include "kiln/error.h"
 #include "ops/ops.h"
-#include "pipeline/compiled_backends.h"
+#include "gpu/linked_backends.h"
 #if KILN_HAS_VULKAN
 #include "backends/vulkan/physical_devices.h"
 #include "backends/vulkan/vulkan_backend.h"
@@ -35,7 +35,7 @@ bool vulkan_expected() {
 #if KILN_HAS_VULKAN
 // The first Vulkan device, or nullptr with a reason.
 Backend* vulkan_or_null(std::string* why) {
-    register_compiled_backends();
+    test::register_linked_backends();
     for (const DeviceDescription& d : list_devices())
         if (d.device.kind == DeviceKind::Vulkan) return &backend_for(d.device);
     vulkan::physical_devices(why);

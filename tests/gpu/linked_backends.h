@@ -1,5 +1,7 @@
-#include "pipeline/compiled_backends.h"
-
+// The GPU tests link the backends this build has statically (they reach inside them: vulkan_test.cpp) and
+// register them directly, rather than through the plugins the kiln program loads (pipeline/backend_plugins.h;
+// the CLI tests cover those).
+#pragma once
 #include <mutex>
 
 #include "core/backend.h"
@@ -10,9 +12,9 @@
 #include "backends/vulkan/vulkan_backend.h"
 #endif
 
-namespace kiln {
+namespace kiln::test {
 
-void register_compiled_backends() {
+inline void register_linked_backends() {
     static std::once_flag once;
     std::call_once(once, [] {
 #if KILN_HAS_CUDA
@@ -24,4 +26,4 @@ void register_compiled_backends() {
     });
 }
 
-}  // namespace kiln
+}  // namespace kiln::test
