@@ -1,7 +1,7 @@
 // Stored calls of the conformance sweep (scripts/conformance-sweep, docs/CONFORMANCE.md): its worst calls and
 // every call that ever failed, each run through generate() and compared with diffusers' float32 latents.
-// tests/data/conformance/calls.json holds the calls as the sweep drew them; latents.safetensors diffusers'
-// final latents (the images are not stored: the tree must stay small, and the VAE decode is checked on its
+// tests/data/conformance (packed in conformance.tar.xz) holds the calls as the sweep drew them (calls.json) and
+// diffusers' final latents (latents.safetensors) (the images are not stored: the tree must stay small, and the VAE decode is checked on its
 // own against diffusers in tests/models).
 #include <gtest/gtest.h>
 
@@ -18,7 +18,8 @@ using namespace kiln;
 
 namespace {
 
-const std::string kDir = std::string(KILN_SOURCE_DIR) + "/tests/data/conformance/";
+// tests/data/conformance/conformance.tar.xz, unpacked by the build.
+const std::string kDir = std::string(KILN_CONFORMANCE_DATA) + "/";
 
 nlohmann::json stored_calls() {
     std::ifstream f(kDir + "calls.json");
