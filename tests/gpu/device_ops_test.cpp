@@ -22,6 +22,7 @@
 #include "common/op_bounds.h"
 #include "gpu_test_util.h"
 #include "kiln/error.h"
+#include "ops/device_ops.h"
 #include "ops/ops.h"
 
 using namespace kiln;
@@ -114,6 +115,54 @@ TEST_P(DeviceOps, Conv2dAndFusedNorm) {
                              ref, scale, kk, t, 3, name + " +groupnorm+silu");
             }
         }
+}
+
+// The tiled VAE decode's pieces: a convolution of SiLU(x * scale + shift) with per-channel scale and shift, a band's
+// per-channel sums, and a strided copy of every channel's rows. Composed where the backend has no fused form (a 1x1
+// convolution with a diagonal filter), the affine's scale and shift are rounded to t, and so are the affine's output
+// and SiLU's: u_s each of |x scale| + |shift|, which bounds every intermediate; SiLU's slope is below 1.1, so
+// 4 u_s x 1.1 of the convolution over those magnitudes (factor 5 over abs_in below).
+TEST_P(DeviceOps, TiledDecodePieces) {
+    Backend* gpu = &this->gpu();
+    for (DType t : kiln::test::gpu_dtypes(*gpu)) {
+        const Tensor x = random({1, 6, 7, 5}, 41, t), w = random({4, 6, 3, 3}, 42, t), b = random({4}, 43, t);
+        const std::vector<float> scale = {0.5f, -1.25f, 2.0f, 0.75f, 1.0f, -0.5f};
+        const std::vector<float> shift = {0.1f, -0.2f, 0.3f, 0.0f, -0.4f, 0.25f};
+        Tensor affine = x, abs_in = x;  // x * scale + shift per channel, then SiLU: the reference's input
+        for (int64_t c = 0; c < 6; ++c)
+            for (int64_t i = 0; i < 35; ++i) {
+                affine[c * 35 + i] = x[c * 35 + i] * scale[c] + shift[c];
+                abs_in[c * 35 + i] = std::fabs(x[c * 35 + i] * scale[c]) + std::fabs(shift[c]);
+            }
+        ops::silu_(affine);
+        const Tensor ref = ops::conv2d(affine, w, &b, 1, 1);
+        Tensor babs = abs_of(b);
+        const Tensor bound_scale = ops::conv2d(abs_in, abs_of(w), &babs, 1, 1);
+        const Tensor xd = x.to_device(*gpu, t), wd = w.to_device(*gpu, t), bd = b.to_device(*gpu, t);
+        expect_close(ops::conv2d_affine_silu(xd, scale, shift, wd, &bd, 1, 1).to_host(), ref, bound_scale, 54.0, t, 5,
+                     std::string("conv2d_affine_silu ") + dtype_name(t));
+        // Sums of rows 2-5 of each channel, against the host's over the same (rounded) values.
+        std::vector<double> sum(6, 0.0), sum_sq(6, 0.0);
+        ops::device_ops(xd).add_channel_sums(xd, 2, 4, sum, sum_sq);
+        for (int64_t c = 0; c < 6; ++c) {
+            double s = 0.0, q = 0.0;
+            for (int64_t i = 2 * 5; i < 6 * 5; ++i) {
+                s += x[c * 35 + i];
+                q += double(x[c * 35 + i]) * x[c * 35 + i];
+            }
+            EXPECT_NEAR(sum[c], s, 1e-9 * (1 + std::fabs(q))) << dtype_name(t) << " channel " << c;
+            EXPECT_NEAR(sum_sq[c], q, 1e-9 * (1 + q)) << dtype_name(t) << " channel " << c;
+        }
+        // Rows 1-3 of every channel into a [1, 6, 3, 5] tensor: bit-exact copies.
+        Tensor band = Tensor::empty_on(*gpu, {1, 6, 3, 5}, t);
+        const int64_t es = int64_t(dtype_size(t));
+        gpu->copy_strided(band.device_data(), 15 * es, static_cast<const char*>(xd.device_data()) + 5 * es, 35 * es,
+                          15 * es, 6);
+        const Tensor got = band.to_host();
+        for (int64_t c = 0; c < 6; ++c)
+            for (int64_t i = 0; i < 15; ++i)
+                ASSERT_EQ(got[c * 15 + i], x[c * 35 + 5 + i]) << dtype_name(t) << " channel " << c << " value " << i;
+    }
 }
 
 // The fused convolutions (the VAE's ops::conv2d_group_norm_silu_add_ and ops::conv2d_upsample2x, the UNet's

@@ -9,6 +9,7 @@
 #include "harness.h"
 #include "kiln/error.h"
 #include "ops/ops.h"
+#include "ops/tuning.h"
 #include "ops/vec_math.h"
 
 namespace kiln::ops::testing {
@@ -207,6 +208,33 @@ TEST(LayoutFacts, ConvPlusImageBiasIsItsComposition) {
             EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
             EXPECT_NE(std::string(e.what()).find("has no columns"), std::string::npos) << e.what();
         }
+    }
+}
+
+// GroupNorm's statistics gathered elsewhere (the tiled VAE decode): with group_norm's own scale and shift,
+// conv2d_affine_silu is conv2d_group_norm_silu bit for bit, and statistics summed in two parts give them.
+TEST(LayoutFacts, AffineSiluConvWithGroupNormsScaleAndShiftIsTheFusedNorm) {
+    const Tensor x = random_tensor({1, 4, 6, 5}, 31), w = random_tensor({3, 4, 3, 3}, 32), b = random_tensor({3}, 33);
+    const Tensor gamma = random_tensor({4}, 34), beta = random_tensor({4}, 35);
+    std::vector<double> sum(4, 0.0), sum_sq(4, 0.0);
+    // Rows 0-1 then 2-5 of each channel's 6 x 5 plane.
+    detail::add_plane_sums(x.data(), 4, 30, 10, sum.data(), sum_sq.data());
+    detail::add_plane_sums(x.data() + 10, 4, 30, 20, sum.data(), sum_sq.data());
+    std::vector<float> scale, shift, whole_scale, whole_shift;
+    detail::group_norm_scale_shift(sum, sum_sq, 30, 1, 4, 2, gamma, beta, 1e-5f, scale, shift);
+    detail::group_norm_affine(x, 2, gamma, beta, 1e-5f, whole_scale, whole_shift);
+    for (size_t c = 0; c < 4; ++c) {  // the same doubles summed in another order: within a float's rounding
+        EXPECT_NEAR(scale[c], whole_scale[c], 1e-6 * std::fabs(whole_scale[c])) << c;
+        EXPECT_NEAR(shift[c], whole_shift[c], 1e-6 * std::fabs(whole_shift[c]) + 1e-7) << c;
+    }
+    EXPECT_EQ(conv2d_affine_silu(x, whole_scale, whole_shift, w, &b, 1, 1).values(),
+              conv2d_group_norm_silu(x, 2, gamma, beta, 1e-5f, w, &b, 1, 1).values());
+    try {
+        conv2d_affine_silu(x, {1, 2, 3}, whole_shift, w, &b, 1, 1);
+        ADD_FAILURE() << "3 scales for 4 channels";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+        EXPECT_NE(std::string(e.what()).find("one a channel"), std::string::npos) << e.what();
     }
 }
 
