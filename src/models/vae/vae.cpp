@@ -61,18 +61,22 @@ Vae Vae::load(const WeightSource& source, const VaeConfig& config, bool with_enc
     return v;
 }
 
-Tensor Vae::decode(const Tensor& latents) const {
+Tensor Vae::decode_to_mid_block(const Tensor& latents) const {
     require(latents.rank() == 4 && latents.dim(1) == config_.latent_channels && latents.dim(0) > 0 &&
                 latents.dim(2) > 0 && latents.dim(3) > 0,
             ErrorKind::InvalidArgument,
             "VAE decode: latents of shape " + shape_str(latents.shape()) + ", expected [N, " +
                 std::to_string(config_.latent_channels) + ", h, w]");
-    const int groups = config_.norm_num_groups;
-    // Each stage replaces x, so only the current activation and a block's temporaries are alive.
     Tensor x = ops::on_device_of(latents, dec_conv_in_.w);
     if (post_quant_conv_) x = ops::conv2d(x, post_quant_conv_->w, &post_quant_conv_->b);
     x = ops::conv2d(x, dec_conv_in_.w, &dec_conv_in_.b, 1, 1);
-    x = dec_mid_.forward(std::move(x), groups);
+    return dec_mid_.forward(std::move(x), config_.norm_num_groups);
+}
+
+Tensor Vae::decode(const Tensor& latents) const {
+    const int groups = config_.norm_num_groups;
+    // Each stage replaces x, so only the current activation and a block's temporaries are alive.
+    Tensor x = decode_to_mid_block(latents);
     for (const Level& level : up_) {
         for (const vae::Resnet& res : level.resnets) x = res.forward(std::move(x), groups);
         if (level.resample) x = vae::upsample(x, *level.resample);

@@ -43,6 +43,10 @@ public:
     Posterior encode(const Tensor& image) const;
 
 private:
+    // The decoder up to and with its mid block (whole in both decodes: latent size, global attention), after
+    // checking the latents' shape.
+    Tensor decode_to_mid_block(const Tensor& latents) const;
+
     struct Level {
         std::vector<vae::Resnet> resnets;
         std::optional<vae::Conv> resample;  // downsampler (encoder) or upsampler (decoder)

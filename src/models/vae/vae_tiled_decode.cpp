@@ -226,18 +226,9 @@ Tensor norm_silu_conv(const Parked& in, const vae::Norm& norm, int groups, const
 Tensor Vae::decode_tiled(const Tensor& latents, int64_t band_bytes, bool park_on_device) const {
     require(band_bytes > 0, ErrorKind::InvalidArgument,
             "VAE tiled decode: the band budget must be positive, not " + std::to_string(band_bytes));
-    require(latents.rank() == 4 && latents.dim(1) == config_.latent_channels && latents.dim(0) > 0 &&
-                latents.dim(2) > 0 && latents.dim(3) > 0,
-            ErrorKind::InvalidArgument,
-            "VAE decode: latents of shape " + shape_str(latents.shape()) + ", expected [N, " +
-                std::to_string(config_.latent_channels) + ", h, w]");
     const int groups = config_.norm_num_groups;
     const Tensor& like = dec_conv_in_.w;  // where the decode runs
-    Tensor x = ops::on_device_of(latents, like);
-    if (post_quant_conv_) x = ops::conv2d(x, post_quant_conv_->w, &post_quant_conv_->b);
-    x = ops::conv2d(x, dec_conv_in_.w, &dec_conv_in_.b, 1, 1);
-    x = dec_mid_.forward(std::move(x), groups);
-    Parked p = park(std::move(x), park_on_device && like.on_device());
+    Parked p = park(decode_to_mid_block(latents), park_on_device && like.on_device());
     for (const Level& level : up_) {
         for (const vae::Resnet& res : level.resnets) p = resnet(std::move(p), res, groups, like, band_bytes);
         if (level.resample) p = upsample(std::move(p), *level.resample, like, band_bytes);
