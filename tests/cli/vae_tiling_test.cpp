@@ -33,4 +33,6 @@ TEST(VaeTiling, TiledAndWholeDecodesWriteTheSamePixels) {
 TEST(VaeTiling, AnUnknownModeIsRefused) {
     TempDir tmp;
     expect_one_error_line(draw(tmp.file("x.png"), "sometimes"), {"--vae-tiling", "sometimes"});
+    expect_one_error_line(run_kiln({"bench", "--suite", "vae-decode-tiled", "-m", kSd15, "--vae-park", "attic"}),
+                          {"--vae-park", "attic"});
 }

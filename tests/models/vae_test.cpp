@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "common/fixtures.h"
+#include "models/vae_fixture.h"
 #include "io/safetensors.h"
 #include "kiln/error.h"
 #include "models/vae/vae.h"
@@ -17,13 +18,7 @@ using kiln::test::relative_error;
 
 namespace {
 
-// The references are float32 CPU evaluations of the same fp16 weights, so only the order of float32
-// sums differs: unit roundoff 6e-8, growing with the sqrt of each conv's 9*C-term dot products and
-// through ~30 convs and group norms. The observed error is at most 5e-6 of the tensor's largest
-// magnitude; 2e-5 leaves 4x for other BLAS kernels and CPUs. It has to be that tight: the subtlest
-// mistake, a GroupNorm eps of 1e-5 instead of diffusers' 1e-6, measured 7e-5 to 1.5e-4 on decoded
-// and enc_mean; grosser ones (a wrong tensor, padding, group count or level order) show far larger.
-constexpr double kTolerance = 2e-5;
+constexpr double kTolerance = kiln::test::kVaeTolerance;  // derived in vae_fixture.h
 
 const char* const kModels[] = {"sd15-mini", "sd2-mini", "sdxl-mini"};
 
@@ -31,11 +26,7 @@ std::shared_ptr<const SafetensorsFile> open_shared(const std::string& path) {
     return std::make_shared<const SafetensorsFile>(SafetensorsFile::open(path));
 }
 
-Vae load_diffusers(const std::string& model) {
-    const std::string dir = data_path(model + "/diffusers/vae/");
-    FileSource source(open_shared(dir + "diffusion_pytorch_model.safetensors"));
-    return Vae::load(source, load_vae_config(dir + "config.json"));
-}
+Vae load_diffusers(const std::string& model) { return kiln::test::load_diffusers_vae(model); }
 
 Vae load_single_file(const std::string& model) {
     auto file = open_shared(data_path(model + "/" + model + ".safetensors"));

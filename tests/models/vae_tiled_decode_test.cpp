@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "common/fixtures.h"
+#include "models/vae_fixture.h"
 #include "core/memory.h"
 #include "io/safetensors.h"
 #include "kiln/error.h"
@@ -20,17 +21,12 @@ namespace {
 // The tiled decode computes the same float32 arithmetic as decode(); only the order of some sums differs (the
 // GroupNorm statistics are summed band by band, and BLAS splits a band's products differently from the whole
 // image's), which is the same kind of difference as between kiln's decode and diffusers' float32 reference.
-// So the bound is vae_test.cpp's for that comparison (2e-5 of the largest magnitude, derived there).
-constexpr double kTolerance = 2e-5;
+// So the bound is that comparison's (vae_fixture.h).
+constexpr double kTolerance = kiln::test::kVaeTolerance;
 
 const char* const kModels[] = {"sd15-mini", "sd2-mini", "sdxl-mini"};
 
-Vae load_diffusers(const std::string& model) {
-    const std::string dir = data_path(model + "/diffusers/vae/");
-    auto file = std::make_shared<const SafetensorsFile>(SafetensorsFile::open(dir + "diffusion_pytorch_model.safetensors"));
-    FileSource source(file);
-    return Vae::load(source, load_vae_config(dir + "config.json"), false);
-}
+Vae load_diffusers(const std::string& model) { return kiln::test::load_diffusers_vae(model, false); }
 
 // 1 byte gives the smallest bands (2 rows); 64 KiB a few rows at these sizes; 1 GiB the whole image in one band.
 const int64_t kBandBudgets[] = {1, 64 << 10, int64_t(1) << 30};
