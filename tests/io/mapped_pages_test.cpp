@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "common/resident_set.h"
 #include "io/safetensors.h"
 #include "io_test_util.h"
 
@@ -14,12 +15,7 @@ using kiln::test::TempDir;
 
 namespace {
 
-int64_t resident_bytes() {
-    std::ifstream f("/proc/self/status");
-    for (std::string line; std::getline(f, line);)
-        if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-    return -1;
-}
+using kiln::test::resident_bytes;
 
 std::string tensor_name(int i) { return std::string(1, 't') + char('0' + i); }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/resident_set.h"
 #include "../io/io_test_util.h"
 #include "io/safetensors.h"
 #include "kiln/error.h"
@@ -89,12 +90,7 @@ TEST(WeightViews, AFusedTensorThatDoesNotSplitIsStillNamed) {
 
 namespace {
 
-int64_t resident_bytes() {
-    std::ifstream f("/proc/self/status");
-    for (std::string line; std::getline(f, line);)
-        if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-    return -1;
-}
+using kiln::test::resident_bytes;
 
 }  // namespace
 
