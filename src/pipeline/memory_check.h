@@ -14,6 +14,9 @@ namespace kiln {
 int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch = 1,
                                   bool vae_tiled = false);
 
+// The CPU ops' scratch beside the activations, whatever the image (see estimate_activation_bytes).
+int64_t ops_scratch_bytes();
+
 // Bytes the host can still give (MemAvailable), or -1 when unknown.
 int64_t available_host_bytes();
 

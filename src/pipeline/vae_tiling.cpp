@@ -4,7 +4,6 @@
 
 #include "core/backend.h"
 #include "kiln/error.h"
-#include "ops/tuning.h"
 #include "pipeline/memory_check.h"
 
 namespace kiln {
@@ -34,9 +33,9 @@ int64_t estimate_vae_decode_bytes(const StableDiffusionModel& model, int width, 
     // Whole: at most three full-size activations alive at once (the last level's first block: its input, twice
     // as wide, and its output; vae_blocks.cpp) plus scratch: four. In bands: the parked activation and the
     // output of an upsampler or a block that narrows it (a quarter, or half, more) beside a band.
-    if (!tiled) return batch * 4 * activation + 2 * ops::detail::kIm2colBudgetBytes + ops::detail::kWeightTileBudgetBytes;
-    return batch * 2 * activation + default_vae_band_bytes(false) + 2 * ops::detail::kIm2colBudgetBytes +
-           ops::detail::kWeightTileBudgetBytes;
+    const int64_t scratch = ops_scratch_bytes();
+    if (!tiled) return batch * 4 * activation + scratch;
+    return batch * 2 * activation + default_vae_band_bytes(false) + scratch;
 }
 
 namespace {
