@@ -40,7 +40,8 @@ int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, 
     // output tiles it holds (a few, each a ninth of the columns for a 3x3 kernel) and the float32 rows of a
     // 16-bit weight. Attention's score blocks (about 1 MiB a thread) come at other times, and are smaller
     // than that up to 64 threads. The VAE decode's own figure (vae_tiling.cpp) includes them.
-    return std::max(batch * unet + ops_scratch_bytes(), estimate_vae_decode_bytes(model, width, height, batch, vae_tiled));
+    return std::max(batch * unet + ops_scratch_bytes(),
+                    estimate_vae_decode_bytes(model, width, height, batch, vae_tiled));
 }
 
 int64_t ops_scratch_bytes() { return 2 * ops::detail::kIm2colBudgetBytes + ops::detail::kWeightTileBudgetBytes; }
