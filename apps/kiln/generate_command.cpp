@@ -17,6 +17,7 @@
 #include "io/safetensors.h"
 #include "kiln/error.h"
 #include "pipeline/generate.h"
+#include "pipeline/memory_plan.h"
 #include "profile_session.h"
 #include "progress_bar.h"
 #include "runtime/profiler.h"
@@ -76,6 +77,7 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     req.rng = o.rng;
     req.strength = o.strength;
     req.vae_tiling = parse_vae_tiling(o.vae_tiling);
+    if (!o.memory.empty()) req.memory_budget = parse_byte_size(o.memory, "--memory");
     req.notice = [](const std::string& line) { std::fprintf(stderr, "kiln: %s\n", line.c_str()); };
     if (!o.timestep_spacing.empty()) req.timestep_spacing = o.timestep_spacing;
     require(o.batch_count >= 1 && o.batch_count <= 10000, ErrorKind::InvalidArgument,
@@ -105,6 +107,8 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     load.device = placement.device;
     load.precision = placement.precision;
     load.vae_encoder = img2img;  // txt2img only decodes
+    require(req.memory_budget < 0 || load.device.is_cpu(), ErrorKind::Unsupported,
+            "--memory bounds the memory of a CPU run; a GPU's memory has no budget yet");
     StableDiffusionModel model;
     {
         StageScope zone(Stage::Load);

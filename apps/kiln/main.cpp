@@ -1,4 +1,4 @@
-// The kiln command line: txt2img, img2img, info, bench, prompt.
+// The kiln command line: txt2img, img2img, info, bench, prompt, plan.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "commands.h"
+#include "plan_command.h"
 #include "prompt_command.h"
 #include "kiln/error.h"
 
@@ -69,6 +70,9 @@ int main(int argc, char** argv) {
                         "(auto: where the whole decode does not fit)")
             ->check(CLI::IsMember({"auto", "on", "off"}))
             ->capture_default_str();
+        cmd->add_option("--memory", gen.memory,
+                        "SIZE (e.g. 1.6G): keep a CPU run's resident memory within it, streaming the UNet's weights "
+                        "from the file and decoding in bands as far as needed (kiln plan shows the plan)");
         cmd->add_flag("-q,--quiet", gen.quiet, "no progress bar");
         cmd->add_flag("--profile", gen.profile, "print time per stage and per op kind, and memory, to stderr at the end");
         cmd->add_option("--trace", gen.trace, "write a Chrome trace (Perfetto, chrome://tracing) of the run to FILE");
@@ -117,6 +121,8 @@ int main(int argc, char** argv) {
     info->add_flag("--devices", info_devices, "list the devices kiln can run on, with their memory");
     kiln::cli::PromptOptions prompt_opts;
     CLI::App* prompt = kiln::cli::add_prompt_command(app, prompt_opts);
+    kiln::cli::PlanOptions plan_opts;
+    CLI::App* plan = kiln::cli::add_plan_command(app, plan_opts);
 
     try {
         app.parse(argc, argv);
@@ -142,6 +148,7 @@ int main(int argc, char** argv) {
         }
         if (bench->parsed()) return kiln::cli::run_bench(bench_opts);
         if (prompt->parsed()) return kiln::cli::run_prompt(prompt_opts);
+        if (plan->parsed()) return kiln::cli::run_plan(plan_opts);
     } catch (const kiln::Error& e) {
         std::fprintf(stderr, "kiln: error: %s\n", e.what());
         return 1;

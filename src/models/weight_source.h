@@ -13,6 +13,7 @@
 
 #include "core/tensor.h"
 #include "io/safetensors.h"
+#include "models/weight_pages.h"
 
 namespace kiln {
 
@@ -37,6 +38,10 @@ public:
     virtual Tensor load(const std::string& name) const = 0;
     virtual std::vector<std::string> names() const = 0;      // internal names available
     virtual std::string describe() const = 0;                // the file, for messages
+    // Whether the views this source hands out (Tensor::view) are pages of a mapped file, which WeightPages
+    // may drop from the resident set because the kernel can read them again (not so for views of memory
+    // the process wrote, which dropping would zero).
+    virtual bool views_are_file_pages() const { return false; }
     // What WeightReader calls when it knows the shape it expects. Sources that make tensors instead of
     // reading them (synthetic_weights.h, for benchmarks) use the shape; the default reads load(name),
     // so file sources behave exactly as before.
@@ -82,6 +87,7 @@ public:
     Tensor load_matrix_copied(const std::string& name, const Shape* expected) const override;
     std::vector<std::string> names() const override;
     std::string describe() const override;
+    bool views_are_file_pages() const override { return true; }
 
 private:
     Tensor matrix(const std::string& name, bool in_place) const;
@@ -103,6 +109,7 @@ public:
     std::vector<std::string> names() const override;
     std::string describe() const override;
     std::string display_name(const std::string& name) const override;
+    bool views_are_file_pages() const override { return true; }
 
 private:
     Tensor load_mapped(const std::string& name, bool stored_precision, bool in_place) const;
@@ -139,6 +146,9 @@ public:
     // A tensor as messages name it: as the user's file names it, and in which file.
     std::string where(const std::string& name) const { return source_.display_name(name) + " in " + source_.describe(); }
     int64_t parameters_read() const { return parameters_; }
+    // The file pages of the views handed out so far (when the source's views are file pages), for the
+    // component to keep: it drops them when a memory budget asks (weight_pages.h).
+    WeightPages take_pages() { return std::move(pages_); }
     // Throws InvalidModel listing the tensors of the source that were never read (ignoring those
     // for which `ignore` returns true). Call after loading the whole component.
     void check_all_used(const std::function<bool(const std::string&)>& ignore = nullptr) const;
@@ -151,6 +161,7 @@ private:
     const WeightSource& source_;
     std::set<std::string> used_;
     int64_t parameters_ = 0;
+    WeightPages pages_;
 };
 
 }  // namespace kiln

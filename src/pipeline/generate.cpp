@@ -9,6 +9,7 @@
 #include "core/backend.h"
 #include "pipeline/conditioning.h"
 #include "pipeline/memory_check.h"
+#include "pipeline/memory_plan.h"
 #include "rng/noise_generator_factory.h"
 #include "runtime/process_usage.h"
 #include "runtime/profiler.h"
@@ -123,10 +124,26 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     sampling.timestep_spacing = r.timestep_spacing.value_or("");
     std::unique_ptr<NoiseGenerator> rng = make_noise_generator(r.rng, r.seed);
 
+    // On the CPU, the weights read in place from the mapped file leave the resident set after their stage,
+    // and inside each UNet call when the budget needs it (memory_plan.h).
+    Backend* gpu = model.device.is_cpu() ? nullptr : &backend_for(model.device);
+    const MemoryPlan plan =
+        gpu ? MemoryPlan{} : plan_cpu_memory(model, r.width, r.height, r.batch_size, r.memory_budget, r.vae_tiling);
+    const std::function<void(const std::string&)> drop_block = [&](const std::string& block) {
+        model.unet->pages().drop(block);
+    };
+    if (r.notice && (plan.stream_unet || (plan.vae_tiled && r.vae_tiling == VaeTiling::Auto)))
+        r.notice("--memory " + format_mib(r.memory_budget) + ": " +
+                 (plan.stream_unet ? "the UNet's weights are read from the file block by block in each step" : "") +
+                 (plan.stream_unet && plan.vae_tiled ? ", and " : "") +
+                 (plan.vae_tiled ? "the VAE decodes in bands" : "") + " (predicted peak " + format_mib(plan.peak()) +
+                 ")");
+
     // diffusers guides only when guidance_scale > 1.
     const bool cfg = r.cfg_scale > 1.0f;
     Conditioning cond =
         encode_conditioning(model, r.prompt, r.negative_prompt, cfg, r.clip_skip, r.width, r.height);
+    for (const TextEncoder& te : model.text_encoders) te.model.pages().drop();
     const int n = r.batch_size;
     cond.context = repeat_rows(cond.context, n);
     cond.text_embeds = repeat_rows(cond.text_embeds, n);
@@ -135,7 +152,6 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
 
     // On a GPU the conditioning goes there once; each UNet call moves only its latents and timestep, and runs
     // as a recorded call (a CUDA graph from the second step on).
-    Backend* gpu = model.device.is_cpu() ? nullptr : &backend_for(model.device);
     auto to_model = [&](const Tensor& t, DType dtype) { return gpu ? t.to_device(*gpu, dtype) : t; };
     const bool sdxl = !cond.text_embeds.empty();
     const Tensor context = to_model(cond.context, model.precision);
@@ -160,18 +176,19 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         const Tensor input = to_model(cfg ? batch_of_two(x) : x, model.precision);
         const Tensor timesteps = to_model(Tensor({batch}, std::vector<float>(batch, t)), DType::F32);
         UNetInputs in{&input, &timesteps, &context};
+        if (plan.stream_unet) in.after_block = &drop_block;
         if (sdxl) {
             in.text_embeds = &text_embeds;
             in.time_ids = &time_ids;
         }
+        if (!gpu) return guide(model.unet->forward(in));
         const std::vector<const Tensor*> inputs = in.list();
-        if (!gpu) return guide(unet_call(inputs));
         const std::string key = "unet of model " + std::to_string(model.serial) + " " + shape_str(input.shape());
         return guide(gpu->run_recorded(key, inputs, unet_call).to_host());
     };
 
     // Host RAM; a GPU reports its own out-of-memory.
-    if (!gpu) check_memory_for(model, r.width, r.height, n, r.vae_tiling != VaeTiling::Off);
+    if (!gpu) check_memory_for(model, r.width, r.height, n, plan.vae_tiled || r.vae_tiling != VaeTiling::Off);
     GenerationResult result;
     if (!r.init_image) {
         Tensor noise = rng->randn(latent_shape);
@@ -189,7 +206,9 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         // diffusers draws the posterior sample first, then the noise added at the first timestep.
         Vae::Posterior posterior = [&] {
             StageScope zone(Stage::VaeEncode);
-            return model.vae->encode(scaled);
+            Vae::Posterior p = model.vae->encode(scaled);
+            model.vae->pages().drop();
+            return p;
         }();
         Tensor eps = rng->randn(posterior.mean.shape());
         Tensor one_latent(posterior.mean.shape());
@@ -205,6 +224,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     }
 
     // Weights with NaNs, or arithmetic that overflows, must not pass silently as a black picture.
+    model.unet->pages().drop();
     if (!all_finite(result.final_latent))
         fail(ErrorKind::InvalidModel,
              "the sampled latents contain NaN or infinite values (corrupt weights, or settings such as the CFG "
@@ -219,7 +239,8 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         // diffusers divides (latents / scaling_factor); times the rounded reciprocal is 1 ulp off in
         // about one element in five.
         for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = latents[i] / model.vae_scale;
-        Tensor decoded = decode_latents(model, latents, r.vae_tiling, r.notice);
+        Tensor decoded = decode_latents(model, latents, plan.vae_tiled ? VaeTiling::On : r.vae_tiling, r.notice);
+        model.vae->pages().drop();
         // A reduced-precision VAE that overflowed gives NaN or infinity, which would be a black picture.
         // (SDXL's VAE, the one known to overflow fp16, runs in bfloat16 or float32: their range is float32's.)
         // (The message is built once, after the scan: built per pixel it cost 75 ms of a 512x512 image.)

@@ -28,6 +28,9 @@ struct GenerationRequest {
     const Tensor* init_image = nullptr;          // img2img: [1, 3, H, W] in [0, 1]
     double strength = 0.75;  // double, as Python's float in diffusers' get_timesteps
     VaeTiling vae_tiling = VaeTiling::Auto;       // the decode whole or in bands (vae_tiling.h)
+    // A bound on the process's resident set in bytes for CPU runs (--memory; < 0: none): the weights' pages
+    // are then streamed and the decode banded as far as needed (memory_plan.h).
+    int64_t memory_budget = -1;
     std::function<void(int step, int total)> progress;
     std::function<void(const std::string&)> notice;  // one line when kiln changes course (e.g. a tiled decode)
 };

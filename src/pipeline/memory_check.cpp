@@ -21,8 +21,7 @@ std::string gib(int64_t bytes) {
 
 }  // namespace
 
-int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch,
-                                  bool vae_tiled) {
+int64_t estimate_unet_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch) {
     const int64_t pixels = static_cast<int64_t>(width) * height;
     // UNet at the latent resolution with the guidance batch of 2: the skip connections of every
     // level plus about eight working tensors of the widest first-level activation.
@@ -39,8 +38,14 @@ int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, 
     // Beside them, the ops' scratch (ops/tuning.h), whatever the image: a convolution's im2col columns, the
     // output tiles it holds (a few, each a ninth of the columns for a 3x3 kernel) and the float32 rows of a
     // 16-bit weight. Attention's score blocks (about 1 MiB a thread) come at other times, and are smaller
-    // than that up to 64 threads. The VAE decode's own figure (vae_tiling.cpp) includes them.
-    return std::max(batch * unet + ops_scratch_bytes(),
+    // than that up to 64 threads.
+    return batch * unet + ops_scratch_bytes();
+}
+
+int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch,
+                                  bool vae_tiled) {
+    // The VAE decode's own figure (vae_tiling.cpp) includes the ops' scratch too.
+    return std::max(estimate_unet_activation_bytes(model, width, height, batch),
                     estimate_vae_decode_bytes(model, width, height, batch, vae_tiled));
 }
 

@@ -14,6 +14,9 @@ namespace kiln {
 int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch = 1,
                                   bool vae_tiled = false);
 
+// The UNet's part of it: its activations for `batch` images with the guidance batch of 2, and the ops' scratch.
+int64_t estimate_unet_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch = 1);
+
 // The CPU ops' scratch beside the activations, whatever the image (see estimate_activation_bytes).
 int64_t ops_scratch_bytes();
 

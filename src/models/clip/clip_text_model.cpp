@@ -52,6 +52,7 @@ ClipTextModel ClipTextModel::load(const WeightSource& source, const ClipTextConf
         return name == "text_model.embeddings.position_ids" ||
                (config.projection_dim == 0 && name == "text_projection.weight");
     });
+    m.pages_ = r.take_pages();
     return m;
 }
 

@@ -32,6 +32,8 @@ public:
     static ClipTextModel load(const WeightSource& source, const ClipTextConfig& config);
 
     const ClipTextConfig& config() const { return config_; }
+    // The weights' pages in the mapped file (empty unless they are views of it: on the CPU).
+    const WeightPages& pages() const { return pages_; }
 
     // ids: B rows of token ids, each 1..max_positions long (all rows the same length, normally 77).
     // skip (>= 1, <= layers) picks hidden_states[-skip] as above. Bad ids or skip: InvalidArgument.
@@ -39,6 +41,7 @@ public:
     ClipTextOutput encode(const std::vector<int>& ids, int skip = 1) const;  // one row, B = 1
 
 private:
+    WeightPages pages_;
     struct Layer {
         Tensor ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, out_w, out_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
     };

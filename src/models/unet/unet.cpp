@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "kiln/error.h"
 #include "ops/ops.h"
@@ -190,6 +191,7 @@ UNet UNet::load(const WeightSource& source, const UNetConfig& c) {
     u.conv_out_.load(r, "conv_out", ch0, c.out_channels, 3);
     r.check_all_used();
     u.parameters_ = r.parameters_read();
+    u.pages_ = r.take_pages();
     return u;
 }
 
@@ -218,6 +220,29 @@ void UNet::for_each_cross_attention(Fn fn) {
     for (size_t i = 0; i < up_.size(); ++i)
         for (size_t j = 0; j < up_[i].attentions.size(); ++j)
             each(up_[i].attentions[j], "up_blocks." + std::to_string(i) + ".attentions." + std::to_string(j));
+}
+
+int64_t UNet::streamed_page_bytes() const {
+    // A block's weights share their first name parts, as forward reports them ("up_blocks.1.attentions.0",
+    // "mid_block.resnets.0"); conv_in and conv_out are blocks of their own; what else there is stays.
+    std::map<std::string, int64_t> blocks;
+    int64_t kept = 0;
+    for (const WeightPages::Range& r : pages_.ranges()) {
+        const std::string& n = r.name;
+        if (n.rfind("down_blocks.", 0) == 0 || n.rfind("up_blocks.", 0) == 0 || n.rfind("mid_block.", 0) == 0) {
+            const int parts = n.rfind("mid_block.", 0) == 0 ? 3 : 4;  // mid_block.resnets.0.
+            size_t end = 0;
+            for (int dots = 0; dots < parts && end != std::string::npos; ++dots) end = n.find('.', dots == 0 ? 0 : end + 1);
+            blocks[n.substr(0, end)] += r.bytes;
+        } else if (n.rfind("conv_in.", 0) == 0 || n.rfind("conv_out.", 0) == 0) {
+            blocks[n.substr(0, n.find('.'))] += r.bytes;
+        } else {
+            kept += r.bytes;
+        }
+    }
+    int64_t largest = 0;
+    for (const auto& [name, bytes] : blocks) largest = std::max(largest, bytes);
+    return kept + largest;
 }
 
 Tensor UNet::forward(const UNetInputs& in) const {
@@ -267,35 +292,60 @@ Tensor UNet::forward(const UNetInputs& in) const {
 
     // Each down output is the next block's input and a skip: it moves into skips and is read from there (a
     // copy of a device tensor is a copy of its storage).
+    auto done = [&](const std::string& block) {
+        if (in.after_block) (*in.after_block)(block);
+    };
+    auto part = [](const char* level, size_t i, const char* kind, size_t j) {
+        return std::string(level) + "." + std::to_string(i) + "." + kind + "." + std::to_string(j) + ".";
+    };
+
     std::vector<Tensor> skips;
     skips.push_back(conv_in_(x));
-    for (const DownLevel& level : down_) {
+    done("conv_in.");
+    for (size_t i = 0; i < down_.size(); ++i) {
+        const DownLevel& level = down_[i];
         for (size_t j = 0; j < level.resnets.size(); ++j) {
             Tensor h = resnet(level.resnets[j], skips.back());
-            if (!level.attentions.empty()) level.attentions[j].add_to(h, kv);
+            done(part("down_blocks", i, "resnets", j));
+            if (!level.attentions.empty()) {
+                level.attentions[j].add_to(h, kv);
+                done(part("down_blocks", i, "attentions", j));
+            }
             skips.push_back(std::move(h));
         }
         if (level.has_downsampler) {
             Tensor h = level.downsampler(skips.back());
+            done(part("down_blocks", i, "downsamplers", 0));
             skips.push_back(std::move(h));
         }
     }
     Tensor h = resnet(mid_resnet_0_, skips.back());
+    done("mid_block.resnets.0.");
     mid_attention_.add_to(h, kv);
+    done("mid_block.attentions.0.");
     h = resnet(mid_resnet_1_, h);
-    for (const UpLevel& level : up_) {
+    done("mid_block.resnets.1.");
+    for (size_t i = 0; i < up_.size(); ++i) {
+        const UpLevel& level = up_[i];
         for (size_t j = 0; j < level.resnets.size(); ++j) {
             h = resnet(level.resnets[j], ops::concat_channels(h, skips.back()));
+            done(part("up_blocks", i, "resnets", j));
             skips.pop_back();
-            if (!level.attentions.empty()) level.attentions[j].add_to(h, kv);
+            if (!level.attentions.empty()) {
+                level.attentions[j].add_to(h, kv);
+                done(part("up_blocks", i, "attentions", j));
+            }
         }
         if (level.has_upsampler) {
             h = upsample_then_conv(h, skips.back().dim(2), skips.back().dim(3), level.upsampler);
+            done(part("up_blocks", i, "upsamplers", 0));
         }
     }
     h = norm_out_(h);
     ops::silu_(h);
-    return conv_out_(h);
+    h = conv_out_(h);
+    done("conv_out.");
+    return h;
 }
 
 }  // namespace kiln

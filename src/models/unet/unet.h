@@ -2,6 +2,8 @@
 // float32 on the CPU, or on a GPU in the weights' dtype; the inputs must be on that device already
 // (ops::on_device_of), so a call can be recorded and replayed (Backend::run_recorded).
 #pragma once
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "models/unet/unet_blocks.h"
@@ -15,6 +17,11 @@ struct UNetInputs {
     const Tensor* context = nullptr;          // [B, 77, cross_attention_dim]
     const Tensor* text_embeds = nullptr;      // SDXL: [B, pooled dim]
     const Tensor* time_ids = nullptr;         // SDXL: [B, 6]
+    // When set, forward calls it after each block has run, with the prefix of that block's weight names
+    // ("down_blocks.1.attentions.0.", "mid_block.resnets.1.", "conv_out.", ...): a memory budget drops the
+    // block's pages there (WeightPages::drop), so that a call holds one block's pages at a time. Not part of
+    // a recorded call's inputs (list()).
+    const std::function<void(const std::string&)>* after_block = nullptr;
 
     // As a flat list, the form a recorded call takes (Backend::run_recorded): sample, timesteps, context,
     // then text_embeds and time_ids when set.
@@ -28,6 +35,11 @@ public:
     Tensor forward(const UNetInputs& in) const;
     const UNetConfig& config() const { return config_; }
     int64_t parameter_count() const { return parameters_; }
+    // The weights' pages in the mapped file (empty unless the weights are views of it: on the CPU).
+    const WeightPages& pages() const { return pages_; }
+    // The most of them a call holds when each block's pages are dropped after it (UNetInputs::after_block):
+    // the largest block's, and those no block owns (the time embedding's, the output norm's).
+    int64_t streamed_page_bytes() const;
 
 private:
     struct DownLevel {
@@ -45,6 +57,7 @@ private:
 
     UNetConfig config_;
     int64_t parameters_ = 0;
+    WeightPages pages_;
     Linear time_linear_1_, time_linear_2_;
     Linear add_linear_1_, add_linear_2_;
     Conv2d conv_in_, conv_out_;

@@ -58,6 +58,7 @@ Vae Vae::load(const WeightSource& source, const VaeConfig& config, bool with_enc
     r.check_all_used([with_encoder](const std::string& name) {
         return !with_encoder && (name.rfind("encoder.", 0) == 0 || name.rfind("quant_conv.", 0) == 0);
     });
+    v.pages_ = r.take_pages();
     return v;
 }
 

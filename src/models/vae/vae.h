@@ -26,6 +26,8 @@ public:
     // Raw latents [N, latent_channels, h, w] (no scaling_factor applied) -> image [N, out_channels,
     // h*f, w*f] in about [-1, 1], f = config().downsample_factor().
     Tensor decode(const Tensor& latents) const;
+    // The weights' pages in the mapped file (empty unless they are views of it: on the CPU).
+    const WeightPages& pages() const { return pages_; }
 
     // decode() a band of rows at a time from the mid block on, each GroupNorm with the whole image's statistics:
     // the same image up to float rounding, with the device (or, on the CPU, the scratch) holding one band's
@@ -43,6 +45,7 @@ public:
     Posterior encode(const Tensor& image) const;
 
 private:
+    WeightPages pages_;
     // The decoder up to and with its mid block (whole in both decodes: latent size, global attention), after
     // checking the latents' shape.
     Tensor decode_to_mid_block(const Tensor& latents) const;

@@ -1,0 +1,34 @@
+// `kiln plan` and `--memory` through the kiln program: the plan names each stage's predicted resident set, a
+// budget too small is one error line naming the smallest that would do, and a bad size is refused.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cli/cli_expectations.h"
+#include "cli/run_process.h"
+#include "cli/test_files.h"
+
+using namespace kiln::test;
+
+namespace {
+
+const std::string kSd15 = std::string(KILN_TEST_DATA) + "/sd15-mini/sd15-mini.safetensors";
+
+}  // namespace
+
+TEST(MemoryBudgetCli, PlanPrintsEachStage) {
+    const ProcessResult r = run_kiln({"plan", "-m", kSd15, "-W", "64", "-H", "64"});
+    expect_success(r);
+    for (const char* line : {"no budget", "text_encode: ", "denoise: ", "vae_decode: ", "predicted peak: "})
+        EXPECT_NE(r.out.find(line), std::string::npos) << line << " missing from:\n" << r.out;
+}
+
+TEST(MemoryBudgetCli, TooSmallABudgetIsOneErrorLine) {
+    TempDir tmp;
+    expect_one_error_line(run_kiln({"plan", "-m", kSd15, "-W", "64", "-H", "64", "--memory", "1M"}),
+                          {"memory budget of 1 MiB is too small", "(--memory "});
+    expect_one_error_line(run_kiln({"txt2img", "-m", kSd15, "-p", "a red circle", "-W", "64", "-H", "64", "--steps",
+                                    "1", "--device", "cpu", "-o", tmp.file("x.png"), "--memory", "1M", "--quiet"}),
+                          {"memory budget of 1 MiB is too small"});
+    expect_one_error_line(run_kiln({"plan", "-m", kSd15, "--memory", "lots"}), {"--memory 'lots' is not a size"});
+}
