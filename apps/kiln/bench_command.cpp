@@ -39,6 +39,7 @@ int run_bench(const BenchOptions& o) {
     if (!o.compare.empty()) return run_compare(o);
 
     const Placement placement = resolve_placement(o.device, o.precision);
+    apply_vram_limit(o.vram, placement.device);
     require(!o.suites.empty(), ErrorKind::InvalidArgument,
             "name the suites to run with --suite (unet, text, vae-decode, vae-decode-tiled, vae-encode, txt2img)");
     require(o.arch.empty() || o.model.empty(), ErrorKind::InvalidArgument,

@@ -108,7 +108,8 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     load.precision = placement.precision;
     load.vae_encoder = img2img;  // txt2img only decodes
     require(req.memory_budget < 0 || load.device.is_cpu(), ErrorKind::Unsupported,
-            "--memory bounds the memory of a CPU run; a GPU's memory has no budget yet");
+            "--memory bounds the memory of a CPU run; a GPU's takes --vram");
+    apply_vram_limit(o.vram, load.device);
     StableDiffusionModel model;
     {
         StageScope zone(Stage::Load);

@@ -5,6 +5,7 @@
 #include "core/backend.h"
 #include "kiln/error.h"
 #include "pipeline/backend_plugins.h"
+#include "pipeline/memory_plan.h"
 
 namespace kiln::cli {
 
@@ -27,6 +28,14 @@ Placement resolve_placement(const std::string& device, const std::string& precis
                   : precision == "bf16"                    ? DType::BF16
                                                            : DType::F32;
     return p;
+}
+
+void apply_vram_limit(const std::string& vram, const Device& device) {
+    if (vram.empty()) return;
+    const int64_t bytes = parse_byte_size(vram, "--vram");
+    require(!device.is_cpu(), ErrorKind::InvalidArgument, "--vram bounds a GPU's memory; a CPU run takes --memory");
+    require(backend_for(device).set_memory_limit(bytes), ErrorKind::Unsupported,
+            "--vram: " + device_name(device) + " cannot cap its memory yet (CUDA can)");
 }
 
 }  // namespace kiln::cli

@@ -45,6 +45,14 @@ public:
     // The largest single allocation the driver allows (Vulkan's maxMemoryAllocationSize); 0: no stated limit.
     virtual int64_t max_allocation_bytes() const { return 0; }
     virtual int64_t reserved_bytes() const = 0;
+    // Caps the bytes the backend holds from the device, cache included (--vram): past it an allocation gives the
+    // cache back, then is OutOfMemory. 0 lifts the cap. False where the backend cannot cap (then nothing changed).
+    virtual bool set_memory_limit(int64_t bytes) {
+        (void)bytes;
+        return false;
+    }
+    // Gives memory the backend caches but does not use back to the device.
+    virtual void release_cached_memory() {}
 
     // Device memory. allocate throws ErrorKind::OutOfMemory naming the bytes asked and free.
     virtual void* allocate(int64_t bytes) = 0;

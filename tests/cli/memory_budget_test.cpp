@@ -32,3 +32,12 @@ TEST(MemoryBudgetCli, TooSmallABudgetIsOneErrorLine) {
                           {"memory budget of 1 MiB is too small"});
     expect_one_error_line(run_kiln({"plan", "-m", kSd15, "--memory", "lots"}), {"--memory 'lots' is not a size"});
 }
+
+TEST(MemoryBudgetCli, VramIsForGpusAndMemoryForTheCpu) {
+    TempDir tmp;
+    expect_one_error_line(run_kiln({"txt2img", "-m", kSd15, "-p", "a red circle", "-W", "64", "-H", "64", "--steps",
+                                    "1", "--device", "cpu", "-o", tmp.file("x.png"), "--vram", "1G", "--quiet"}),
+                          {"--vram bounds a GPU's memory"});
+    expect_one_error_line(run_kiln({"bench", "--suite", "unet", "--device", "cpu", "--vram", "many"}),
+                          {"--vram 'many' is not a size"});
+}

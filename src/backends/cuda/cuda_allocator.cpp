@@ -41,6 +41,13 @@ void* CudaAllocator::allocate(int64_t bytes) {
         pool.erase(it);
         return p;
     }
+    if (limit_ > 0 && reserved_ + size > limit_) {
+        release_cached();
+        if (reserved_ + size > limit_)
+            throw Error(ErrorKind::OutOfMemory, "cuda:" + std::to_string(device_) + ": the memory limit of " +
+                                                    mib(limit_) + " (--vram) is reached: asked for " + mib(bytes) +
+                                                    ", kiln holds " + mib(reserved_));
+    }
     void* p = nullptr;
     cudaError_t err = cudaMalloc(&p, static_cast<size_t>(size));
     if (err == cudaErrorMemoryAllocation) {

@@ -32,6 +32,13 @@ public:
     void release_pool(int pool) noexcept;
 
     int64_t reserved_bytes() const { return reserved_; }  // held from the device: live + cached
+    // A cap on reserved_bytes() (0: none, the default): a request past it gives the cached blocks back first,
+    // then is OutOfMemory naming the cap (--vram).
+    void set_limit(int64_t bytes) { limit_ = bytes; }
+    int64_t limit() const { return limit_; }
+    // Every free block of pool 0 and of released pools back to the device (a live recording's pool keeps its
+    // blocks). Synchronises the device.
+    void release_cached() noexcept;
     int64_t live_bytes() const { return live_bytes_; }
 
     // The size a request is served with: 512-byte granules below 1 MiB, 2 MiB granules above, so that
@@ -43,14 +50,12 @@ private:
         int64_t size;
         int pool;
     };
-    void release_cached() noexcept;  // every free block of every pool back to the device
-
     int device_;
     int current_ = 0;
     std::unordered_map<void*, Block> live_;
     std::vector<std::multimap<int64_t, void*>> free_;  // per pool: size -> block
     std::vector<bool> released_{false};
-    int64_t reserved_ = 0, live_bytes_ = 0;
+    int64_t reserved_ = 0, live_bytes_ = 0, limit_ = 0;
 };
 
 }  // namespace kiln::cuda

@@ -31,6 +31,11 @@ public:
     DeviceDescription describe() const override;
     DeviceMemoryInfo memory_info() const override;
     int64_t reserved_bytes() const override { return allocator_.reserved_bytes(); }
+    bool set_memory_limit(int64_t bytes) override {
+        allocator_.set_limit(bytes);
+        return true;
+    }
+    void release_cached_memory() override { allocator_.release_cached(); }
     void* allocate(int64_t bytes) override;
     void deallocate(void* p) noexcept override;
     void upload(void* dst, const void* src, int64_t bytes) override;
