@@ -31,6 +31,7 @@ struct GenerateOptions {
     std::string trace;     // --trace FILE: Chrome trace
     std::string latents_out;  // --latents-out FILE: the final latents as safetensors ("latents")
     std::string vae_tiling = "auto";  // --vae-tiling auto|on|off
+    std::string prompt_syntax = "a1111";  // --prompt-syntax a1111|none
 };
 
 struct BenchOptions {
