@@ -102,7 +102,7 @@ ConditioningSchedule encode_conditioning_schedule(const StableDiffusionModel& mo
     if (encode_negative)
         for (const ScheduledEncoding& e : enc.front()) s.negative_ends.push_back(e.end_step);
     const size_t negatives = encode_negative ? enc.front().size() : 1;
-    // Only the pairs some call can meet are made (about as many as both schedules' entries together).
+    // Only the pairs some call meets.
     s.part_of_pair.assign(negatives * pos.size(), SIZE_MAX);
     int last_end = 0;
     for (int e : s.positive_ends) last_end = std::max(last_end, e);

@@ -39,13 +39,9 @@ struct ConditioningSchedule {
     std::vector<size_t> part_of_pair;               // [negative index x positive count + positive index]
 };
 
-// Batch [negative, positive] when `with_negative` (classifier-free guidance), else [positive]. SDXL
-// models that want zeros for an absent negative prompt (force_zeros_for_empty_prompt) get zeros of the
-// positive's shape, as diffusers does (the webui zeroes an empty negative prompt alike; zeros of any length
-// give the same cross-attention output).
-// With AUTOMATIC1111's syntax, extra-network tags ("<lora:name:0.8>") are taken out of the positive prompt
-// as the webui does, and each one is reported through `notice` as not applied (kiln has no LoRA yet); in
-// the negative prompt the webui reads them as words, and so does kiln, with a notice too.
+// Batch [negative, positive] when `with_negative`, else [positive]; an absent SDXL negative prompt is zeros
+// (force_zeros_for_empty_prompt). With AUTOMATIC1111's syntax, "<lora:...>" tags leave the prompt as in the
+// webui, each reported through `notice` (no LoRA yet); the negative's are words there, also reported.
 ConditioningSchedule encode_conditioning_schedule(const StableDiffusionModel& model, const std::string& prompt,
                                                   const std::optional<std::string>& negative, bool with_negative,
                                                   const PromptEncodingOptions& options, int width, int height,

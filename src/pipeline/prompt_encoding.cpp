@@ -87,8 +87,7 @@ PromptTexts read_prompt(const std::string& prompt, const StableDiffusionModel& m
         p.chunks.push_back(std::move(per_text));
         p.chunk_count.push_back(most);
     }
-    // SDXL's two tokenizers share CLIP's vocabulary, so they cut a prompt alike; the contexts are joined side
-    // by side and must have as many tokens.
+    // SDXL's tokenizers share a vocabulary; its contexts are joined side by side.
     for (int c : p.chunk_count)
         require(c == p.chunk_count.front(), ErrorKind::InvalidModel,
                 "the text encoders' tokenizers cut the prompt into different numbers of chunks");
@@ -103,7 +102,6 @@ Tensor rows_of(const Tensor& t, int64_t r0, int64_t count) {
     return Tensor(s, std::vector<float>(t.data() + r0 * per, t.data() + (r0 + count) * per));
 }
 
-// What the model conditions on from an encoder (see conditioning.cpp's diffusers counterpart).
 Tensor context_of(const StableDiffusionModel& model, const ClipTextOutput& out) {
     return model.arch == Architecture::SDXL ? out.penultimate : out.last_hidden_state;
 }
@@ -172,7 +170,7 @@ std::vector<std::vector<ScheduledEncoding>> encode_prompt_schedules(const Stable
         }
     }
 
-    // Chunks joined along the tokens, encoders side by side: row s of prompt p is its s-th scheduled text.
+    // Chunks along the tokens, encoders side by side.
     std::vector<std::vector<ScheduledEncoding>> result;
     for (size_t p = 0; p < texts.size(); ++p) {
         const int chunks = texts[p].chunk_count.front();

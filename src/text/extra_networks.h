@@ -20,8 +20,7 @@ struct PromptWithoutTags {
     std::vector<ExtraNetworkTag> tags;  // in order of appearance
 };
 
-// `\w` is read as Python reads it in a str pattern: letters, digits and '_' of any script; any non-ASCII
-// byte counts as one (for the scripts users write tags in, the same; kiln does not classify them further).
+// `\w`: ASCII letters, digits, '_', and any non-ASCII byte (Python's Unicode \w, roughly).
 PromptWithoutTags remove_extra_network_tags(std::string_view prompt);
 
 }  // namespace kiln
