@@ -33,6 +33,7 @@ struct GenerateOptions {
     std::string vae_tiling = "auto";  // --vae-tiling auto|on|off
     std::string memory;    // --memory SIZE: bound on the resident set of a CPU run
     std::string vram;      // --vram SIZE: bound on what kiln holds of the GPU's memory
+    std::string prompt_syntax = "a1111";  // --prompt-syntax a1111|none
 };
 
 struct BenchOptions {

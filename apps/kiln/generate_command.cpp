@@ -73,6 +73,7 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     req.steps = o.steps;
     req.cfg_scale = static_cast<float>(o.cfg_scale);
     req.clip_skip = o.clip_skip;
+    req.prompt_syntax = parse_prompt_syntax(o.prompt_syntax);
     req.batch_size = o.batch_size;
     req.rng = o.rng;
     req.strength = o.strength;

@@ -55,6 +55,11 @@ int main(int argc, char** argv) {
         cmd->add_option("--batch-size", gen.batch_size,
                         "images sampled together from one seed's noise (as diffusers and ComfyUI batch them)")
             ->capture_default_str();
+        cmd->add_option("--prompt-syntax", gen.prompt_syntax,
+                        "a1111: AUTOMATIC1111's (weights, BREAK, long prompts, prompt editing; docs/PROMPTS.md); "
+                        "none: the text as it is, cut at 77 tokens (diffusers)")
+            ->check(CLI::IsMember({"a1111", "none"}))
+            ->capture_default_str();
         cmd->add_option("--clip-skip", gen.clip_skip, "1 = last text-encoder layer, 2 = penultimate")
             ->capture_default_str();
         cmd->add_option("--prediction", gen.prediction, "eps | v: what an SD 2.x single file predicts")

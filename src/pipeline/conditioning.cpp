@@ -3,105 +3,144 @@
 #include <algorithm>
 
 #include "kiln/error.h"
-#include "runtime/profiler.h"
+#include "text/extra_networks.h"
 
 namespace kiln {
 
-namespace {
-
-// Rows of a [B, ...] tensor, concatenated along the batch.
 Tensor concat_batch(const Tensor& a, const Tensor& b) {
     Shape s = a.shape();
     s[0] += b.dim(0);
-    std::vector<float> v(a.values());
-    v.insert(v.end(), b.values().begin(), b.values().end());
+    std::vector<float> v(a.data(), a.data() + a.numel());
+    v.insert(v.end(), b.data(), b.data() + b.numel());
     return Tensor(s, std::move(v));
 }
 
-// Features of two [B, L, Da] and [B, L, Db] tensors side by side: [B, L, Da + Db].
-Tensor concat_features(const Tensor& a, const Tensor& b) {
-    const int64_t rows = a.numel() / a.dim(-1), da = a.dim(-1), db = b.dim(-1);
-    Shape s = a.shape();
-    s.back() = da + db;
-    Tensor out(s);
-    for (int64_t r = 0; r < rows; ++r) {
-        std::copy_n(a.data() + r * da, da, out.data() + r * (da + db));
-        std::copy_n(b.data() + r * db, db, out.data() + r * (da + db) + da);
-    }
-    return out;
+namespace {
+
+// The webui's reconstruct_cond_batch: the first entry still running at `step`, else the first entry.
+size_t entry_for(const std::vector<int>& ends, int step) {
+    for (size_t i = 0; i < ends.size(); ++i)
+        if (step <= ends[i]) return i;
+    return 0;
 }
 
-std::vector<std::vector<int>> tokenize(const TextEncoder& te, const std::vector<std::string>& texts) {
-    StageScope zone(Stage::Tokenize);
-    std::vector<std::vector<int>> ids;
-    for (const std::string& text : texts) ids.push_back(te.tokenizer.encode_padded(text, te.tokenizer.pad_id()));
-    return ids;
+// SDXL's size conditioning: original size, crop top-left, target size, as (height, width) pairs.
+Tensor time_ids_for(int64_t batch, int width, int height) {
+    const float h = static_cast<float>(height), w = static_cast<float>(width);
+    std::vector<float> ids;
+    for (int64_t b = 0; b < batch; ++b) ids.insert(ids.end(), {h, w, 0.0f, 0.0f, h, w});
+    return Tensor({batch, 6}, std::move(ids));
 }
 
-struct Encoded {
-    Tensor context, pooled;  // [B, 77, D] and [B, pooled] for B prompts, in their order
-};
+Conditioning single(const ScheduledEncoding& e, bool sdxl, int width, int height) {
+    Conditioning c;
+    c.context = e.context;
+    if (sdxl) {
+        c.text_embeds = e.pooled;
+        c.time_ids = time_ids_for(1, width, height);
+    }
+    return c;
+}
 
-// Prompts through the model's text encoder(s), as diffusers' encode_prompt: SD 1.x/2.x take the
-// final-normed last layer (clip skip: an earlier layer, normed); SDXL takes each encoder's
-// penultimate layer un-normed, side by side, and the second encoder's projected pooled output.
-// All prompts go through each encoder as one batch: one pass of its layers (on a GPU, one set of kernel
-// launches for the negative and the positive prompt rather than two).
-Encoded encode(const StableDiffusionModel& model, const std::vector<std::string>& texts, int clip_skip) {
-    Encoded e;
-    if (model.arch != Architecture::SDXL) {
-        const TextEncoder& te = model.text_encoders.at(0);
-        require(clip_skip <= te.model.config().layers, ErrorKind::InvalidArgument,
-                "clip skip " + std::to_string(clip_skip) + " is deeper than the text encoder's " +
-                    std::to_string(te.model.config().layers) + " layers");
-        const std::vector<std::vector<int>> ids = tokenize(te, texts);
-        StageScope zone(Stage::TextEncode);
-        e.context = te.model.encode(ids, clip_skip).last_hidden_state;
-        return e;
+Conditioning joined(const Conditioning& negative, const Conditioning& positive) {
+    Conditioning c;
+    c.context = concat_batch(negative.context, positive.context);
+    if (!positive.text_embeds.empty()) {
+        c.text_embeds = concat_batch(negative.text_embeds, positive.text_embeds);
+        c.time_ids = concat_batch(negative.time_ids, positive.time_ids);
     }
-    for (const TextEncoder& te : model.text_encoders) {
-        require(clip_skip < te.model.config().layers, ErrorKind::InvalidArgument,
-                "clip skip " + std::to_string(clip_skip) + " is too deep for the text encoders");
-        const std::vector<std::vector<int>> ids = tokenize(te, texts);
-        StageScope zone(Stage::TextEncode);
-        ClipTextOutput out = te.model.encode(ids, clip_skip);
-        e.context = e.context.empty() ? std::move(out.penultimate) : concat_features(e.context, out.penultimate);
-        e.pooled = std::move(out.pooled);  // the last encoder's
+    return c;
+}
+
+Conditioning zeros_like(const Conditioning& c) {
+    Conditioning z = c;
+    z.context = Tensor(c.context.shape());
+    if (!c.text_embeds.empty()) z.text_embeds = Tensor(c.text_embeds.shape());
+    return z;
+}
+
+// The positive prompt without its extra-network tags, each reported; the negative's only reported.
+std::string without_network_tags(const std::string& prompt, const std::optional<std::string>& negative,
+                                 const std::function<void(const std::string&)>& notice) {
+    PromptWithoutTags p = remove_extra_network_tags(prompt);
+    if (notice) {
+        for (const ExtraNetworkTag& tag : p.tags)
+            notice(tag.text + " is not applied: kiln has no " + tag.kind +
+                   " support yet; the tag is taken out of the prompt, as AUTOMATIC1111 does");
+        if (negative)
+            for (const ExtraNetworkTag& tag : remove_extra_network_tags(*negative).tags)
+                notice(tag.text + " in the negative prompt is read as words, as AUTOMATIC1111 reads it (it applies "
+                                  "extra networks from the prompt only)");
     }
-    return e;
+    return p.prompt;
 }
 
 }  // namespace
 
+size_t ConditioningSchedule::part_for_call(int call) const {
+    const size_t pos = entry_for(positive_ends, call);
+    const size_t neg = negative_ends.empty() ? 0 : entry_for(negative_ends, call);
+    return part_of_pair.at(neg * positive_ends.size() + pos);
+}
+
+ConditioningSchedule encode_conditioning_schedule(const StableDiffusionModel& model, const std::string& prompt,
+                                                  const std::optional<std::string>& negative, bool with_negative,
+                                                  const PromptEncodingOptions& options, int width, int height,
+                                                  const std::function<void(const std::string&)>& notice) {
+    const bool sdxl = model.arch == Architecture::SDXL;
+    const bool zero_negative = with_negative && model.force_zeros_for_empty_prompt && !negative;
+    const bool encode_negative = with_negative && !zero_negative;
+    // One call for both prompts, [negative, positive]: their first chunks go through the encoders as one batch.
+    std::vector<std::string> prompts;
+    if (encode_negative) prompts.push_back(negative.value_or(""));
+    prompts.push_back(options.syntax == PromptSyntax::A1111 ? without_network_tags(prompt, negative, notice) : prompt);
+    const std::vector<std::vector<ScheduledEncoding>> enc = encode_prompt_schedules(model, prompts, options);
+    const std::vector<ScheduledEncoding>& pos = enc.back();
+
+    ConditioningSchedule s;
+    for (const ScheduledEncoding& e : pos) s.positive_ends.push_back(e.end_step);
+    if (encode_negative)
+        for (const ScheduledEncoding& e : enc.front()) s.negative_ends.push_back(e.end_step);
+    const size_t negatives = encode_negative ? enc.front().size() : 1;
+    // Only the pairs some call meets.
+    s.part_of_pair.assign(negatives * pos.size(), SIZE_MAX);
+    int last_end = 0;
+    for (int e : s.positive_ends) last_end = std::max(last_end, e);
+    for (int e : s.negative_ends) last_end = std::max(last_end, e);
+    for (int call = 0; call <= last_end + 1; ++call) {
+        const size_t p = entry_for(s.positive_ends, call);
+        const size_t n = encode_negative ? entry_for(s.negative_ends, call) : 0;
+        size_t& slot = s.part_of_pair[n * pos.size() + p];
+        if (slot != SIZE_MAX) continue;
+        slot = s.parts.size();
+        CallConditioning part;
+        const Conditioning positive = single(pos[p], sdxl, width, height);
+        if (!with_negative) {
+            part.joint = positive;
+        } else {
+            const Conditioning neg =
+                encode_negative ? single(enc.front()[n], sdxl, width, height) : zeros_like(positive);
+            if (neg.context.shape() == positive.context.shape()) {
+                part.joint = joined(neg, positive);
+            } else {
+                part.joint = positive;
+                part.negative = neg;
+            }
+        }
+        s.parts.push_back(std::move(part));
+    }
+    return s;
+}
+
 Conditioning encode_conditioning(const StableDiffusionModel& model, const std::string& prompt,
                                  const std::optional<std::string>& negative, bool with_negative, int clip_skip,
                                  int width, int height) {
-    Conditioning c;
-    if (with_negative && !(model.force_zeros_for_empty_prompt && !negative)) {
-        Encoded both = encode(model, {negative.value_or(""), prompt}, clip_skip);  // [negative, positive]
-        c.context = std::move(both.context);
-        c.text_embeds = std::move(both.pooled);
-    } else if (with_negative) {
-        // SDXL pipelines condition on zeros when no negative prompt is given at all.
-        Encoded pos = encode(model, {prompt}, clip_skip);
-        c.context = concat_batch(Tensor(pos.context.shape()), pos.context);
-        if (!pos.pooled.empty()) c.text_embeds = concat_batch(Tensor(pos.pooled.shape()), pos.pooled);
-    } else {
-        Encoded pos = encode(model, {prompt}, clip_skip);
-        c.context = std::move(pos.context);
-        c.text_embeds = std::move(pos.pooled);
-    }
-    if (model.arch == Architecture::SDXL) {
-        // original size, crop top-left, target size, as (height, width) pairs.
-        const int64_t batch = c.context.dim(0);
-        const float h = static_cast<float>(height), w = static_cast<float>(width);
-        std::vector<float> ids;
-        for (int64_t b = 0; b < batch; ++b) ids.insert(ids.end(), {h, w, 0.0f, 0.0f, h, w});
-        c.time_ids = Tensor({batch, 6}, std::move(ids));
-    } else {
-        c.text_embeds = Tensor();
-    }
-    return c;
+    PromptEncodingOptions options;
+    options.syntax = PromptSyntax::Plain;
+    options.clip_skip = clip_skip;
+    options.schedule_steps = 1;
+    ConditioningSchedule s = encode_conditioning_schedule(model, prompt, negative, with_negative, options, width, height);
+    return std::move(s.parts.at(0).joint);
 }
 
 }  // namespace kiln

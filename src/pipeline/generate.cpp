@@ -141,22 +141,33 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
 
     // diffusers guides only when guidance_scale > 1.
     const bool cfg = r.cfg_scale > 1.0f;
-    Conditioning cond =
-        encode_conditioning(model, r.prompt, r.negative_prompt, cfg, r.clip_skip, r.width, r.height);
+    PromptEncodingOptions prompt_options;
+    prompt_options.syntax = r.prompt_syntax;
+    prompt_options.clip_skip = r.clip_skip;
+    prompt_options.schedule_steps = a1111_schedule_steps(sampling.sampler, r.steps);
+    // Prompt editing makes the conditioning change with the model call (conditioning.h).
+    const ConditioningSchedule schedule = encode_conditioning_schedule(
+        model, r.prompt, r.negative_prompt, cfg, prompt_options, r.width, r.height, r.notice);
     for (const TextEncoder& te : model.text_encoders) te.model.pages().drop();
     const int n = r.batch_size;
-    cond.context = repeat_rows(cond.context, n);
-    cond.text_embeds = repeat_rows(cond.text_embeds, n);
-    cond.time_ids = repeat_rows(cond.time_ids, n);
     const Shape latent_shape{n, 4, r.height / 8, r.width / 8};
 
     // On a GPU the conditioning goes there once; each UNet call moves only its latents and timestep, and runs
     // as a recorded call (a CUDA graph from the second step on).
     auto to_model = [&](const Tensor& t, DType dtype) { return gpu ? t.to_device(*gpu, dtype) : t; };
-    const bool sdxl = !cond.text_embeds.empty();
-    const Tensor context = to_model(cond.context, model.precision);
-    const Tensor text_embeds = sdxl ? to_model(cond.text_embeds, model.precision) : Tensor();
-    const Tensor time_ids = sdxl ? to_model(cond.time_ids, DType::F32) : Tensor();
+    const bool sdxl = model.arch == Architecture::SDXL;
+    auto prepare = [&](const Conditioning& c) {
+        Conditioning d;
+        d.context = to_model(repeat_rows(c.context, n), model.precision);
+        if (sdxl) {
+            d.text_embeds = to_model(repeat_rows(c.text_embeds, n), model.precision);
+            d.time_ids = to_model(repeat_rows(c.time_ids, n), DType::F32);
+        }
+        return d;
+    };
+    std::vector<CallConditioning> conditioning;
+    for (const CallConditioning& part : schedule.parts)
+        conditioning.push_back({prepare(part.joint), part.negative ? std::optional(prepare(*part.negative)) : std::nullopt});
     const Backend::RecordedFn unet_call = [&](const std::vector<const Tensor*>& t) {
         return model.unet->forward(UNetInputs::from_list(t));
     };
@@ -170,21 +181,32 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         return guided;
     };
 
-    Denoiser denoise = [&](const Tensor& x, float t) {
-        StageScope zone(Stage::DenoiseStep);  // one UNet evaluation (Heun makes two per step)
-        const int64_t batch = cfg ? 2 * x.dim(0) : x.dim(0);
-        const Tensor input = to_model(cfg ? batch_of_two(x) : x, model.precision);
-        const Tensor timesteps = to_model(Tensor({batch}, std::vector<float>(batch, t)), DType::F32);
-        UNetInputs in{&input, &timesteps, &context};
+    // One UNet evaluation of latents x (host) on conditioning c; the output on the host.
+    auto unet = [&](const Tensor& x, float t, const Conditioning& c) {
+        const Tensor input = to_model(x, model.precision);
+        const Tensor timesteps = to_model(Tensor({x.dim(0)}, std::vector<float>(x.dim(0), t)), DType::F32);
+        UNetInputs in{&input, &timesteps, &c.context};
         if (plan.stream_unet) in.after_block = &drop_block;
         if (sdxl) {
-            in.text_embeds = &text_embeds;
-            in.time_ids = &time_ids;
+            in.text_embeds = &c.text_embeds;
+            in.time_ids = &c.time_ids;
         }
-        if (!gpu) return guide(model.unet->forward(in));
+        if (!gpu) return model.unet->forward(in);
         const std::vector<const Tensor*> inputs = in.list();
-        const std::string key = "unet of model " + std::to_string(model.serial) + " " + shape_str(input.shape());
-        return guide(gpu->run_recorded(key, inputs, unet_call).to_host());
+        const std::string key = "unet of model " + std::to_string(model.serial) + " " + shape_str(input.shape()) +
+                                " context " + shape_str(c.context.shape());
+        return gpu->run_recorded(key, inputs, unet_call).to_host();
+    };
+
+    // The webui's denoiser counts its calls (not steps) against the prompt-editing schedule.
+    int call = 0;
+    Denoiser denoise = [&](const Tensor& x, float t) {
+        StageScope zone(Stage::DenoiseStep);  // one UNet evaluation (Heun makes two per step)
+        const CallConditioning& c = conditioning.at(schedule.part_for_call(call++));
+        if (!cfg) return unet(x, t, c.joint);
+        if (!c.negative) return guide(unet(batch_of_two(x), t, c.joint));
+        // The prompts' contexts differ in length: the negative and the positive rows run apart.
+        return guide(concat_batch(unet(x, t, *c.negative), unet(x, t, c.joint)));
     };
 
     // Host RAM; a GPU reports its own out-of-memory.

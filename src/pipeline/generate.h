@@ -7,6 +7,7 @@
 
 #include "core/tensor.h"
 #include "models/model.h"
+#include "pipeline/prompt_encoding.h"
 #include "pipeline/vae_tiling.h"
 
 namespace kiln {
@@ -22,6 +23,9 @@ struct GenerationRequest {
     uint64_t seed = 0;
     std::string rng = "cpu";                     // cpu | cuda (torch's generators)
     int clip_skip = 1;                           // 1 = last layer, 2 = penultimate (AUTOMATIC1111's count)
+    // How the prompts are read: AUTOMATIC1111's syntax (emphasis, long prompts, prompt editing; docs/PROMPTS.md)
+    // or diffusers' plain text. Plain prompts of at most 75 tokens are conditioned identically either way.
+    PromptSyntax prompt_syntax = PromptSyntax::A1111;
     // Images sampled together from one draw of noise of shape [batch_size, 4, h, w], as diffusers'
     // num_images_per_prompt and ComfyUI's batch do (AUTOMATIC1111 instead seeds each image of a batch apart).
     int batch_size = 1;

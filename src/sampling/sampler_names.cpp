@@ -106,4 +106,9 @@ A1111SamplerLabel a1111_sampler_label(const std::string& kiln_sampler) {
     fail(ErrorKind::InvalidArgument, "\"" + kiln_sampler + "\" is not a kiln sampler name; valid: " + valid_names());
 }
 
+int a1111_schedule_steps(const std::string& kiln_sampler, int steps) {
+    const A1111SamplerLabel label = a1111_sampler_label(kiln_sampler);
+    return label.sampler == "Heun" ? 2 * steps : steps;
+}
+
 }  // namespace kiln

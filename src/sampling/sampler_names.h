@@ -21,4 +21,10 @@ struct A1111SamplerLabel {
 // {"DPM++ 2M", "Karras"}. Throws kiln::Error for a name that is not a kiln sampler name.
 A1111SamplerLabel a1111_sampler_label(const std::string& kiln_sampler);
 
+// The step count AUTOMATIC1111 builds a prompt-editing schedule over for `steps` steps of this sampler: its
+// sampler table's "total_steps", twice the steps for the samplers it marks "second_order" (of kiln's, Heun
+// in every schedule), the steps otherwise. Its denoiser then counts model calls, not steps, against that
+// schedule (modules/sd_samplers_common.py SamplerData.total_steps, modules/processing.py setup_conds).
+int a1111_schedule_steps(const std::string& kiln_sampler, int steps);
+
 }  // namespace kiln

@@ -76,3 +76,13 @@ TEST(SamplerNames, BackToA1111Labels) {
 
 }  // namespace
 }  // namespace kiln
+
+// AUTOMATIC1111 builds prompt-editing schedules over SamplerData.total_steps: twice the steps for samplers
+// its table marks "second_order" (Heun), the steps for the others (modules/sd_samplers_common.py,
+// modules/sd_samplers_kdiffusion.py).
+TEST(SamplerNames, PromptScheduleStepsAsTheWebuiCountsThem) {
+    EXPECT_EQ(kiln::a1111_schedule_steps("heun", 20), 40);
+    EXPECT_EQ(kiln::a1111_schedule_steps("heun_karras", 7), 14);
+    for (const char* first_order : {"euler", "euler_a", "ddim", "pndm", "lms", "dpmpp_2m", "dpmpp_2m_karras", "unipc", "lcm"})
+        EXPECT_EQ(kiln::a1111_schedule_steps(first_order, 20), 20) << first_order;
+}

@@ -1,5 +1,5 @@
 // Reads a1111_prompt_syntax.json (tests/data/prompt-syntax/a1111_prompt_syntax.tar.xz, unpacked by the build):
-// AUTOMATIC1111's own results for the prompt syntax (tools/prompt-syntax/make_fixtures.py; the folder's README
+// AUTOMATIC1111's own results for the prompt syntax (tools/prompt-syntax/scripts.tar.xz: make_fixtures.py; the folder's README
 // says how and from which commit).
 #pragma once
 #include <gtest/gtest.h>

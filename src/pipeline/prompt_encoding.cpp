@@ -1,0 +1,208 @@
+#include "pipeline/prompt_encoding.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kiln/error.h"
+#include "runtime/profiler.h"
+#include "text/prompt_attention.h"
+#include "text/prompt_chunks.h"
+#include "text/prompt_schedule.h"
+
+namespace kiln {
+
+PromptSyntax parse_prompt_syntax(const std::string& name) {
+    if (name == "a1111") return PromptSyntax::A1111;
+    if (name == "none" || name == "plain") return PromptSyntax::Plain;
+    fail(ErrorKind::InvalidArgument, "unknown prompt syntax '" + name + "' (choose a1111 or none)");
+}
+
+void apply_original_emphasis(Tensor& z, const std::vector<double>& weights) {
+    const int64_t rows = z.numel() / z.dim(-1), width = z.dim(-1);
+    require(static_cast<int64_t>(weights.size()) == rows, ErrorKind::InvalidArgument,
+            "emphasis: " + std::to_string(weights.size()) + " weights for " + std::to_string(rows) + " tokens");
+    if (std::all_of(weights.begin(), weights.end(), [](double w) { return w == 1.0; })) return;
+    float* v = z.data();
+    const int64_t n = z.numel();
+    auto mean = [&] {
+        double sum = 0.0;
+        for (int64_t i = 0; i < n; ++i) sum += v[i];
+        return static_cast<float>(sum / static_cast<double>(n));
+    };
+    const float before = mean();
+    // torch.asarray turns the Python floats into a float32 tensor: each weight is rounded to float first.
+    for (int64_t r = 0; r < rows; ++r) {
+        const float w = static_cast<float>(weights[static_cast<size_t>(r)]);
+        for (int64_t c = 0; c < width; ++c) v[r * width + c] *= w;
+    }
+    const float ratio = before / mean();
+    for (int64_t i = 0; i < n; ++i) v[i] *= ratio;
+}
+
+namespace {
+
+// One prompt's texts (its schedule) and, per encoder, their chunks.
+struct PromptTexts {
+    std::vector<ScheduledPrompt> schedule;
+    std::vector<std::vector<std::vector<PromptChunk>>> chunks;  // [encoder][text][chunk]
+    std::vector<int> chunk_count;                               // [encoder]: the most of any text
+};
+
+// diffusers' way: the whole text, start and end tokens, truncated to 77 and padded with the pad token.
+PromptChunk plain_chunk(const std::string& text, const ClipTokenizer& tokenizer) {
+    PromptChunk chunk;
+    chunk.ids = tokenizer.encode_padded(text, tokenizer.pad_id());
+    chunk.weights.assign(chunk.ids.size(), 1.0);
+    return chunk;
+}
+
+// The webui's empty chunk: a start token, then end tokens (OpenCLIP: one end token, then its pad).
+PromptChunk empty_chunk(const ClipTokenizer& tokenizer) {
+    return chunk_prompt({WeightedText{"", 1.0}}, tokenizer).chunks.at(0);
+}
+
+PromptTexts read_prompt(const std::string& prompt, const StableDiffusionModel& model,
+                        const PromptEncodingOptions& options) {
+    PromptTexts p;
+    p.schedule = options.syntax == PromptSyntax::A1111 ? prompt_schedule(prompt, options.schedule_steps)
+                                                       : std::vector<ScheduledPrompt>{{options.schedule_steps, prompt}};
+    for (const TextEncoder& te : model.text_encoders) {
+        std::vector<std::vector<PromptChunk>> per_text;
+        int most = 0;
+        for (const ScheduledPrompt& s : p.schedule) {
+            std::vector<PromptChunk> chunks;
+            if (options.syntax == PromptSyntax::A1111) {
+                const std::vector<WeightedText> parsed = parse_prompt_attention(s.prompt);
+                for (const WeightedText& w : parsed)
+                    require(std::isfinite(w.weight), ErrorKind::InvalidArgument,
+                            "the weight of \"" + w.text + "\" in the prompt is not a finite number");
+                chunks = chunk_prompt(parsed, te.tokenizer).chunks;
+            } else {
+                chunks.push_back(plain_chunk(s.prompt, te.tokenizer));
+            }
+            most = std::max(most, static_cast<int>(chunks.size()));
+            per_text.push_back(std::move(chunks));
+        }
+        p.chunks.push_back(std::move(per_text));
+        p.chunk_count.push_back(most);
+    }
+    // SDXL's tokenizers share a vocabulary; its contexts are joined side by side.
+    for (int c : p.chunk_count)
+        require(c == p.chunk_count.front(), ErrorKind::InvalidModel,
+                "the text encoders' tokenizers cut the prompt into different numbers of chunks");
+    return p;
+}
+
+// Rows [r0, r0 + count) of a [B, T, D] tensor.
+Tensor rows_of(const Tensor& t, int64_t r0, int64_t count) {
+    const int64_t per = t.numel() / t.dim(0);
+    Shape s = t.shape();
+    s[0] = count;
+    return Tensor(s, std::vector<float>(t.data() + r0 * per, t.data() + (r0 + count) * per));
+}
+
+Tensor context_of(const StableDiffusionModel& model, const ClipTextOutput& out) {
+    return model.arch == Architecture::SDXL ? out.penultimate : out.last_hidden_state;
+}
+
+void check_clip_skip(const StableDiffusionModel& model, int clip_skip) {
+    for (const TextEncoder& te : model.text_encoders) {
+        const int layers = te.model.config().layers;
+        // SDXL reads hidden_states[-(skip + 1)], so one layer fewer is available there.
+        const bool too_deep = model.arch == Architecture::SDXL ? clip_skip >= layers : clip_skip > layers;
+        require(!too_deep, ErrorKind::InvalidArgument,
+                "clip skip " + std::to_string(clip_skip) + " is too deep for the text encoder's " +
+                    std::to_string(layers) + " layers");
+    }
+}
+
+}  // namespace
+
+std::vector<std::vector<ScheduledEncoding>> encode_prompt_schedules(const StableDiffusionModel& model,
+                                                                    const std::vector<std::string>& prompts,
+                                                                    const PromptEncodingOptions& options) {
+    require(options.schedule_steps >= 1, ErrorKind::InvalidArgument, "the prompt schedule needs at least 1 step");
+    require(options.clip_skip >= 1, ErrorKind::InvalidArgument, "clip skip must be at least 1");
+    check_clip_skip(model, options.clip_skip);
+    std::vector<PromptTexts> texts;
+    {
+        StageScope zone(Stage::Tokenize);
+        for (const std::string& prompt : prompts) texts.push_back(read_prompt(prompt, model, options));
+    }
+
+    // Per prompt and encoder, the chunks' outputs: [texts, 77, D] each.
+    const size_t encoders = model.text_encoders.size();
+    std::vector<std::vector<std::vector<Tensor>>> outputs(prompts.size(), std::vector<std::vector<Tensor>>(encoders));
+    std::vector<Tensor> pooled(prompts.size());  // the last encoder's, from the first chunk
+    int most_chunks = 0;
+    for (const PromptTexts& p : texts) most_chunks = std::max(most_chunks, p.chunk_count.front());
+
+    StageScope zone(Stage::TextEncode);
+    for (size_t e = 0; e < encoders; ++e) {
+        const TextEncoder& te = model.text_encoders[e];
+        const PromptChunk empty = empty_chunk(te.tokenizer);
+        for (int k = 0; k < most_chunks; ++k) {
+            // Chunk k of every text of every prompt that has one, in one batch through the encoder.
+            std::vector<std::vector<int>> ids;
+            std::vector<std::pair<size_t, size_t>> groups;  // prompt, first row
+            for (size_t p = 0; p < texts.size(); ++p) {
+                if (texts[p].chunk_count[e] <= k) continue;
+                groups.emplace_back(p, ids.size());
+                for (const std::vector<PromptChunk>& chunks : texts[p].chunks[e])
+                    ids.push_back(k < static_cast<int>(chunks.size()) ? chunks[static_cast<size_t>(k)].ids : empty.ids);
+            }
+            const ClipTextOutput out = te.model.encode(ids, options.clip_skip);
+            const Tensor z = context_of(model, out);
+            for (const auto& [p, first] : groups) {
+                const size_t count = texts[p].schedule.size();
+                Tensor part = rows_of(z, static_cast<int64_t>(first), static_cast<int64_t>(count));
+                std::vector<double> weights;
+                for (const std::vector<PromptChunk>& chunks : texts[p].chunks[e]) {
+                    const PromptChunk& c = k < static_cast<int>(chunks.size()) ? chunks[static_cast<size_t>(k)] : empty;
+                    weights.insert(weights.end(), c.weights.begin(), c.weights.end());
+                }
+                apply_original_emphasis(part, weights);
+                outputs[p][e].push_back(std::move(part));
+                if (k == 0 && e + 1 == encoders && !out.pooled.empty())
+                    pooled[p] = rows_of(out.pooled, static_cast<int64_t>(first), static_cast<int64_t>(count));
+            }
+        }
+    }
+
+    // Chunks along the tokens, encoders side by side.
+    std::vector<std::vector<ScheduledEncoding>> result;
+    for (size_t p = 0; p < texts.size(); ++p) {
+        const int chunks = texts[p].chunk_count.front();
+        int64_t width = 0;
+        for (size_t e = 0; e < encoders; ++e) width += outputs[p][e].front().dim(-1);
+        const int64_t tokens = outputs[p][0].front().dim(1);
+        std::vector<ScheduledEncoding> schedule;
+        for (size_t s = 0; s < texts[p].schedule.size(); ++s) {
+            Tensor context(Shape{1, tokens * chunks, width});
+            float* dst = context.data();
+            for (int k = 0; k < chunks; ++k)
+                for (int64_t t = 0; t < tokens; ++t) {
+                    for (size_t e = 0; e < encoders; ++e) {
+                        const Tensor& part = outputs[p][e][static_cast<size_t>(k)];
+                        const int64_t d = part.dim(-1);
+                        std::memcpy(dst, part.data() + (static_cast<int64_t>(s) * tokens + t) * d, sizeof(float) * d);
+                        dst += d;
+                    }
+                }
+            for (int64_t i = 0; i < context.numel(); ++i)
+                require(std::isfinite(context.data()[i]), ErrorKind::InvalidArgument,
+                        "the prompt's weights make its conditioning infinite or NaN (a weight too large?): \"" +
+                            texts[p].schedule[s].prompt + "\"");
+            ScheduledEncoding enc;
+            enc.end_step = texts[p].schedule[s].end_step;
+            enc.context = std::move(context);
+            if (!pooled[p].empty()) enc.pooled = rows_of(pooled[p], static_cast<int64_t>(s), 1);
+            schedule.push_back(std::move(enc));
+        }
+        result.push_back(std::move(schedule));
+    }
+    return result;
+}
+
+}  // namespace kiln

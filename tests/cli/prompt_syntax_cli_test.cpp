@@ -1,0 +1,51 @@
+// `--prompt-syntax` and what `kiln txt2img` says about prompt parts it does not apply.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cli/cli_expectations.h"
+#include "cli/run_process.h"
+#include "cli/test_files.h"
+#include "image/png.h"
+
+using namespace kiln::test;
+
+namespace {
+
+const std::string kSd15 = std::string(KILN_TEST_DATA) + "/sd15-mini/sd15-mini.safetensors";
+
+ProcessResult txt2img(TempDir& tmp, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"txt2img", "-m", kSd15, "-W", "64", "-H", "64", "--steps", "1",
+                                     "-o", tmp.file("out.png"), "--quiet"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_kiln(args);
+}
+
+TEST(PromptSyntaxCli, UnknownSyntaxIsOneErrorLine) {
+    TempDir tmp;
+    expect_one_error_line(txt2img(tmp, {"-p", "a cat", "--prompt-syntax", "comfy"}), {"--prompt-syntax"});
+}
+
+TEST(PromptSyntaxCli, LoraTagsAreReportedNotEncoded) {
+    TempDir tmp;
+    const ProcessResult r = txt2img(tmp, {"-p", "a cat <lora:film_grain:0.7>", "-n", "ugly <lora:bad:1>"});
+    expect_success(r);
+    bool positive = false, negative = false;
+    for (const std::string& line : r.err_lines()) {
+        positive = positive || (line.find("<lora:film_grain:0.7> is not applied") != std::string::npos);
+        negative = negative || (line.find("<lora:bad:1> in the negative prompt is read as words") != std::string::npos);
+    }
+    EXPECT_TRUE(positive) << r.describe();
+    EXPECT_TRUE(negative) << r.describe();
+    // The PNG keeps the prompt as the user wrote it, tag included, as the webui's infotext does.
+    bool found = false;
+    for (const auto& [key, value] : kiln::read_png_text(tmp.file("out.png"))) found = found || value.find("<lora:film_grain:0.7>") != std::string::npos;
+    EXPECT_TRUE(found);
+    // Without the syntax the tag is words, and nothing is said.
+    const ProcessResult plain = txt2img(tmp, {"-p", "a cat <lora:film_grain:0.7>", "--prompt-syntax", "none"});
+    expect_success(plain);
+    EXPECT_EQ(plain.err.find("not applied"), std::string::npos) << plain.describe();
+}
+
+}  // namespace

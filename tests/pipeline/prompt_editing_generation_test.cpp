@@ -1,0 +1,54 @@
+// Prompt editing in whole generations: the switch happens at the model call the webui's denoiser switches at
+// (it counts calls, Heun's 2n - 1, against a schedule over 2n): "[cat:dog:K]" is "cat" throughout for K >= 2n - 2.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "common/fixtures.h"
+#include "pipeline/generate.h"
+
+using namespace kiln;
+using kiln::test::data_path;
+
+namespace {
+
+Tensor latents(const StableDiffusionModel& model, const std::string& prompt, const std::string& sampler, int steps) {
+    GenerationRequest r;
+    r.prompt = prompt;
+    r.negative_prompt = "blurry";
+    r.width = r.height = 64;
+    r.steps = steps;
+    r.sampler = sampler;
+    r.seed = 7;
+    return generate(model, r).final_latent;
+}
+
+bool same(const Tensor& a, const Tensor& b) {
+    return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), sizeof(float) * a.numel()) == 0;
+}
+
+TEST(PromptEditingGeneration, SwitchesAtTheWebuisModelCall) {
+    const StableDiffusionModel model = load_model(data_path("sd15-mini/diffusers"));
+    const int n = 3;  // Heun: calls 0..4, schedule over 6
+    const Tensor never = latents(model, "a [cat:dog:100] on a hill", "heun", n);
+    EXPECT_TRUE(same(latents(model, "a [cat:dog:4] on a hill", "heun", n), never));
+    const Tensor last_call = latents(model, "a [cat:dog:3] on a hill", "heun", n);
+    EXPECT_FALSE(same(last_call, never));
+    EXPECT_FALSE(same(last_call, latents(model, "a [cat:dog:0] on a hill", "heun", n)));
+    // Euler: one call a step, the schedule over the steps; call n - 1 is the last.
+    const Tensor euler_never = latents(model, "a [cat:dog:100] on a hill", "euler", n);
+    EXPECT_TRUE(same(latents(model, "a [cat:dog:2] on a hill", "euler", n), euler_never));
+    EXPECT_FALSE(same(latents(model, "a [cat:dog:1] on a hill", "euler", n), euler_never));
+}
+
+// Prompts of different chunk counts run the UNet on each apart; the result is the guided one, not one of
+// the halves, and is finite.
+TEST(PromptEditingGeneration, LongPromptAgainstShortNegative) {
+    const StableDiffusionModel model = load_model(data_path("sdxl-mini/diffusers"));
+    std::string prompt = "a cat BREAK a dog";
+    const Tensor a = latents(model, prompt, "euler", 2);
+    for (int64_t i = 0; i < a.numel(); ++i) ASSERT_TRUE(std::isfinite(a[i]));
+    EXPECT_FALSE(same(a, latents(model, "a cat a dog", "euler", 2)));
+}
+
+}  // namespace
