@@ -31,11 +31,23 @@ int64_t estimate_vae_decode_bytes(const StableDiffusionModel& model, int width, 
     const int64_t channels = model.vae ? model.vae->config().block_out_channels.at(0) : 128;
     const int64_t activation = channels * pixels * int64_t(sizeof(float));
     // Whole: at most three full-size activations alive at once (the last level's first block: its input, twice
-    // as wide, and its output; vae_blocks.cpp) plus scratch: four. In bands: the parked activation and the
-    // output of an upsampler or a block that narrows it (a quarter, or half, more) beside a band.
+    // as wide, and its output; vae_blocks.cpp) plus scratch: four.
     const int64_t scratch = ops_scratch_bytes();
-    if (!tiled) return batch * 4 * activation + scratch;
-    return batch * 2 * activation + default_vae_band_bytes(false) + scratch;
+    if (!tiled || !model.vae) return batch * 4 * activation + scratch;
+    // In bands, parked on the host: an upsampler's output is never held (vae_tiled_decode.cpp), so a level's
+    // first block holds its parked input (the upsampler's, a quarter of the pixels) and its output; beside them
+    // a band and the scratch.
+    const std::vector<int>& ch = model.vae->config().block_out_channels;
+    const int levels = int(ch.size());
+    int64_t most = 0, prev = ch.back();
+    for (int i = 0; i < levels; ++i) {
+        const int64_t level_pixels = pixels >> (2 * (levels - 1 - i)), out = ch[size_t(levels - 1 - i)];
+        const int64_t input = i == 0 ? prev * level_pixels : prev * (level_pixels / 4);
+        const bool new_output = i > 0 || prev != out;
+        most = std::max(most, input + (new_output ? out * level_pixels : 0));
+        prev = out;
+    }
+    return batch * most * int64_t(sizeof(float)) + default_vae_band_bytes(false) + scratch;
 }
 
 namespace {

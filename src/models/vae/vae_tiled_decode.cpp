@@ -131,20 +131,56 @@ Parked park(Tensor x, bool on_device) {
     return p;
 }
 
-Parked resnet(Parked in, const vae::Resnet& res, int groups, const Tensor& like, int64_t band_bytes) {
-    const int64_t n_img = in.x.dim(0), c = in.x.dim(1), h = in.x.dim(2), w = in.x.dim(3);
+// What a step reads its bands from: a parked activation, or an upsampler's output made band by band from its
+// parked (four times smaller) input when it is read, never held whole. The upsampler's convolution then runs
+// once for the statistics and once more each time a band is read (three times before the next block's output
+// is parked), which is how a decode parked on the host keeps the largest activation out of memory.
+struct Input {
+    Parked parked;
+    const vae::Conv* upsampler = nullptr;
+    std::vector<Sums> upsampled_sums;  // the upsampler's output's, when upsampler is set
+
+    int64_t images() const { return parked.x.dim(0); }
+    int64_t channels() const { return upsampler ? upsampler->w.dim(0) : parked.x.dim(1); }
+    int64_t height() const { return parked.x.dim(2) * (upsampler ? 2 : 1); }
+    int64_t width() const { return parked.x.dim(3) * (upsampler ? 2 : 1); }
+    const Sums& sums(int64_t n) const { return upsampler ? upsampled_sums[size_t(n)] : parked.sums[size_t(n)]; }
+
+    // Rows [r0, r1) of image n clamped to the image, on like's device (first_row says where the band starts).
+    Tensor rows(int64_t n, int64_t r0, int64_t r1, int64_t& first_row, const Tensor& like) const {
+        if (!upsampler) return ops::on_device_of(gather_rows(parked.x, n, r0, r1, first_row), like);
+        r0 = std::max<int64_t>(r0, 0);
+        r1 = std::min(r1, height());
+        // Output rows [2 i0, 2 i1) come from input rows [i0, i1); the 3x3 convolution needs one input row more
+        // on each side, and its results on the band's outer output rows are not used.
+        const int64_t i0 = r0 / 2, i1 = (r1 + 1) / 2;
+        int64_t first_in = 0;
+        const Tensor band = ops::on_device_of(gather_rows(parked.x, n, i0 - 1, i1 + 1, first_in), like);
+        const Tensor y = ops::conv2d_upsample2x(band, upsampler->w, &upsampler->b, 1, 1);
+        int64_t first_y = 0;
+        Tensor out = gather_rows(y, 0, r0 - 2 * first_in, r1 - 2 * first_in, first_y);
+        first_row = first_y + 2 * first_in;
+        return out;
+    }
+};
+
+Input resnet(Input in, const vae::Resnet& res, int groups, const Tensor& like, int64_t band_bytes) {
+    const int64_t n_img = in.images(), c = in.channels(), h = in.height(), w = in.width();
     const int64_t cout = res.conv1.w.dim(0);
-    const int64_t rows = rows_per_band(c, cout, w, band_bytes);
+    // A band read through an upsampler makes 4 to 6 rows more than it uses (its halo and the convolution's):
+    // at least 16 rows keep that recomputation small.
+    const int64_t rows = std::max<int64_t>(rows_per_band(c, cout, w, band_bytes), in.upsampler ? 16 : 0);
     // Without a shortcut the output has x's shape and replaces it band by band; a band's rows are written once
-    // the next band has read the rows it needs above itself.
-    Parked out{res.shortcut ? new_like(in.x, {n_img, cout, h, w}) : Tensor(), {}};
+    // the next band has read the rows it needs above itself. (An upsampled input is not stored: the output is.)
+    const bool in_place = !res.shortcut && !in.upsampler;
+    Parked out{in_place ? Tensor() : new_like(in.parked.x, {n_img, cout, h, w}), {}};
     for (int64_t n = 0; n < n_img; ++n) {
-        const Affine a1 = norm_affine(in.sums[n], res.norm1, groups);
+        const Affine a1 = norm_affine(in.sums(n), res.norm1, groups);
         Sums h_sums(cout);  // conv1's output, for norm2
         for (int64_t r0 = 0; r0 < h; r0 += rows) {
             const int64_t r1 = std::min(h, r0 + rows);
             int64_t first = 0;
-            const Tensor band = ops::on_device_of(gather_rows(in.x, n, r0 - 1, r1 + 1, first), like);
+            const Tensor band = in.rows(n, r0 - 1, r1 + 1, first, like);
             const Tensor hb = ops::conv2d_affine_silu(band, a1.scale, a1.shift, res.conv1.w, &res.conv1.b, 1, 1);
             add_sums(h_sums, hb, r0 - first, r1 - r0);
         }
@@ -155,65 +191,82 @@ Parked resnet(Parked in, const vae::Resnet& res, int groups, const Tensor& like,
         for (int64_t r0 = 0; r0 < h; r0 += rows) {
             const int64_t r1 = std::min(h, r0 + rows);
             int64_t first = 0;
-            Tensor band = ops::on_device_of(gather_rows(in.x, n, r0 - 2, r1 + 2, first), like);
+            Tensor band = in.rows(n, r0 - 2, r1 + 2, first, like);
             const Tensor hb = ops::conv2d_affine_silu(band, a1.scale, a1.shift, res.conv1.w, &res.conv1.b, 1, 1);
             const Tensor conv2 = ops::conv2d_affine_silu(hb, a2.scale, a2.shift, res.conv2.w, &res.conv2.b, 1, 1);
             // decode()'s sums: shortcut + conv2, or x + conv2 (one rounding of the same two values).
             Tensor sum = res.shortcut ? ops::conv2d(band, res.shortcut->w, &res.shortcut->b) : std::move(band);
             ops::add_(sum, conv2);
             add_sums(out_sums, sum, r0 - first, r1 - r0);
-            Tensor result = to_park(std::move(sum), in.x);
-            if (res.shortcut) {
+            Tensor result = to_park(std::move(sum), in.parked.x);
+            if (!in_place) {
                 copy_rows(out.x, n, r0, result, 0, r0 - first, r1 - r0);
                 continue;
             }
-            if (!pending.empty()) copy_rows(in.x, n, pending_at, pending, 0, pending_from, pending_rows);
+            if (!pending.empty()) copy_rows(in.parked.x, n, pending_at, pending, 0, pending_from, pending_rows);
             pending = std::move(result);
             pending_at = r0;
             pending_from = r0 - first;
             pending_rows = r1 - r0;
         }
-        if (!pending.empty()) copy_rows(in.x, n, pending_at, pending, 0, pending_from, pending_rows);
+        if (!pending.empty()) copy_rows(in.parked.x, n, pending_at, pending, 0, pending_from, pending_rows);
         out.sums.push_back(std::move(out_sums));
     }
-    if (!res.shortcut) out.x = std::move(in.x);
-    return out;
+    if (in_place) out.x = std::move(in.parked.x);
+    return Input{std::move(out), nullptr, {}};
 }
 
-Parked upsample(Parked in, const vae::Conv& conv, const Tensor& like, int64_t band_bytes) {
-    const int64_t n_img = in.x.dim(0), c = in.x.dim(1), h = in.x.dim(2), w = in.x.dim(3);
-    const int64_t cout = conv.w.dim(0);
+// Bands of the input's rows, `rows` at a time, with the halo the upsampler's convolution needs.
+int64_t upsample_rows(const Input& in, int64_t cout, int64_t band_bytes) {
     // Each input row makes two output rows, as wide again: count the band in output rows.
-    const int64_t rows = std::max<int64_t>(2, rows_per_band(c, cout, 2 * w, band_bytes) / 2);
-    Parked out{new_like(in.x, {n_img, cout, 2 * h, 2 * w}), {}};
+    return std::max<int64_t>(2, rows_per_band(in.channels(), cout, 2 * in.width(), band_bytes) / 2);
+}
+
+// The upsampler's output: parked like its input where it parks on the device (where the repeated convolution
+// would cost time the memory does not need), else left to be made when read (Input::upsampler), with its
+// statistics gathered now.
+Input upsample(Input in, const vae::Conv& conv, const Tensor& like, int64_t band_bytes) {
+    const int64_t n_img = in.images(), h = in.height(), w = in.width();
+    const int64_t cout = conv.w.dim(0);
+    const int64_t rows = upsample_rows(in, cout, band_bytes);
+    const bool lazy = !in.parked.x.on_device() && !in.upsampler;
+    Input out;
+    if (lazy) out = Input{std::move(in.parked), &conv, {}};
+    else out.parked.x = new_like(in.parked.x, {n_img, cout, 2 * h, 2 * w});
     for (int64_t n = 0; n < n_img; ++n) {
         Sums sums(cout);
         for (int64_t r0 = 0; r0 < h; r0 += rows) {
             const int64_t r1 = std::min(h, r0 + rows);
             int64_t first = 0;
-            const Tensor band = ops::on_device_of(gather_rows(in.x, n, r0 - 1, r1 + 1, first), like);
-            Tensor y = ops::conv2d_upsample2x(band, conv.w, &conv.b, 1, 1);
+            Tensor y;
+            if (lazy) {
+                y = out.rows(n, 2 * r0, 2 * r1, first, like);
+                add_sums(sums, y, 2 * r0 - first, 2 * (r1 - r0));
+                continue;
+            }
+            const Tensor band = in.rows(n, r0 - 1, r1 + 1, first, like);
+            y = ops::conv2d_upsample2x(band, conv.w, &conv.b, 1, 1);
             add_sums(sums, y, 2 * (r0 - first), 2 * (r1 - r0));
-            y = to_park(std::move(y), in.x);
-            copy_rows(out.x, n, 2 * r0, y, 0, 2 * (r0 - first), 2 * (r1 - r0));
+            y = to_park(std::move(y), out.parked.x);
+            copy_rows(out.parked.x, n, 2 * r0, y, 0, 2 * (r0 - first), 2 * (r1 - r0));
         }
-        out.sums.push_back(std::move(sums));
+        (lazy ? out.upsampled_sums : out.parked.sums).push_back(std::move(sums));
     }
     return out;
 }
 
-Tensor norm_silu_conv(const Parked& in, const vae::Norm& norm, int groups, const vae::Conv& conv, const Tensor& like,
+Tensor norm_silu_conv(const Input& in, const vae::Norm& norm, int groups, const vae::Conv& conv, const Tensor& like,
                       int64_t band_bytes) {
-    const int64_t n_img = in.x.dim(0), c = in.x.dim(1), h = in.x.dim(2), w = in.x.dim(3);
+    const int64_t n_img = in.images(), c = in.channels(), h = in.height(), w = in.width();
     const int64_t cout = conv.w.dim(0);
     const int64_t rows = rows_per_band(c, cout, w, band_bytes);
     Tensor out({n_img, cout, h, w});
     for (int64_t n = 0; n < n_img; ++n) {
-        const Affine a = norm_affine(in.sums[n], norm, groups);
+        const Affine a = norm_affine(in.sums(n), norm, groups);
         for (int64_t r0 = 0; r0 < h; r0 += rows) {
             const int64_t r1 = std::min(h, r0 + rows);
             int64_t first = 0;
-            const Tensor band = ops::on_device_of(gather_rows(in.x, n, r0 - 1, r1 + 1, first), like);
+            const Tensor band = in.rows(n, r0 - 1, r1 + 1, first, like);
             const Tensor y = ops::conv2d_affine_silu(band, a.scale, a.shift, conv.w, &conv.b, 1, 1).to_host();
             copy_rows(out, n, r0, y, 0, r0 - first, r1 - r0);
         }
@@ -228,7 +281,7 @@ Tensor Vae::decode_tiled(const Tensor& latents, int64_t band_bytes, bool park_on
             "VAE tiled decode: the band budget must be positive, not " + std::to_string(band_bytes));
     const int groups = config_.norm_num_groups;
     const Tensor& like = dec_conv_in_.w;  // where the decode runs
-    Parked p = park(decode_to_mid_block(latents), park_on_device && like.on_device());
+    Input p{park(decode_to_mid_block(latents), park_on_device && like.on_device()), nullptr, {}};
     for (const Level& level : up_) {
         for (const vae::Resnet& res : level.resnets) p = resnet(std::move(p), res, groups, like, band_bytes);
         if (level.resample) p = upsample(std::move(p), *level.resample, like, band_bytes);
