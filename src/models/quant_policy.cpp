@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 namespace kiln {
 
@@ -16,6 +17,24 @@ bool kept_by_name(const std::string& name) {
            contains(name, "time_embedding") || contains(name, "add_embedding") || contains(name, "embeddings.");
 }
 
+// KILN_QUANT_KEEP=a,b: also keep the matrices whose names contain a or b (for measuring which layers matter).
+bool kept_by_request(const std::string& name) {
+    static const std::vector<std::string> parts = [] {
+        std::vector<std::string> out;
+        const char* v = std::getenv("KILN_QUANT_KEEP");
+        std::string s = v ? v : "";
+        for (size_t at = 0; at <= s.size();) {
+            const size_t comma = std::min(s.find(',', at), s.size());
+            if (comma > at) out.push_back(s.substr(at, comma - at));
+            at = comma + 1;
+        }
+        return out;
+    }();
+    for (const std::string& p : parts)
+        if (name.find(p) != std::string::npos) return true;
+    return false;
+}
+
 }  // namespace
 
 bool quantize_matrix(const std::string& name, const Shape& shape) {
@@ -26,7 +45,7 @@ bool quantize_matrix(const std::string& name, const Shape& shape) {
         const char* v = std::getenv("KILN_QUANT_ALL");
         return v && std::strcmp(v, "1") == 0;
     }();
-    return all || !kept_by_name(name);
+    return (all || !kept_by_name(name)) && !kept_by_request(name);
 }
 
 }  // namespace kiln

@@ -11,7 +11,8 @@ namespace kiln {
 // rows; `shape` its shape. Quantized: matrices whose rows are whole 32-value blocks, of at least
 // kQuantMinValues values, other than the first and last convolutions of the UNet and the VAE (conv_in,
 // conv_out: they touch the latents or pixels directly) and the embeddings (timestep, token, position).
-// KILN_QUANT_ALL=1 in the environment lifts the name rules (for measuring what they are worth).
+// For measuring what the rules are worth: KILN_QUANT_ALL=1 in the environment lifts the name rules, and
+// KILN_QUANT_KEEP=a,b keeps the matrices whose internal names contain a or b too.
 bool quantize_matrix(const std::string& name, const Shape& shape);
 
 inline constexpr int64_t kQuantMinValues = 4096;

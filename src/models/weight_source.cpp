@@ -205,10 +205,13 @@ Tensor WeightReader::stack(const std::vector<std::string>& names, const Shape& e
     require(!names.empty(), ErrorKind::InvalidArgument, "WeightReader: a stack needs one or more names");
     std::vector<Tensor> parts;
     for (const std::string& n : names) parts.push_back(read(n, &each, matrix, /*copied=*/true));
-    const DType type = parts.front().dtype();
+    DType type = parts.front().dtype();
+    // Parts of different precisions (a GGUF file that quantized some, a --weights policy that kept some)
+    // are stacked as float32: exact for 16-bit parts and for the values blocks decode to.
     for (const Tensor& p : parts)
-        require(p.dtype() == type, ErrorKind::InvalidModel,
-                "tensors " + where(names.front()) + " and " + names.back() + " differ in dtype");
+        if (p.dtype() != type) type = DType::F32;
+    if (type == DType::F32)
+        for (Tensor& p : parts) p = p.to_f32();
     Shape shape = each;
     shape[0] *= int64_t(parts.size());
     const int64_t n = parts.front().numel();

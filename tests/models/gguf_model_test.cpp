@@ -60,7 +60,9 @@ Converted convert(const SafetensorsFile& src, DType q, const std::string& path) 
         std::vector<uint64_t> ne(ti.shape.rbegin(), ti.shape.rend());
         data += std::string((32 - data.size() % 32) % 32, '\0');
         const uint64_t offset = data.size();
-        if (sdcpp_quantizes(name, ti.shape)) {
+        // One projection of each self-attention's stacked q|k|v left unquantized: stacks of mixed precision.
+        const bool mixed_stack = name.find("attn1.to_k") != std::string::npos;
+        if (sdcpp_quantizes(name, ti.shape) && !mixed_stack) {
             const Tensor f = src.load(name);
             std::vector<uint8_t> blocks(size_t(dtype_storage_bytes(q, f.numel())));
             quantize_values(q, f.data(), blocks.data(), size_t(f.numel()));
