@@ -65,13 +65,13 @@ public:
     // The blocks of a block-format tensor (Q8_0, Q4_0 or Q4_1): rows of whole blocks (rank >= 1,
     // numel / dim(0) a multiple of 32) and dtype_storage_bytes(dtype, numel) bytes; else InvalidArgument.
     static Tensor from_blocks(Shape shape, DType dtype, std::vector<uint8_t> bytes);
-    // Read-only values of `dtype` (F32, F16, BF16, or a block format) that `storage` points at, numel(shape) of them and
-    // aligned for the dtype, kept alive by `storage`'s owner (a shared_ptr made with the aliasing
-    // constructor: a weight inside a mapped file keeps the mapping). Nothing is copied; the bytes count
-    // in `category` (MappedFile for a file's pages) rather than as memory kiln allocated. Const reads go
-    // to that memory; the non-const float32 accessors (data(), operator[], values()) first copy the
-    // values into storage of the tensor's own, so no code can write through a view. A copy of a view is
-    // a view of the same memory, counted again in the same category.
+    // Read-only values of `dtype` (F32, F16, BF16, or a block format) that `storage` points at, numel(shape)
+    // of them and aligned for the dtype (blocks need no alignment), kept alive by `storage`'s owner (a
+    // shared_ptr made with the aliasing constructor: a weight inside a mapped file keeps the mapping).
+    // Nothing is copied; the bytes count in `category` (MappedFile for a file's pages) rather than as
+    // memory kiln allocated. Const reads go to that memory; the non-const float32 accessors (data(),
+    // operator[], values()) first copy the values into storage of the tensor's own, so no code can write
+    // through a view. A copy of a view is a view of the same memory, counted again in the same category.
     static Tensor view(Shape shape, DType dtype, std::shared_ptr<const void> storage, MemoryCategory category);
     bool is_view() const { return view_ != nullptr; }
 
