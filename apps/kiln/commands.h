@@ -65,6 +65,9 @@ void apply_vram_limit(const std::string& vram, const Device& device);
 // --weights as a dtype: empty (keep the file's) gives none; CLI11 has checked the spelling.
 inline std::optional<DType> weights_option(const std::string& s) {
     if (s.empty()) return std::nullopt;
+    if (s == "q8_0") return DType::Q8_0;
+    if (s == "q4_0") return DType::Q4_0;
+    if (s == "q4_1") return DType::Q4_1;
     return s == "f32" ? DType::F32 : s == "f16" ? DType::F16 : DType::BF16;
 }
 

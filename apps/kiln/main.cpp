@@ -30,7 +30,9 @@ int main(int argc, char** argv) {
 
     kiln::cli::GenerateOptions gen;
     const char* kWeightsHelp =
-        "f32 | f16 | bf16: precision of the weights in memory (default: as the file stores them)";
+        "f32 | f16 | bf16 | q8_0 | q4_0 | q4_1: precision of the weights in memory (default: as the file stores "
+        "them; q*: 8- or 4-bit blocks for the linear and conv weights, docs/QUANT.md)";
+    const std::vector<std::string> kWeightsChoices = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"};
     const char* kDeviceHelp = "cpu | cuda[:N] | vulkan[:N] | auto (a GPU when there is one, CUDA before Vulkan; kiln info --devices lists them)";
     const char* kPrecisionHelp = "fp16 | bf16 | fp32: activations on a GPU (default fp16; the CPU computes in fp32)";
     auto add_generation_options = [&](CLI::App* cmd, bool img2img) {
@@ -64,7 +66,7 @@ int main(int argc, char** argv) {
             ->capture_default_str();
         cmd->add_option("--prediction", gen.prediction, "eps | v: what an SD 2.x single file predicts")
             ->check(CLI::IsMember({"eps", "epsilon", "v", "v_prediction"}));
-        cmd->add_option("--weights", gen.weights, kWeightsHelp)->check(CLI::IsMember({"f32", "f16", "bf16"}));
+        cmd->add_option("--weights", gen.weights, kWeightsHelp)->check(CLI::IsMember(kWeightsChoices));
         cmd->add_option("--device", gen.device, kDeviceHelp)->capture_default_str();
         cmd->add_option("--precision", gen.precision, kPrecisionHelp)->check(CLI::IsMember({"fp16", "bf16", "fp32"}));
         cmd->add_option("-o,--output", gen.output, "output PNG")->capture_default_str();
@@ -102,7 +104,7 @@ int main(int argc, char** argv) {
     bench->add_option("-m,--model", bench_opts.model, "a real checkpoint instead (.safetensors file or diffusers folder)");
     bench->add_option("--prediction", bench_opts.prediction, "eps | v: what an SD 2.x single file predicts")
         ->check(CLI::IsMember({"eps", "epsilon", "v", "v_prediction"}));
-    bench->add_option("--weights", bench_opts.weights, kWeightsHelp)->check(CLI::IsMember({"f32", "f16", "bf16"}));
+    bench->add_option("--weights", bench_opts.weights, kWeightsHelp)->check(CLI::IsMember(kWeightsChoices));
     bench->add_option("-W,--width", bench_opts.width, "image width in pixels")->capture_default_str();
     bench->add_option("-H,--height", bench_opts.height, "image height in pixels")->capture_default_str();
     bench->add_option("--vae-park", bench_opts.vae_park,

@@ -1,5 +1,7 @@
 #include "core/dtype.h"
 
+#include "quant/block_formats.h"
+
 namespace kiln {
 
 namespace {
@@ -19,6 +21,9 @@ const char* dtype_name(DType dtype) {
         case DType::I8: return "I8";
         case DType::U8: return "U8";
         case DType::BOOL: return "BOOL";
+        case DType::Q8_0: return "Q8_0";
+        case DType::Q4_0: return "Q4_0";
+        case DType::Q4_1: return "Q4_1";
     }
     return "?";
 }
@@ -35,8 +40,27 @@ size_t dtype_size(DType dtype) {
         case DType::I8:
         case DType::U8:
         case DType::BOOL: return 1;
+        case DType::Q8_0:
+        case DType::Q4_0:
+        case DType::Q4_1: return 0;
     }
     return 0;
+}
+
+bool is_block_quantized(DType dtype) { return dtype_block_bytes(dtype) != 0; }
+
+size_t dtype_block_bytes(DType dtype) {
+    switch (dtype) {
+        case DType::Q8_0: return quant::kQ8_0Bytes;
+        case DType::Q4_0: return quant::kQ4_0Bytes;
+        case DType::Q4_1: return quant::kQ4_1Bytes;
+        default: return 0;
+    }
+}
+
+int64_t dtype_storage_bytes(DType dtype, int64_t numel) {
+    if (is_block_quantized(dtype)) return numel / quant::kBlockValues * int64_t(dtype_block_bytes(dtype));
+    return numel * int64_t(dtype_size(dtype));
 }
 
 std::optional<DType> dtype_from_name(std::string_view name) {

@@ -1,6 +1,8 @@
 #include "core/dtype_convert.h"
 
+#include <algorithm>
 #include <bit>
+#include <string>
 #include <cassert>
 #include <cfloat>
 #include <cmath>
@@ -8,6 +10,8 @@
 #include <limits>
 
 #include "core/half.h"
+#include "kiln/error.h"
+#include "quant/block_formats.h"
 
 #if defined(__F16C__) && defined(__AVX__)
 #include <immintrin.h>
@@ -90,8 +94,20 @@ void decode_bf16(const uint8_t* src, float* dst, size_t n) {
     }
 }
 
+// n values (a multiple of 32) of a block format: whole blocks.
+void decode_quantized(DType dtype, const uint8_t* src, float* dst, size_t n) {
+    const size_t bytes = dtype_block_bytes(dtype);
+    auto* dequantize = dtype == DType::Q8_0 ? quant::dequantize_q8_0
+                       : dtype == DType::Q4_0 ? quant::dequantize_q4_0
+                                              : quant::dequantize_q4_1;
+    for (size_t b = 0; b < n / quant::kBlockValues; ++b) dequantize(src + b * bytes, dst + b * quant::kBlockValues);
+}
+
 void decode_block(DType dtype, const uint8_t* src, float* dst, size_t n) {
     switch (dtype) {
+        case DType::Q8_0:
+        case DType::Q4_0:
+        case DType::Q4_1: return decode_quantized(dtype, src, dst, n);
         case DType::F64: return decode_f64(src, dst, n);
         case DType::F32: std::memcpy(dst, src, n * 4); return;
         case DType::F16: return decode_f16(src, dst, n);
@@ -149,8 +165,36 @@ uint16_t float_to_bf16(float f) {
 }
 
 void decode_to_float(DType dtype, const uint8_t* src, float* dst, size_t n) {
-    const size_t width = dtype_size(dtype);
-    for_blocks(n, [&](size_t begin, size_t count) { decode_block(dtype, src + begin * width, dst + begin, count); });
+    // kBlockElements is a multiple of 32, so every range but the last holds whole quantized blocks.
+    static_assert(kBlockElements % quant::kBlockValues == 0);
+    for_blocks(n, [&](size_t begin, size_t count) {
+        decode_block(dtype, src + size_t(dtype_storage_bytes(dtype, int64_t(begin))), dst + begin, count);
+    });
+}
+
+void quantize_values(DType dtype, const float* src, uint8_t* dst, size_t n) {
+    require(is_block_quantized(dtype), ErrorKind::InvalidArgument,
+            std::string("quantize_values: ") + dtype_name(dtype) + " is not a block format");
+    require(n % quant::kBlockValues == 0, ErrorKind::InvalidArgument,
+            std::string("cannot quantize ") + std::to_string(n) + " values to " + dtype_name(dtype) +
+                ": blocks hold 32 values");
+    const size_t bytes = dtype_block_bytes(dtype);
+    auto* quantize = dtype == DType::Q8_0 ? quant::quantize_q8_0
+                     : dtype == DType::Q4_0 ? quant::quantize_q4_0
+                                            : quant::quantize_q4_1;
+    const long long blocks = static_cast<long long>(n / quant::kBlockValues);
+    long long first_bad = blocks;  // no exception may leave the parallel loop: find the first bad block
+#pragma omp parallel for schedule(static) reduction(min : first_bad) if (n >= kParallelMinElements)
+    for (long long b = 0; b < blocks; ++b)
+        if (!quantize(src + b * quant::kBlockValues, dst + b * bytes)) first_bad = std::min(first_bad, b);
+    if (first_bad == blocks) return;
+    for (size_t i = size_t(first_bad) * quant::kBlockValues; i < size_t(first_bad + 1) * quant::kBlockValues; ++i)
+        require(std::isfinite(src[i]), ErrorKind::InvalidArgument,
+                std::string("cannot quantize to ") + dtype_name(dtype) + ": value " + std::to_string(i) + " is " +
+                    (std::isnan(src[i]) ? "NaN" : "infinite"));
+    fail(ErrorKind::InvalidArgument, std::string("cannot quantize to ") + dtype_name(dtype) + ": the block at value " +
+                                         std::to_string(size_t(first_bad) * quant::kBlockValues) +
+                                         " needs a scale beyond fp16's range (65504)");
 }
 
 void encode_from_float(DType dtype, const float* src, uint8_t* dst, size_t n) {

@@ -4,6 +4,7 @@
 
 #include "core/dtype_convert.h"
 #include "kiln/error.h"
+#include "quant/block_formats.h"
 
 namespace kiln {
 
@@ -51,20 +52,52 @@ Tensor Tensor::from_bits16(Shape shape, DType dtype, std::vector<uint16_t> bits)
     return t;
 }
 
+namespace {
+
+// Block-format tensors hold rows of whole blocks, so that rows are byte ranges (weight tiles, row slices).
+void require_block_rows(const Shape& shape, DType dtype) {
+    const int64_t rows = shape.empty() ? 0 : shape[0], numel = shape_numel(shape);
+    require(!shape.empty() && (rows == 0 || (numel / rows) % quant::kBlockValues == 0), ErrorKind::InvalidArgument,
+            std::string("a ") + dtype_name(dtype) + " tensor of shape " + shape_str(shape) +
+                ": its rows (numel / dim 0) must be whole blocks of 32 values");
+}
+
+}  // namespace
+
+Tensor Tensor::from_blocks(Shape shape, DType dtype, std::vector<uint8_t> bytes) {
+    require(is_block_quantized(dtype), ErrorKind::InvalidArgument,
+            std::string("block tensor of dtype ") + dtype_name(dtype) + " (Q8_0, Q4_0 or Q4_1 expected)");
+    require_block_rows(shape, dtype);
+    const int64_t numel = shape_numel(shape);
+    require(dtype_storage_bytes(dtype, numel) == int64_t(bytes.size()), ErrorKind::InvalidArgument,
+            std::string(dtype_name(dtype)) + " tensor of shape " + shape_str(shape) + " given " +
+                std::to_string(bytes.size()) + " bytes");
+    Tensor t;
+    t.shape_ = std::move(shape);
+    t.numel_ = numel;
+    t.dtype_ = dtype;
+    t.blocks_ = std::move(bytes);
+    t.lease_ = MemoryLease(int64_t(t.blocks_.size()));
+    return t;
+}
+
 Tensor Tensor::view(Shape shape, DType dtype, std::shared_ptr<const void> storage, MemoryCategory category) {
-    require(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16, ErrorKind::InvalidArgument,
-            std::string("a view of dtype ") + dtype_name(dtype) + " (F32, F16 or BF16 expected)");
+    const bool blocks = is_block_quantized(dtype);
+    require(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16 || blocks, ErrorKind::InvalidArgument,
+            std::string("a view of dtype ") + dtype_name(dtype) + " (F32, F16, BF16 or a block format expected)");
+    if (blocks) require_block_rows(shape, dtype);
     Tensor t;
     t.numel_ = shape_numel(shape);
     require(storage != nullptr || t.numel_ == 0, ErrorKind::InvalidArgument,
             "a view of shape " + shape_str(shape) + " without memory");
-    require(reinterpret_cast<uintptr_t>(storage.get()) % dtype_size(dtype) == 0, ErrorKind::InvalidArgument,
+    // Blocks are read byte by byte (quant/block_formats.h): any address will do.
+    require(blocks || reinterpret_cast<uintptr_t>(storage.get()) % dtype_size(dtype) == 0, ErrorKind::InvalidArgument,
             std::string("a view of ") + dtype_name(dtype) + " values at an address not aligned for them");
     t.shape_ = std::move(shape);
     t.dtype_ = dtype;
     if (t.numel_ > 0) {  // an empty view needs no memory and holds none
         t.view_ = std::move(storage);
-        t.lease_ = MemoryLease(t.numel_ * int64_t(dtype_size(dtype)), category);
+        t.lease_ = MemoryLease(dtype_storage_bytes(dtype, t.numel_), category);
     }
     return t;
 }
@@ -89,6 +122,7 @@ Tensor::Tensor(const Tensor& other)
       dtype_(other.dtype_),
       data_(other.data_),
       bits16_(other.bits16_),
+      blocks_(other.blocks_),
       // A lease's copy counts in the copier's category; a view's copy is the same kind of memory.
       lease_(other.view_ ? MemoryLease(other.lease_.bytes(), other.lease_.category()) : other.lease_),
       view_(other.view_) {
@@ -104,6 +138,10 @@ Tensor& Tensor::operator=(const Tensor& other) {
 }
 
 Tensor Tensor::empty_on(Backend& backend, Shape shape, DType dtype) {
+    // GPUs receive block-format weights dequantized (to_device); no backend stores the blocks yet.
+    require(!is_block_quantized(dtype), ErrorKind::Unsupported,
+            std::string("a ") + dtype_name(dtype) + " tensor on " + device_name(backend.device()) +
+                " (block formats live on the host only for now)");
     require(backend.supports(dtype), ErrorKind::Unsupported,
             device_name(backend.device()) + " does not compute in " + dtype_name(dtype) +
                 (dtype == DType::BF16 ? " (use --precision fp16 or fp32)" : ""));
@@ -159,6 +197,11 @@ void Tensor::throw_not_host() const {
 
 void Tensor::throw_not_f32() const {
     if (device_) throw_not_host();
+    // Reading blocks as floats would compute garbage: this op does not take block formats (yet).
+    if (is_block_quantized(dtype_))
+        fail(ErrorKind::Unsupported, std::string("a float32 tensor is needed here, got ") + dtype_name(dtype_) +
+                                         " of shape " + shape_str(shape_) +
+                                         " (only linear and conv2d read block-format weights)");
     fail(ErrorKind::InvalidArgument, std::string("a float32 tensor is needed here, got ") + dtype_name(dtype_) +
                                          " of shape " + shape_str(shape_));
 }
@@ -170,11 +213,25 @@ const uint16_t* Tensor::bits16() const {
     return b16();
 }
 
+const uint8_t* Tensor::blocks() const {
+    require_host();
+    require(is_block_quantized(dtype_), ErrorKind::InvalidArgument,
+            std::string("a block-format tensor is needed here, got ") + dtype_name(dtype_) + " of shape " +
+                shape_str(shape_));
+    return b8();
+}
+
+const uint8_t* Tensor::stored_bytes() const {
+    if (dtype_ == DType::F32) return reinterpret_cast<const uint8_t*>(f32());
+    if (is_block_quantized(dtype_)) return b8();
+    return reinterpret_cast<const uint8_t*>(b16());
+}
+
 Tensor Tensor::to_f32() const {
     require_host();
     if (dtype_ == DType::F32) return *this;
     Tensor out(shape_);
-    decode_to_float(dtype_, reinterpret_cast<const uint8_t*>(b16()), out.data_.data(), size_t(numel_));
+    decode_to_float(dtype_, stored_bytes(), out.data_.data(), size_t(numel_));
     return out;
 }
 
@@ -187,7 +244,8 @@ void Tensor::row_to_f32(int64_t row, float* out) const {
         std::copy(f32() + row * cols, f32() + (row + 1) * cols, out);
         return;
     }
-    decode_to_float(dtype_, reinterpret_cast<const uint8_t*>(b16() + row * cols), out, size_t(cols));
+    // Rows of a block format are whole blocks (from_blocks, view), so a row starts a block.
+    decode_to_float(dtype_, stored_bytes() + dtype_storage_bytes(dtype_, row * cols), out, size_t(cols));
 }
 
 Tensor Tensor::converted(DType dtype) const {
@@ -195,6 +253,12 @@ Tensor Tensor::converted(DType dtype) const {
     if (dtype == dtype_) return *this;
     if (dtype == DType::F32) return to_f32();
     const Tensor f = to_f32();
+    if (is_block_quantized(dtype)) {
+        require_block_rows(shape_, dtype);
+        std::vector<uint8_t> bytes(size_t(dtype_storage_bytes(dtype, numel_)));
+        quantize_values(dtype, f.f32(), bytes.data(), size_t(numel_));
+        return from_blocks(shape_, dtype, std::move(bytes));
+    }
     std::vector<uint16_t> bits(static_cast<size_t>(numel_));
     encode_from_float(dtype, f.f32(), reinterpret_cast<uint8_t*>(bits.data()), size_t(numel_));
     return from_bits16(shape_, dtype, std::move(bits));
@@ -212,6 +276,7 @@ Tensor Tensor::reshaped(Shape shape) const& { return Tensor(*this).reshaped(std:
 Tensor Tensor::reshaped(Shape shape) && {
     require(shape_numel(shape) == numel_, ErrorKind::InvalidArgument,
             "tensor of shape " + shape_str(shape) + " given " + std::to_string(numel_) + " values");
+    if (is_block_quantized(dtype_)) require_block_rows(shape, dtype_);
     Tensor out(std::move(*this));
     out.shape_ = std::move(shape);
     return out;
@@ -221,13 +286,16 @@ Tensor Tensor::first_values(Shape shape) && {
     const int64_t n = shape_numel(shape);
     require(n <= numel_, ErrorKind::InvalidArgument,
             "the first values of shape " + shape_str(shape) + " of a tensor of shape " + shape_str(shape_));
+    if (is_block_quantized(dtype_)) require_block_rows(shape, dtype_);
     Tensor out(std::move(*this));
     out.shape_ = std::move(shape);
     out.numel_ = n;
     // Shrinking a vector never reallocates; the lease keeps counting the whole storage. A view keeps
     // pointing at the same memory.
     if (out.view_) return out;
-    if (out.dtype_ == DType::F32)
+    if (is_block_quantized(out.dtype_))
+        out.blocks_.resize(size_t(dtype_storage_bytes(out.dtype_, n)));
+    else if (out.dtype_ == DType::F32)
         out.data_.resize(static_cast<size_t>(n));
     else
         out.bits16_.resize(static_cast<size_t>(n));

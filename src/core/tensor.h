@@ -9,6 +9,11 @@
 // category current on the creating thread (Activations unless a MemoryCategoryScope says otherwise).
 // A copy counts in the copier's category, a move keeps the count's category. Growing values() in place
 // is not re-counted: make a new tensor instead.
+// A weight may also be held in a block format (Q8_0, Q4_0, Q4_1: quant/block_formats.h) as the bytes of its
+// blocks, on the host only: every row (numel / dim(0) values) is a whole number of 32-value blocks, so a
+// range of rows is a range of bytes. linear and conv2d dequantize tiles of such rows as they go, exactly as
+// they convert F16/BF16 tiles; any other use of the values reads them through to_f32(), and the float32
+// accessors refuse such a tensor with an Unsupported error rather than read its bytes as floats.
 // A view (Tensor::view) reads values that live in memory it does not own, a weight inside a memory-mapped
 // file: nothing is copied, its bytes count in the category its maker names, and nothing can write
 // through it (see view()).
@@ -48,6 +53,7 @@ public:
         dtype_ = std::exchange(other.dtype_, DType::F32);
         data_ = std::move(other.data_);
         bits16_ = std::move(other.bits16_);
+        blocks_ = std::move(other.blocks_);
         lease_ = std::move(other.lease_);
         view_ = std::move(other.view_);
         device_ = std::move(other.device_);
@@ -56,13 +62,16 @@ public:
     }
     // F16 or BF16 codes, numel of them (anything else: InvalidArgument).
     static Tensor from_bits16(Shape shape, DType dtype, std::vector<uint16_t> bits);
-    // Read-only values of `dtype` (F32, F16 or BF16) that `storage` points at, numel(shape) of them and
-    // aligned for the dtype, kept alive by `storage`'s owner (a shared_ptr made with the aliasing
-    // constructor: a weight inside a mapped file keeps the mapping). Nothing is copied; the bytes count
-    // in `category` (MappedFile for a file's pages) rather than as memory kiln allocated. Const reads go
-    // to that memory; the non-const float32 accessors (data(), operator[], values()) first copy the
-    // values into storage of the tensor's own, so no code can write through a view. A copy of a view is
-    // a view of the same memory, counted again in the same category.
+    // The blocks of a block-format tensor (Q8_0, Q4_0 or Q4_1): rows of whole blocks (rank >= 1,
+    // numel / dim(0) a multiple of 32) and dtype_storage_bytes(dtype, numel) bytes; else InvalidArgument.
+    static Tensor from_blocks(Shape shape, DType dtype, std::vector<uint8_t> bytes);
+    // Read-only values of `dtype` (F32, F16, BF16, or a block format) that `storage` points at, numel(shape)
+    // of them and aligned for the dtype (blocks need no alignment), kept alive by `storage`'s owner (a
+    // shared_ptr made with the aliasing constructor: a weight inside a mapped file keeps the mapping).
+    // Nothing is copied; the bytes count in `category` (MappedFile for a file's pages) rather than as
+    // memory kiln allocated. Const reads go to that memory; the non-const float32 accessors (data(),
+    // operator[], values()) first copy the values into storage of the tensor's own, so no code can write
+    // through a view. A copy of a view is a view of the same memory, counted again in the same category.
     static Tensor view(Shape shape, DType dtype, std::shared_ptr<const void> storage, MemoryCategory category);
     bool is_view() const { return view_ != nullptr; }
 
@@ -92,11 +101,14 @@ public:
     const float* data() const { return require_f32(), f32(); }
     // F16/BF16 storage; a float32 tensor throws InvalidArgument.
     const uint16_t* bits16() const;
+    // Block-format storage (is_block_quantized(dtype())); any other tensor throws InvalidArgument.
+    const uint8_t* blocks() const;
     // The same values as float32 (a copy; exact for F16 and BF16).
     Tensor to_f32() const;
     // Row `row` of a [rows, ...] tensor of any dtype into out[numel / rows] as float32 (embedding lookups).
     void row_to_f32(int64_t row, float* out) const;
-    // The values rounded to `dtype` (F32, F16 or BF16; round to nearest even).
+    // The values rounded to `dtype` (F32, F16 or BF16; round to nearest even), or quantized to a block format
+    // (rows of whole blocks needed; a NaN or infinite value is InvalidArgument).
     Tensor converted(DType dtype) const;
     float& operator[](int64_t i) { return require_f32(), own(), data_[i]; }
     float operator[](int64_t i) const { return require_f32(), f32()[i]; }
@@ -124,6 +136,9 @@ private:
     // Where the values are: the tensor's own vectors, or a view's memory.
     const float* f32() const { return view_ ? static_cast<const float*>(view_.get()) : data_.data(); }
     const uint16_t* b16() const { return view_ ? static_cast<const uint16_t*>(view_.get()) : bits16_.data(); }
+    const uint8_t* b8() const { return view_ ? static_cast<const uint8_t*>(view_.get()) : blocks_.data(); }
+    // Any dtype's stored bytes on the host, for decode_to_float.
+    const uint8_t* stored_bytes() const;
     void own() {
         if (view_) copy_out_of_view();
     }
@@ -135,8 +150,9 @@ private:
     DType dtype_ = DType::F32;
     std::vector<float> data_;       // F32
     std::vector<uint16_t> bits16_;  // F16, BF16
+    std::vector<uint8_t> blocks_;   // Q8_0, Q4_0, Q4_1
     MemoryLease lease_;  // after data_: counted only once the storage exists
-    std::shared_ptr<const void> view_;  // set for a view (then data_ and bits16_ are empty)
+    std::shared_ptr<const void> view_;  // set for a view (then data_, bits16_ and blocks_ are empty)
     std::shared_ptr<DeviceBuffer> device_;  // set for a device tensor (then data_ and bits16_ are empty)
 };
 

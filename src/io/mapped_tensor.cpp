@@ -11,11 +11,16 @@ namespace {
 // `shape`'s values starting `skip` values into the tensor, or nothing when they cannot be used in place.
 std::optional<Tensor> view_of(const std::shared_ptr<const SafetensorsFile>& file, const TensorInfo& ti, Shape shape,
                               int64_t skip) {
-    if (ti.dtype != DType::F32 && ti.dtype != DType::F16 && ti.dtype != DType::BF16) return std::nullopt;
-    if (shape_numel(shape) == 0) return std::nullopt;  // nothing to share; a plain empty tensor does
-    const uint8_t* bytes = file->raw(ti.name) + skip * int64_t(dtype_size(ti.dtype));
-    // Reading a float or a 16-bit code at an address not aligned for it is undefined behaviour.
-    if (reinterpret_cast<uintptr_t>(bytes) % dtype_size(ti.dtype) != 0) return std::nullopt;
+    const bool blocks = is_block_quantized(ti.dtype);
+    if (ti.dtype != DType::F32 && ti.dtype != DType::F16 && ti.dtype != DType::BF16 && !blocks) return std::nullopt;
+    const int64_t numel = shape_numel(shape);
+    if (numel == 0) return std::nullopt;  // nothing to share; a plain empty tensor does
+    // Block formats: rows of whole blocks only (Tensor::view), so that `skip` (whole rows) is whole blocks.
+    if (blocks && (shape.empty() || (numel / shape[0]) % 32 != 0)) return std::nullopt;
+    const uint8_t* bytes = file->raw(ti.name) + dtype_storage_bytes(ti.dtype, skip);
+    // Reading a float or a 16-bit code at an address not aligned for it is undefined behaviour (blocks are
+    // read byte by byte).
+    if (!blocks && reinterpret_cast<uintptr_t>(bytes) % dtype_size(ti.dtype) != 0) return std::nullopt;
     // The aliasing constructor: the view points at the values and shares ownership of the file.
     return Tensor::view(std::move(shape), ti.dtype, std::shared_ptr<const void>(file, bytes), MemoryCategory::MappedFile);
 }

@@ -13,7 +13,7 @@
 namespace kiln {
 
 // The tensor `name` as the file stores it, without a copy, when it can be used in place: dtype F32,
-// F16 or BF16, and data aligned for that dtype (the format does not promise alignment; a file
+// F16 or BF16 and data aligned for that dtype, or a block format (GGUF) whose rows are whole blocks (the format does not promise alignment; a file
 // written by kiln or by the safetensors library has it). Nothing otherwise: the caller copies
 // (SafetensorsFile::load / load_stored). A missing name is InvalidModel, as SafetensorsFile::info.
 std::optional<Tensor> mapped_tensor(const std::shared_ptr<const SafetensorsFile>& file, const std::string& name);

@@ -5,6 +5,7 @@
 #include <new>
 
 #include "core/dtype_convert.h"
+#include "io/gguf.h"
 #include "kiln/error.h"
 
 namespace kiln {
@@ -13,6 +14,13 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     SafetensorsFile file;
     file.path_ = path;
     file.file_ = MappedFile::open(path);
+    if (kiln::is_gguf(file.file_.data(), file.file_.size())) {
+        GgufLayout gguf = parse_gguf_layout(file.file_.data(), file.file_.size(), path);
+        file.gguf_ = true;
+        file.layout_.tensors = std::move(gguf.tensors);
+        for (auto& [key, value] : gguf.metadata) file.layout_.metadata.emplace(key, std::move(value.text));
+        return file;
+    }
     file.layout_ = parse_safetensors_layout(file.file_.data(), file.file_.size(), path);
     return file;
 }
@@ -49,8 +57,28 @@ Tensor SafetensorsFile::load(const std::string& name) const {
     return t;
 }
 
+namespace {
+
+bool whole_block_rows(const Shape& shape) {
+    const int64_t rows = shape.empty() ? 0 : shape[0];
+    return rows > 0 && (shape_numel(shape) / rows) % 32 == 0;
+}
+
+}  // namespace
+
 Tensor SafetensorsFile::load_stored(const std::string& name) const {
     const TensorInfo& ti = info(name);
+    if (is_block_quantized(ti.dtype) && whole_block_rows(ti.shape)) {
+        std::vector<uint8_t> bytes;
+        try {
+            bytes.assign(file_.data() + ti.offset, file_.data() + ti.offset + ti.nbytes);
+        } catch (const std::bad_alloc&) {
+            fail(ErrorKind::OutOfMemory,
+                 path_ + ": no memory for tensor " + quote_name(name) + " of shape " + shape_str(ti.shape));
+        }
+        file_.drop_pages(ti.offset, ti.nbytes);
+        return Tensor::from_blocks(ti.shape, ti.dtype, std::move(bytes));
+    }
     if (ti.dtype != DType::F16 && ti.dtype != DType::BF16) return load(name);
     std::vector<uint16_t> bits;
     try {

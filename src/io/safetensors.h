@@ -16,6 +16,11 @@ namespace kiln {
 
 // An open safetensors file, memory-mapped read-only. Everything about its layout was validated by
 // open(), so load() and raw() never read outside the file. Movable, not copyable.
+// open() also reads GGUF files (io/gguf.h), recognised by their magic: their tensors are byte ranges
+// of the mapping too, with PyTorch-order shapes and the same names as the checkpoint they were
+// converted from, so every loader of single files reads them unchanged. Their blocks of Q8_0/Q4_0/Q4_1
+// decode to float32 in load(); load_stored() keeps them as blocks. (The class keeps its name for now;
+// "TensorFile" would describe it better.)
 class SafetensorsFile {
 public:
     static SafetensorsFile open(const std::string& path);  // throws kiln::Error (IO or InvalidModel)
@@ -28,10 +33,13 @@ public:
     // The tensor as float32, converted from F64/F32/F16/BF16 or by value from integer dtypes;
     // BOOL gives an Unsupported error.
     Tensor load(const std::string& name) const;
-    // The tensor in its stored precision when that is F16 or BF16 (16-bit codes), else as load().
+    // The tensor in its stored precision when that is F16 or BF16 (16-bit codes) or a block format whose
+    // rows are whole blocks (Tensor::from_blocks), else as load().
     Tensor load_stored(const std::string& name) const;
     const uint8_t* raw(const std::string& name) const;  // pointer into the mapping, info(name).nbytes long
+    // safetensors' "__metadata__", or a GGUF file's metadata values as text.
     const std::map<std::string, std::string>& metadata() const { return layout_.metadata; }
+    bool is_gguf() const { return gguf_; }
 
     SafetensorsFile(SafetensorsFile&&) noexcept = default;
     SafetensorsFile& operator=(SafetensorsFile&&) noexcept = default;
@@ -44,6 +52,7 @@ private:
     std::string path_;
     MappedFile file_;
     SafetensorsLayout layout_;
+    bool gguf_ = false;
 };
 
 // Writes the tensors (in the given order) converted to `dtype` (F32, F16 or BF16) with the given

@@ -156,6 +156,8 @@ TensorInfo parse_tensor(const std::string& name, const json& entry, uint64_t dat
     return TensorInfo{name, *dtype, std::move(shape), data_start + begin, end - begin};
 }
 
+}  // namespace
+
 void check_no_overlaps(const std::map<std::string, TensorInfo>& tensors, const std::string& path) {
     std::vector<const TensorInfo*> by_offset;
     for (const auto& [name, info] : tensors)
@@ -170,8 +172,6 @@ void check_no_overlaps(const std::map<std::string, TensorInfo>& tensors, const s
                                               quote_name(cur.name) + " have overlapping data");
     }
 }
-
-}  // namespace
 
 SafetensorsLayout parse_safetensors_layout(const uint8_t* file, uint64_t size, const std::string& path) {
     require(size >= 8, ErrorKind::InvalidModel,

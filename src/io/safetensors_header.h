@@ -33,6 +33,9 @@ inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 // with a one-line message naming `path` and, where it applies, the tensor.
 SafetensorsLayout parse_safetensors_layout(const uint8_t* file, uint64_t size, const std::string& path);
 
+// InvalidModel naming `path` and two tensors when any two non-empty byte ranges share a byte.
+void check_no_overlaps(const std::map<std::string, TensorInfo>& tensors, const std::string& path);
+
 // Text made safe for a one-line error message: control characters escaped, cut after max_chars.
 std::string one_line(std::string_view text, size_t max_chars);
 

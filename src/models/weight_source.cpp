@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "io/mapped_tensor.h"
+#include "models/quant_policy.h"
 #include "kiln/error.h"
 
 namespace kiln {
@@ -14,9 +15,10 @@ namespace {
 // bytes read as integers would run as garbage weights.
 void require_floating(const SafetensorsFile& file, const std::string& name) {
     const DType t = file.info(name).dtype;
-    require(t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64, ErrorKind::InvalidModel,
+    require(t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64 || is_block_quantized(t),
+            ErrorKind::InvalidModel,
             "tensor " + quote_name(name) + " in " + file.path() + " has dtype " + dtype_name(t) +
-                "; kiln reads weights of F32, F16, BF16 or F64");
+                "; kiln reads weights of F32, F16, BF16, F64, Q8_0, Q4_0 or Q4_1");
 }
 
 }  // namespace
@@ -94,6 +96,12 @@ Shape squeezed(const Shape& shape) {
 // Rows [first, first + n) of t (any dtype), as a tensor of shape `shape`.
 Tensor slice_rows(const Tensor& t, int64_t first, int64_t n, Shape shape) {
     const int64_t inner = t.numel() / t.dim(0);
+    if (is_block_quantized(t.dtype())) {  // rows are whole blocks (Tensor::from_blocks)
+        const uint8_t* p = t.blocks();
+        return Tensor::from_blocks(std::move(shape), t.dtype(),
+                                   std::vector<uint8_t>(p + dtype_storage_bytes(t.dtype(), first * inner),
+                                                        p + dtype_storage_bytes(t.dtype(), (first + n) * inner)));
+    }
     if (t.dtype() == DType::F32)
         return Tensor(std::move(shape), std::vector<float>(t.data() + first * inner, t.data() + (first + n) * inner));
     return Tensor::from_bits16(std::move(shape), t.dtype(),
@@ -166,8 +174,16 @@ Tensor WeightReader::read(const std::string& name, const Shape* expected, bool m
     if (expected && t.shape() != *expected)
         fail(ErrorKind::InvalidModel, "tensor " + source_.display_name(name) + " in " + source_.describe() +
                                           " has shape " + shape_str(t.shape()) + ", expected " + shape_str(*expected));
-    if (matrix && source_.weights_dtype) return t.converted(*source_.weights_dtype);
-    return t;
+    if (!matrix || !source_.weights_dtype) return t;
+    const DType want = *source_.weights_dtype;
+    if (!is_block_quantized(want)) return t.converted(want);
+    if (t.dtype() == want || !quantize_matrix(name, t.shape())) return t;
+    try {
+        return t.converted(want);
+    } catch (const Error& e) {  // a NaN or infinite weight: the file is damaged
+        fail(ErrorKind::InvalidModel, "tensor " + source_.display_name(name) + " in " + source_.describe() + ": " +
+                                          e.what());
+    }
 }
 
 Tensor WeightReader::place(Tensor t) const {
@@ -194,10 +210,13 @@ Tensor WeightReader::stack(const std::vector<std::string>& names, const Shape& e
     require(!names.empty(), ErrorKind::InvalidArgument, "WeightReader: a stack needs one or more names");
     std::vector<Tensor> parts;
     for (const std::string& n : names) parts.push_back(read(n, &each, matrix, /*copied=*/true));
-    const DType type = parts.front().dtype();
+    DType type = parts.front().dtype();
+    // Parts of different precisions (a GGUF file that quantized some, a --weights policy that kept some)
+    // are stacked as float32: exact for 16-bit parts and for the values blocks decode to.
     for (const Tensor& p : parts)
-        require(p.dtype() == type, ErrorKind::InvalidModel,
-                "tensors " + where(names.front()) + " and " + names.back() + " differ in dtype");
+        if (p.dtype() != type) type = DType::F32;
+    if (type == DType::F32)
+        for (Tensor& p : parts) p = p.to_f32();
     Shape shape = each;
     shape[0] *= int64_t(parts.size());
     const int64_t n = parts.front().numel();
@@ -206,6 +225,13 @@ Tensor WeightReader::stack(const std::vector<std::string>& names, const Shape& e
         all.reserve(size_t(n) * parts.size());
         for (const Tensor& p : parts) all.insert(all.end(), p.data(), p.data() + n);  // a source may give views
         return place(Tensor(shape, std::move(all)));
+    }
+    if (is_block_quantized(type)) {  // each part is rows of whole blocks, so the stack is too
+        std::vector<uint8_t> all;
+        const int64_t bytes = dtype_storage_bytes(type, n);
+        all.reserve(size_t(bytes) * parts.size());
+        for (const Tensor& p : parts) all.insert(all.end(), p.blocks(), p.blocks() + bytes);
+        return place(Tensor::from_blocks(shape, type, std::move(all)));
     }
     std::vector<uint16_t> all;
     all.reserve(size_t(n) * parts.size());

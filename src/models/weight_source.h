@@ -63,7 +63,9 @@ public:
     }
 
     // The precision WeightReader::get_matrix hands matrices out in: unset keeps load_matrix's (the
-    // file's); F32, F16 or BF16 converts at load (the --weights option). Other tensors are float32.
+    // file's); F32, F16 or BF16 converts at load (the --weights option); a block format (Q8_0, Q4_0,
+    // Q4_1) quantizes the matrices models/quant_policy.h picks and keeps the others as stored. Other
+    // tensors are float32.
     std::optional<DType> weights_dtype;
     // Set when the component runs on a GPU: every tensor WeightReader hands out (but the host ones, below)
     // is moved there in device_dtype, the precision the backend computes in.

@@ -1,7 +1,8 @@
 // Float32 rows of a weight matrix for the sgemm calls of linear and conv2d. A float32 weight is read
-// in place; an F16/BF16 weight (kept in the precision its file stores, for half the memory) is
-// converted a tile of rows at a time into scratch, so conversion never needs more than
-// kWeightTileBudgetBytes however large the layer is.
+// in place; an F16/BF16 weight (kept in the precision its file stores, for half the memory) or a block-format
+// weight (Q8_0/Q4_0/Q4_1, a quarter to an eighth of it: quant/block_formats.h) is converted a tile of rows
+// at a time into scratch, so conversion never needs more than kWeightTileBudgetBytes however large the
+// layer is. Rows of a block-format tensor are whole blocks (Tensor::from_blocks), so a tile starts a block.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -22,7 +23,7 @@ public:
             tile_rows_ = rows_;
             return;
         }
-        check(w.dtype() == DType::F16 || w.dtype() == DType::BF16, op,
+        check(w.dtype() == DType::F16 || w.dtype() == DType::BF16 || is_block_quantized(w.dtype()), op,
               std::string("weight of dtype ") + dtype_name(w.dtype()) + " is not supported");
         tile_rows_ = tile_rows_for(w, budget_bytes);
         scratch_ = scratch_floats(tile_rows_ * cols_, op);
@@ -41,8 +42,10 @@ public:
     // Rows [first, first + count) as float32, count <= tile_rows(); valid until the next call.
     const float* rows(int64_t first, int64_t count) {
         if (w_.dtype() == DType::F32) return w_.data() + first * cols_;
-        decode_to_float(w_.dtype(), reinterpret_cast<const uint8_t*>(w_.bits16() + first * cols_), scratch_.get(),
-                        static_cast<size_t>(count * cols_));
+        const uint8_t* src = is_block_quantized(w_.dtype())
+                                 ? w_.blocks() + dtype_storage_bytes(w_.dtype(), first * cols_)
+                                 : reinterpret_cast<const uint8_t*>(w_.bits16() + first * cols_);
+        decode_to_float(w_.dtype(), src, scratch_.get(), static_cast<size_t>(count * cols_));
         return scratch_.get();
     }
 

@@ -79,6 +79,11 @@ CaseList cases_linear() {
         {"f16_weight_tiles_of_3_rows", [] { return linear_check({2, 5, 32}, 31, true, 20, DType::F16, 3 * 32 * 4); }},
         {"bf16_weight_tiles_of_1_row", [] { return linear_check({7, 33}, 5, true, 41, DType::BF16, 1); }},
         {"f16_weight_zero_rows", [] { return linear_check({0, 5}, 4, true, 42, DType::F16, 1); }},
+        // Block-format weights (rows of whole 32-value blocks) are dequantized tile by tile like F16: the
+        // reference gets the dequantized values, so the float32 bound applies unchanged.
+        {"q8_0_weight_one_tile", [] { return linear_check({2, 33, 64}, 31, true, 81, DType::Q8_0); }},
+        {"q4_0_weight_tiles_of_3_rows", [] { return linear_check({2, 5, 32}, 31, true, 82, DType::Q4_0, 3 * 32 * 4); }},
+        {"q4_1_weight_tiles_of_1_row", [] { return linear_check({7, 96}, 5, true, 83, DType::Q4_1, 1); }},
     };
 }
 
@@ -202,6 +207,11 @@ CaseList cases_conv2d() {
          [] { return fused_norm_conv_check({1, 6, 13, 7, 5, 3, 3, 2, 1}, 3, 6 * 9 * 5 * 4, 44); }},
         {"norm_silu_1x1_goes_through_im2col", [] { return fused_norm_conv_check({2, 4, 5, 3, 7, 1, 1, 1, 0}, 2, kDefault, 45); }},
         {"norm_silu_f16_weight_one_group", [] { return fused_norm_conv_check({1, 5, 4, 4, 3, 3, 3, 1, 1}, 1, kDefault, 46, DType::F16); }},
+        {"q8_0_weight_3x3_s1_p1_odd", [] { return conv_check({2, 32, 9, 7, 33, 3, 3, 1, 1}, true, kDefault, 84, DType::Q8_0); }},
+        {"q4_0_weight_1x1_gemm_path", [] { return conv_check({2, 64, 7, 9, 31, 1, 1, 1, 0}, true, kDefault, 85, DType::Q4_0); }},
+        {"q4_1_weight_tiles_of_2_channels_and_5_columns",
+         [] { return conv_check({2, 32, 13, 7, 31, 3, 3, 2, 1}, true, 32 * 9 * 5 * 4, 86, DType::Q4_1, 2 * 32 * 9 * 4); }},
+        {"norm_silu_q8_0_weight", [] { return fused_norm_conv_check({1, 32, 6, 5, 7, 3, 3, 1, 1}, 8, kDefault, 87, DType::Q8_0); }},
         {"bf16_weight_tiles_of_1_channel_1x1", [] { return conv_check({1, 6, 5, 4, 3, 1, 1, 1, 0}, false, kDefault, 40, DType::BF16, 1); }},
         // Upsampled inputs: odd sizes (odd upsampled columns start and end rows of taps), one pixel, no and
         // wide padding, stride 2 (even and odd offsets), a non-square kernel, and tiles that start mid-row.
@@ -227,6 +237,8 @@ CaseList cases_conv2d() {
         {"norm_silu_add_f16_weight_tiles_of_2_channels",
          [] { return norm_conv_add_check({2, 12, 5, 4, 7, 3, 3, 1, 1}, 4, 12 * 9 * 5 * 4, 61, DType::F16, 2 * 12 * 9 * 4); }},
         {"norm_silu_add_1x1", [] { return norm_conv_add_check({1, 4, 5, 3, 6, 1, 1, 1, 0}, 2, kDefault, 62); }},
+        {"norm_silu_add_q4_0_weight_tiles_of_2_channels",
+         [] { return norm_conv_add_check({2, 32, 5, 4, 7, 3, 3, 1, 1}, 4, 32 * 9 * 5 * 4, 88, DType::Q4_0, 2 * 32 * 9 * 4); }},
         // Over the input: one tile; tiles shorter than a row (outputs wait several tiles); one-pixel tiles;
         // a 5x5 kernel (two rows of padding); 1x1; one-row and one-pixel images; F16 weights; as many
         // output channels as input ones.
@@ -243,6 +255,8 @@ CaseList cases_conv2d() {
         {"norm_silu_inplace_one_pixel", [] { return norm_conv_inplace_check({1, 4, 1, 1, 2, 3, 3, 1, 1}, 1, kDefault, 69); }},
         {"norm_silu_inplace_f16_weight",
          [] { return norm_conv_inplace_check({1, 12, 7, 6, 8, 3, 3, 1, 1}, 4, 12 * 9 * 4 * 4, 70, DType::F16); }},
+        {"norm_silu_inplace_q4_1_weight",
+         [] { return norm_conv_inplace_check({1, 32, 7, 6, 16, 3, 3, 1, 1}, 4, 32 * 9 * 4 * 4, 89, DType::Q4_1); }},
         // Not over the input (two images, stride 2, more output channels, two weight tiles): a new tensor.
         {"norm_silu_inplace_b2_new_tensor", [] { return norm_conv_inplace_check({2, 6, 5, 4, 4, 3, 3, 1, 1}, 3, kDefault, 71); }},
         {"norm_silu_inplace_s2_new_tensor", [] { return norm_conv_inplace_check({1, 6, 9, 7, 4, 3, 3, 2, 1}, 3, kDefault, 72); }},

@@ -1,0 +1,20 @@
+// Which weight matrices `--weights q8_0|q4_0|q4_1` quantizes when a model loads (docs/QUANT.md has the
+// measurements behind the choice). The rest keep the precision their file stores them in.
+#pragma once
+#include <string>
+
+#include "core/tensor.h"
+
+namespace kiln {
+
+// `name` is the internal (diffusers) name of a linear or conv2d weight, or of an embedding table read by
+// rows; `shape` its shape. Quantized: matrices whose rows are whole 32-value blocks, of at least
+// kQuantMinValues values, other than the first and last convolutions of the UNet and the VAE (conv_in,
+// conv_out: they touch the latents or pixels directly) and the embeddings (timestep, token, position).
+// For measuring what the rules are worth: KILN_QUANT_ALL=1 in the environment lifts the name rules, and
+// KILN_QUANT_KEEP=a,b keeps the matrices whose internal names contain a or b too.
+bool quantize_matrix(const std::string& name, const Shape& shape);
+
+inline constexpr int64_t kQuantMinValues = 4096;
+
+}  // namespace kiln
