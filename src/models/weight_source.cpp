@@ -1,7 +1,5 @@
 #include "models/weight_source.h"
 
-#include <utility>
-
 #include "io/mapped_tensor.h"
 #include "models/quant_policy.h"
 #include "kiln/error.h"
@@ -168,9 +166,13 @@ Tensor WeightReader::read(const std::string& name, const Shape* expected, bool m
     Tensor t = matrix ? (copied ? source_.load_matrix_copied(name, expected) : source_.load_matrix(name, expected))
                       : expected ? source_.load_expecting(name, *expected) : source_.load(name);
     parameters_ += t.numel();
-    if (t.is_view() && source_.views_are_file_pages())
-        pages_.add(name, t.dtype() == DType::F32 ? static_cast<const void*>(std::as_const(t).data()) : t.bits16(),
-                   t.numel() * int64_t(dtype_size(t.dtype())));
+    if (t.is_view() && source_.views_are_file_pages()) {
+        const Tensor& v = t;
+        const void* bytes = v.dtype() == DType::F32          ? static_cast<const void*>(v.data())
+                            : is_block_quantized(v.dtype()) ? static_cast<const void*>(v.blocks())
+                                                             : static_cast<const void*>(v.bits16());
+        pages_.add(name, bytes, dtype_storage_bytes(v.dtype(), v.numel()));
+    }
     if (expected && t.shape() != *expected)
         fail(ErrorKind::InvalidModel, "tensor " + source_.display_name(name) + " in " + source_.describe() +
                                           " has shape " + shape_str(t.shape()) + ", expected " + shape_str(*expected));

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 
 #include "common/fixtures.h"
 #include "core/dtype_convert.h"
@@ -109,6 +110,13 @@ TEST_P(GgufModel, ComputesWhatItsDequantizedValuesCompute) {
     in.context = &context;
     in.timesteps = &t;
     expect_identical(a.unet->forward(in), b.unet->forward(in), "UNet");
+    // The blocks are views of the mapped file: their pages are recorded, and dropping them block by block (what
+    // a --memory budget does) changes nothing.
+    EXPECT_GT(a.unet->pages().bytes(), 0);
+    const std::function<void(const std::string&)> drop = [&](const std::string& block) { a.unet->pages().drop(block); };
+    UNetInputs streamed = in;
+    streamed.after_block = &drop;
+    expect_identical(a.unet->forward(streamed), b.unet->forward(in), "UNet streamed");
     Tensor latents({1, 4, 8, 8});
     for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = float((i * 37) % 19) / 9.0f - 1.0f;
     expect_identical(a.vae->decode(latents), b.vae->decode(latents), "VAE decode");
