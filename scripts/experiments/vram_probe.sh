@@ -4,7 +4,7 @@
 # tree root: bash scripts/experiments/vram_probe.sh. A baseline build can be compared in the same call by running
 # its kiln with KILN_PLUGIN_DIR set to its own plugins (session 14 carried it in .probe/old).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 R=scripts/run-on-device.sh
 peak() {
   local base; base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
