@@ -13,17 +13,13 @@
 //         q = min(15, trunc(x / d + 8.5))
 //   q4_1: d = (max - min) / 15, m = min, q = min(15, trunc((x - min) / d + 0.5))
 // where 1/d is taken of the float32 d, before d is rounded to fp16 for storage.
-// Header-only and free of exceptions and of the standard library beyond <cstdint>, so that device code
+// Header-only and free of exceptions and of the standard library beyond <cstdint> (so is core/half.h), so that device code
 // (CUDA/HIP) can include it; quantize_* report non-finite input by returning false (host callers turn that
 // into an error: core/dtype_convert.h).
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDACC__) || defined(__HIPCC__)
-#define KILN_QUANT_FN __host__ __device__ inline
-#else
-#define KILN_QUANT_FN inline
-#endif
+#include "core/half.h"
 
 namespace kiln::quant {
 
@@ -34,67 +30,16 @@ constexpr int kQ4_1Bytes = 2 + 2 + 16;
 
 namespace detail {
 
-KILN_QUANT_FN uint32_t float_bits(float f) {
-    union {
-        float f;
-        uint32_t u;
-    } v{f};
-    return v.u;
-}
-
-KILN_QUANT_FN float bits_float(uint32_t u) {
-    union {
-        uint32_t u;
-        float f;
-    } v{u};
-    return v.f;
-}
-
-// IEEE binary16 -> float32, exact (subnormals included).
-KILN_QUANT_FN float half_bits_to_float(uint16_t h) {
-    const uint32_t sign = uint32_t(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu;
-    uint32_t mant = h & 0x3ffu;
-    if (exp == 0x1fu) return bits_float(sign | 0x7f800000u | (mant << 13));
-    if (exp != 0) return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));
-    // Zero or subnormal: mant * 2^-24 is exact in float32.
-    const float magnitude = float(mant) * 5.9604644775390625e-8f;
-    return sign ? -magnitude : magnitude;
-}
-
-// float32 -> IEEE binary16, round to nearest even; overflow to infinity (callers pass finite scales
-// that fit, see below).
-KILN_QUANT_FN uint16_t float_to_half_bits(float f) {
-    const uint32_t x = float_bits(f);
-    const uint32_t sign = (x >> 16) & 0x8000u;
-    const int32_t exp = int32_t((x >> 23) & 0xffu) - 127 + 15;
-    uint32_t mant = x & 0x7fffffu;
-    if (((x >> 23) & 0xffu) == 0xffu) return uint16_t(sign | 0x7c00u | (mant ? 0x200u : 0u));
-    if (exp >= 31) return uint16_t(sign | 0x7c00u);
-    if (exp <= 0) {
-        if (exp < -10) return uint16_t(sign);
-        mant |= 0x800000u;
-        const uint32_t shift = uint32_t(14 - exp);
-        uint32_t h = mant >> shift;
-        const uint32_t rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-        if (rem > half || (rem == half && (h & 1u))) ++h;
-        return uint16_t(sign | h);
-    }
-    uint32_t h = sign | (uint32_t(exp) << 10) | (mant >> 13);
-    const uint32_t rem = mant & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // a carry into the exponent is correct rounding
-    return uint16_t(h);
-}
-
-KILN_QUANT_FN uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | (uint32_t(p[1]) << 8)); }
-KILN_QUANT_FN void store_u16(uint8_t* p, uint16_t v) {
+KILN_HOST_DEVICE uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | (uint32_t(p[1]) << 8)); }
+KILN_HOST_DEVICE void store_u16(uint8_t* p, uint16_t v) {
     p[0] = uint8_t(v & 0xffu);
     p[1] = uint8_t(v >> 8);
 }
 
-KILN_QUANT_FN bool finite(float v) { return (float_bits(v) & 0x7f800000u) != 0x7f800000u; }
-KILN_QUANT_FN float magnitude(float v) { return v < 0.0f ? -v : v; }
+KILN_HOST_DEVICE bool finite(float v) { return (float_bits(v) & 0x7f800000u) != 0x7f800000u; }
+KILN_HOST_DEVICE float magnitude(float v) { return v < 0.0f ? -v : v; }
 // C's roundf: halfway cases away from zero. |v| <= 127.5 here, so the int conversion cannot overflow.
-KILN_QUANT_FN int round_half_away(float v) {
+KILN_HOST_DEVICE int round_half_away(float v) {
     const float t = float(int(v));  // truncation toward zero
     const float frac = v - t;       // exact: v and t share their exponent range
     if (frac >= 0.5f) return int(t) + 1;
@@ -102,7 +47,7 @@ KILN_QUANT_FN int round_half_away(float v) {
     return int(t);
 }
 // min(15, trunc(v)) for v >= 0 (ggml converts to int8 first; v < 16.5 here so it never wraps).
-KILN_QUANT_FN uint8_t nibble(float v) {
+KILN_HOST_DEVICE uint8_t nibble(float v) {
     const int q = int(v);
     return uint8_t(q < 0 ? 0 : q > 15 ? 15 : q);
 }
@@ -111,13 +56,13 @@ KILN_QUANT_FN uint8_t nibble(float v) {
 
 // ---- dequantization: 32 floats from one block ----
 
-KILN_QUANT_FN void dequantize_q8_0(const uint8_t* block, float* out) {
-    const float d = detail::half_bits_to_float(detail::load_u16(block));
+KILN_HOST_DEVICE void dequantize_q8_0(const uint8_t* block, float* out) {
+    const float d = half_to_float(detail::load_u16(block));
     for (int i = 0; i < 32; ++i) out[i] = float(int8_t(block[2 + i])) * d;  // exact: 8 x 11 bits
 }
 
-KILN_QUANT_FN void dequantize_q4_0(const uint8_t* block, float* out) {
-    const float d = detail::half_bits_to_float(detail::load_u16(block));
+KILN_HOST_DEVICE void dequantize_q4_0(const uint8_t* block, float* out) {
+    const float d = half_to_float(detail::load_u16(block));
     for (int j = 0; j < 16; ++j) {
         const uint8_t b = block[2 + j];
         out[j] = float(int(b & 0x0fu) - 8) * d;
@@ -125,9 +70,9 @@ KILN_QUANT_FN void dequantize_q4_0(const uint8_t* block, float* out) {
     }
 }
 
-KILN_QUANT_FN void dequantize_q4_1(const uint8_t* block, float* out) {
-    const float d = detail::half_bits_to_float(detail::load_u16(block));
-    const float m = detail::half_bits_to_float(detail::load_u16(block + 2));
+KILN_HOST_DEVICE void dequantize_q4_1(const uint8_t* block, float* out) {
+    const float d = half_to_float(detail::load_u16(block));
+    const float m = half_to_float(detail::load_u16(block + 2));
     for (int j = 0; j < 16; ++j) {
         const uint8_t b = block[4 + j];
         // Two roundings (product, then sum), as ggml's scalar code computes it; the build has
@@ -141,7 +86,7 @@ KILN_QUANT_FN void dequantize_q4_1(const uint8_t* block, float* out) {
 // Scales that overflow fp16 (a block whose max |x| / 127 exceeds 65504) are also refused: they would
 // store an infinite scale.
 
-KILN_QUANT_FN bool quantize_q8_0(const float* x, uint8_t* block) {
+KILN_HOST_DEVICE bool quantize_q8_0(const float* x, uint8_t* block) {
     float amax = 0.0f;
     for (int i = 0; i < 32; ++i) {
         if (!detail::finite(x[i])) return false;
@@ -149,7 +94,7 @@ KILN_QUANT_FN bool quantize_q8_0(const float* x, uint8_t* block) {
         if (a > amax) amax = a;
     }
     const float d = amax / 127.0f;
-    const uint16_t dh = detail::float_to_half_bits(d);
+    const uint16_t dh = float_to_half(d);
     if ((dh & 0x7c00u) == 0x7c00u) return false;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     detail::store_u16(block, dh);
@@ -157,7 +102,7 @@ KILN_QUANT_FN bool quantize_q8_0(const float* x, uint8_t* block) {
     return true;
 }
 
-KILN_QUANT_FN bool quantize_q4_0(const float* x, uint8_t* block) {
+KILN_HOST_DEVICE bool quantize_q4_0(const float* x, uint8_t* block) {
     float amax = 0.0f, max = 0.0f;
     for (int i = 0; i < 32; ++i) {
         if (!detail::finite(x[i])) return false;
@@ -168,7 +113,7 @@ KILN_QUANT_FN bool quantize_q4_0(const float* x, uint8_t* block) {
         }
     }
     const float d = max / -8.0f;
-    const uint16_t dh = detail::float_to_half_bits(d);
+    const uint16_t dh = float_to_half(d);
     if ((dh & 0x7c00u) == 0x7c00u) return false;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     detail::store_u16(block, dh);
@@ -180,7 +125,7 @@ KILN_QUANT_FN bool quantize_q4_0(const float* x, uint8_t* block) {
     return true;
 }
 
-KILN_QUANT_FN bool quantize_q4_1(const float* x, uint8_t* block) {
+KILN_HOST_DEVICE bool quantize_q4_1(const float* x, uint8_t* block) {
     float lo = x[0], hi = x[0];
     for (int i = 0; i < 32; ++i) {
         if (!detail::finite(x[i])) return false;
@@ -188,7 +133,7 @@ KILN_QUANT_FN bool quantize_q4_1(const float* x, uint8_t* block) {
         if (x[i] > hi) hi = x[i];
     }
     const float d = (hi - lo) / 15.0f;
-    const uint16_t dh = detail::float_to_half_bits(d), mh = detail::float_to_half_bits(lo);
+    const uint16_t dh = float_to_half(d), mh = float_to_half(lo);
     if ((dh & 0x7c00u) == 0x7c00u || (mh & 0x7c00u) == 0x7c00u || !detail::finite(hi - lo)) return false;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     detail::store_u16(block, dh);
