@@ -88,6 +88,24 @@ void expect_identical(const Tensor& a, const Tensor& b, const std::string& what)
     for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a[i], b[i]) << what << " value " << i;
 }
 
+// sd15-mini's fixture UNet call ("sq"), as UNetInputs.
+struct FixtureUNetCall {
+    Tensor sample, context, timestep;
+    FixtureUNetCall() {
+        const SafetensorsFile ref = SafetensorsFile::open(data_path("sd15-mini/modules.safetensors"));
+        sample = ref.load("unet.sq.sample");
+        context = ref.load("unet.sq.context");
+        timestep = ref.load("unet.sq.timestep");
+    }
+    UNetInputs inputs() const {
+        UNetInputs in;
+        in.sample = &sample;
+        in.context = &context;
+        in.timesteps = &timestep;
+        return in;
+    }
+};
+
 }  // namespace
 
 class GgufModel : public ::testing::TestWithParam<DType> {};
@@ -103,12 +121,8 @@ TEST_P(GgufModel, ComputesWhatItsDequantizedValuesCompute) {
 
     const StableDiffusionModel a = load_model(gguf), b = load_model(f32);
     EXPECT_EQ(a.arch, Architecture::SD1);
-    const SafetensorsFile ref = SafetensorsFile::open(data_path("sd15-mini/modules.safetensors"));
-    Tensor sample = ref.load("unet.sq.sample"), context = ref.load("unet.sq.context"), t = ref.load("unet.sq.timestep");
-    UNetInputs in;
-    in.sample = &sample;
-    in.context = &context;
-    in.timesteps = &t;
+    const FixtureUNetCall call;
+    const UNetInputs in = call.inputs();
     expect_identical(a.unet->forward(in), b.unet->forward(in), "UNet");
     // The blocks are views of the mapped file: their pages are recorded, and dropping them block by block (what
     // a --memory budget does) changes nothing.
@@ -131,12 +145,8 @@ TEST(GgufModel, WeightsOptionQuantizesAtLoad) {
     o.weights = DType::Q8_0;
     const StableDiffusionModel m = load_model(data_path("sd15-mini/sd15-mini.safetensors"), o);
     const StableDiffusionModel f = load_model(data_path("sd15-mini/sd15-mini.safetensors"));
-    const SafetensorsFile ref = SafetensorsFile::open(data_path("sd15-mini/modules.safetensors"));
-    Tensor sample = ref.load("unet.sq.sample"), context = ref.load("unet.sq.context"), t = ref.load("unet.sq.timestep");
-    UNetInputs in;
-    in.sample = &sample;
-    in.context = &context;
-    in.timesteps = &t;
+    const FixtureUNetCall call;
+    const UNetInputs in = call.inputs();
     const Tensor yq = m.unet->forward(in), y = f.unet->forward(in);
     // Quantized, so not identical; close, as 8-bit weights allow (docs/QUANT.md has the measured errors of
     // whole images). A relative error of 2^-7 per weight through a few dozen layers stays well under 10%.
