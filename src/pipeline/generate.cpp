@@ -210,7 +210,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     };
 
     // Host RAM; a GPU reports its own out-of-memory.
-    if (!gpu) check_memory_for(model, r.width, r.height, n, plan.vae_tiled || r.vae_tiling != VaeTiling::Off);
+    if (!gpu) check_memory_for(model, r.width, r.height, n, r.vae_tiling != VaeTiling::Off);
     GenerationResult result;
     if (!r.init_image) {
         Tensor noise = rng->randn(latent_shape);
