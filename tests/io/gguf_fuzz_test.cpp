@@ -9,6 +9,7 @@
 
 #include "io/safetensors.h"
 #include "gguf_test_util.h"
+#include "fuzz_outcome.h"
 #include "io_test_util.h"
 
 using namespace kiln;
@@ -33,10 +34,11 @@ std::string seed_file() {
     return gguf_bytes(kvs, t, data);
 }
 
-enum class Outcome { Valid, Rejected };
+using kiln::test::Outcome;
 
+// Opens and fully reads the file; any escape other than kiln::Error fails the test.
 Outcome open_and_load_everything(const std::string& path, const std::string& what) {
-    try {
+    return kiln::test::fuzz_outcome(what, [&] {
         SafetensorsFile f = SafetensorsFile::open(path);
         for (const std::string& name : f.names()) {
             const TensorInfo& info = f.info(name);
@@ -49,15 +51,7 @@ Outcome open_and_load_everything(const std::string& path, const std::string& wha
             Tensor s = f.load_stored(name);
             EXPECT_EQ(s.numel(), t.numel()) << what;
         }
-        return Outcome::Valid;
-    } catch (const Error&) {
-        return Outcome::Rejected;
-    } catch (const std::exception& e) {
-        ADD_FAILURE() << what << ": escaped as std::exception: " << e.what();
-    } catch (...) {
-        ADD_FAILURE() << what << ": escaped as an unknown exception";
-    }
-    return Outcome::Rejected;
+    });
 }
 
 }  // namespace

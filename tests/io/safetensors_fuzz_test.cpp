@@ -7,6 +7,7 @@
 #include <random>
 
 #include "io/safetensors.h"
+#include "fuzz_outcome.h"
 #include "io_test_util.h"
 
 using namespace kiln;
@@ -34,11 +35,11 @@ std::string seed_file() {
     return safetensors_bytes(header, data);
 }
 
-enum class Outcome { Valid, Rejected };
+using kiln::test::Outcome;
 
 // Opens and fully reads the file; any escape other than kiln::Error fails the test.
 Outcome open_and_load_everything(const std::string& path, const std::string& what) {
-    try {
+    return kiln::test::fuzz_outcome(what, [&] {
         SafetensorsFile f = SafetensorsFile::open(path);
         for (const std::string& name : f.names()) {
             const TensorInfo& info = f.info(name);
@@ -55,15 +56,7 @@ Outcome open_and_load_everything(const std::string& path, const std::string& wha
                 EXPECT_EQ(info.dtype, DType::BOOL) << what << ": " << e.what();
             }
         }
-        return Outcome::Valid;
-    } catch (const Error&) {
-        return Outcome::Rejected;
-    } catch (const std::exception& e) {
-        ADD_FAILURE() << what << ": escaped as std::exception: " << e.what();
-    } catch (...) {
-        ADD_FAILURE() << what << ": escaped as an unknown exception";
-    }
-    return Outcome::Rejected;
+    });
 }
 
 // mt19937 gives the same sequence on every platform; the distributions of <random> do not, so
