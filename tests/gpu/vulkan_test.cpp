@@ -15,6 +15,7 @@
 #include "kiln/error.h"
 #include "ops/ops.h"
 #include "gpu/linked_backends.h"
+#include "common/op_bounds.h"
 #if KILN_HAS_VULKAN
 #include "backends/vulkan/physical_devices.h"
 #include "backends/vulkan/vulkan_backend.h"
@@ -331,6 +332,52 @@ TEST(VulkanProducts, SplitKAgreesWithOneSlice) {
 #endif
 
 #if KILN_HAS_VULKAN
+// Both forms of attention on this device, each against the host's float32 attention under the bound
+// tests/gpu/device_ops_test.cpp derives (scores summed over d, weights over lk keys). The products are the
+// default, so each form is forced here:
+// shapes that cut the flash kernel's 64-query blocks, 64-key tiles and 64-column chunks (d 40, 80, 160),
+// causal masks across tiles, and packed q | k | v read in place.
+TEST(VulkanAttention, FlashKernelAndProductsAgreeWithTheHost) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    using A = vulkan::VulkanBackend::Attention;
+    const A was = vk.attention();
+    struct Case {
+        int b, lq, lk, heads, d;
+        bool causal;
+    };
+    for (DType t : {DType::F32, DType::F16}) {
+        if (t == DType::F16 && !vk.supports(DType::F16)) continue;
+        for (Case c : {Case{2, 70, 129, 2, 40, false}, Case{1, 65, 65, 1, 80, true}, Case{1, 66, 70, 1, 160, false}}) {
+            const int hd = c.heads * c.d;
+            const Tensor q = kiln::test::random_in({c.b, c.lq, hd}, 1, t), k = kiln::test::random_in({c.b, c.lk, hd}, 2, t),
+                         v = kiln::test::random_in({c.b, c.lk, hd}, 3, t);
+            const Tensor ref = ops::attention(q, k, v, c.heads, c.causal);
+            const Tensor scale = ops::attention(q, k, kiln::test::abs_of(v), c.heads, c.causal);
+            const double k_len = (c.d + 2) * std::sqrt(double(c.d)) + c.lk;
+            const std::string tag = std::to_string(c.lq) + "x" + std::to_string(c.lk) + " d" + std::to_string(c.d) +
+                                    (c.causal ? " causal" : "");
+            for (A form : {A::Flash, A::Products}) {
+                vk.set_attention(form);
+                const std::string what = std::string(form == A::Flash ? "flash " : "products ") + tag;
+                kiln::test::expect_close(
+                    ops::attention(q.to_device(vk, t), k.to_device(vk, t), v.to_device(vk, t), c.heads, c.causal).to_host(),
+                    ref, scale, k_len, t, 2, what);
+                if (c.causal || c.lq != c.lk) continue;
+                const Tensor qkv =
+                    ops::concat_channels(ops::concat_channels(q.reshaped({c.b * c.lq, hd, 1}), k.reshaped({c.b * c.lq, hd, 1})),
+                                         v.reshaped({c.b * c.lq, hd, 1}))
+                        .reshaped({c.b, c.lq, 3 * hd});
+                kiln::test::expect_close(ops::attention_qkv(qkv.to_device(vk, t), c.heads).to_host(), ref, scale, k_len, t, 2,
+                                         what + " qkv");
+            }
+        }
+    }
+    vk.set_attention(was);
+}
+#endif
+
+#if KILN_HAS_VULKAN
 // The developer settings for the product kernels: every documented value, and a clear error for any other.
 TEST(VulkanSettings, ProductBuildsAndSplitKFromTheEnvironment) {
     using P = vulkan::VulkanBackend::Products;
@@ -349,6 +396,20 @@ TEST(VulkanSettings, ProductBuildsAndSplitKFromTheEnvironment) {
         } catch (const Error& e) {
             EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
             EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_GEMM"), std::string::npos) << e.what();
+        }
+    }
+    using A = vulkan::VulkanBackend::Attention;
+    EXPECT_EQ(vulkan::attention_from_env(nullptr), A::Products);
+    EXPECT_EQ(vulkan::attention_from_env(""), A::Products);
+    EXPECT_EQ(vulkan::attention_from_env("flash"), A::Flash);
+    EXPECT_EQ(vulkan::attention_from_env("products"), A::Products);
+    for (const char* bad : {"Flash", "matrix", "flash "}) {
+        try {
+            vulkan::attention_from_env(bad);
+            ADD_FAILURE() << bad << " was taken";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_ATTENTION"), std::string::npos) << e.what();
         }
     }
     for (const char* bad : {"abc", "-1", "65", "4x", "1.5"}) {

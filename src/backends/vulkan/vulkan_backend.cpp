@@ -47,6 +47,15 @@ int split_k_from_env(const char* value) {
     return int(n);
 }
 
+VulkanBackend::Attention attention_from_env(const char* value) {
+    using A = VulkanBackend::Attention;
+    const std::string v = value ? value : "";
+    if (v.empty()) return A::Products;
+    if (v == "flash") return A::Flash;
+    if (v == "products") return A::Products;
+    fail(ErrorKind::InvalidArgument, "KILN_VULKAN_ATTENTION=" + v + ": expected flash or products");
+}
+
 VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physical_(physical), index_(index) {
     const char* sync = std::getenv("KILN_VULKAN_SYNC_OPS");
     sync_ops_ = sync && std::string(sync) == "1";
@@ -55,6 +64,7 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
     products_ = products_from_env(std::getenv("KILN_VULKAN_GEMM"),
                                   physical_.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU);
     split_k_ = split_k_from_env(std::getenv("KILN_VULKAN_SPLIT_K"));
+    attention_ = attention_from_env(std::getenv("KILN_VULKAN_ATTENTION"));
     const Api& a = api();
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};

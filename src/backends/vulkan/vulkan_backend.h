@@ -69,6 +69,15 @@ public:
     // KILN_VULKAN_SPLIT_K=N sets it; tests switch with set_split_k.
     int split_k() const { return split_k_; }
     void set_split_k(int slices) { split_k_ = slices; }
+    // Attention as two products and a softmax over blocks of queries whose float32 scores stay under 64 MiB
+    // (Products, the default), or in one kernel with no score matrix in memory (Flash, flash_attention.comp:
+    // the least memory, but on the H200 no faster than the products and 10% slower in a whole UNet call;
+    // 20x slower on lavapipe, whose barriers are coroutine switches). Flash takes heads of up to 256
+    // dimensions on devices with its shared memory; other attentions take the products either way.
+    // KILN_VULKAN_ATTENTION=products|flash chooses; tests switch with set_attention.
+    enum class Attention { Flash, Products };
+    Attention attention() const { return attention_; }
+    void set_attention(Attention a) { attention_ = a; }
     // Inside run_recorded's recording nothing may wait for the device (so nothing is timed there).
     bool recording_call() const { return capturing_; }
     // Submits what is recorded and waits for it.
@@ -109,6 +118,7 @@ private:
     bool sync_ops_ = false;
     Products products_ = Products::Measured;
     int split_k_ = 0;
+    Attention attention_ = Attention::Products;
     int64_t recorded_ = 0;  // commands in the buffer since the last submit
     // Host-visible memory that uploads are staged through and downloads come back in.
     VkBuffer staging_ = VK_NULL_HANDLE;
@@ -124,8 +134,10 @@ private:
 BackendFactory vulkan_backend_factory();
 
 // The developer settings KILN_VULKAN_GEMM (unset: Measured on a GPU, Direct on a device that runs on the CPU)
-// and KILN_VULKAN_SPLIT_K (unset: 0, automatic); a value they do not take is an InvalidArgument naming it.
+// KILN_VULKAN_SPLIT_K (unset: 0, automatic) and KILN_VULKAN_ATTENTION; a value they do not take is an InvalidArgument naming it.
 VulkanBackend::Products products_from_env(const char* value, bool runs_on_cpu);
+// KILN_VULKAN_ATTENTION (unset: Products).
+VulkanBackend::Attention attention_from_env(const char* value);
 int split_k_from_env(const char* value);
 
 }  // namespace kiln::vulkan
