@@ -19,6 +19,7 @@
 #if KILN_HAS_VULKAN
 #include "backends/vulkan/physical_devices.h"
 #include "backends/vulkan/vulkan_backend.h"
+#include "backends/vulkan/spirv_table.h"
 #include "backends/vulkan/vulkan_kernels.h"
 #endif
 
@@ -231,7 +232,7 @@ TEST(VulkanProducts, TiledAndDirectKernelsAgree) {
 #endif
 
 #if KILN_HAS_VULKAN
-// The matrix-unit build (gemm_coop.glsl, VK_NV_cooperative_matrix) against the direct kernel, both on float16
+// The matrix-unit build (gemm_coop.glsl, VK_KHR_ or VK_NV_cooperative_matrix) against the direct kernel, both on float16
 // tensors, on shapes that cut its 128x128x32 tiles and its 16x16 fragments. Inputs are float16 values, so
 // every product is exact in float32; each side sums K of them in float32 in its own order, the matrix units
 // possibly truncating (2^-23 per addition rather than 2^-24): (K + 2)(2^-24 + 2^-23) S, then each rounds its
@@ -378,6 +379,21 @@ TEST(VulkanAttention, FlashKernelAndProductsAgreeWithTheHost) {
 #endif
 
 #if KILN_HAS_VULKAN
+// The VK_KHR_cooperative_matrix kernels are compiled only where glslang 13 or later was found at configure
+// time. KILN_EXPECT_VULKAN_KHR=1 (set by .ci/run, which installs one) makes their absence a failure, so a CI
+// that lost the compiler cannot go green without compiling them.
+TEST(VulkanMatrixKernels, KhrKernelsEmbeddedWhereExpected) {
+    const char* expect = std::getenv("KILN_EXPECT_VULKAN_KHR");
+    const bool embedded = vulkan::embedded_kernel("matmul_coopk_f16") && vulkan::embedded_kernel("conv2d_coopk_f16") &&
+                          vulkan::embedded_kernel("matmul_scores_coopk_f16") && vulkan::embedded_kernel("matmul_pv_coopk_f16");
+    if (!expect || std::string(expect) != "1") {
+        if (!embedded) GTEST_SKIP() << "built without glslang 13+ (set KILN_EXPECT_VULKAN_KHR=1 to require it)";
+    }
+    EXPECT_TRUE(embedded) << "the VK_KHR_cooperative_matrix kernels are missing from this build (KILN_GLSLANG)";
+}
+#endif
+
+#if KILN_HAS_VULKAN
 // The developer settings for the product kernels: every documented value, and a clear error for any other.
 TEST(VulkanSettings, ProductBuildsAndSplitKFromTheEnvironment) {
     using P = vulkan::VulkanBackend::Products;
@@ -410,6 +426,18 @@ TEST(VulkanSettings, ProductBuildsAndSplitKFromTheEnvironment) {
         } catch (const Error& e) {
             EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
             EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_ATTENTION"), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_EQ(vulkan::matrix_extension_from_env(nullptr), "");
+    EXPECT_EQ(vulkan::matrix_extension_from_env("khr"), "khr");
+    EXPECT_EQ(vulkan::matrix_extension_from_env("nv"), "nv");
+    for (const char* bad : {"KHR", "both", "nv "}) {
+        try {
+            vulkan::matrix_extension_from_env(bad);
+            ADD_FAILURE() << bad << " was taken";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_MATRIX"), std::string::npos) << e.what();
         }
     }
     for (const char* bad : {"abc", "-1", "65", "4x", "1.5"}) {

@@ -78,16 +78,31 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
     f11.pNext = &f12;
     VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     info.pNext = &f11;
-    // What gemm_coop.glsl needs, where physical_devices found it all.
-    VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
-    const char* coop_extension = "VK_NV_cooperative_matrix";
+    // What gemm_coop.glsl needs, where physical_devices found it all: one of the two matrix extensions, and
+    // subgroup size control where its pipelines ask for 32-wide subgroups.
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV coop_nv{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR coop_khr{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
+    VkPhysicalDeviceSubgroupSizeControlFeaturesEXT control{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT};
+    std::vector<const char*> extensions;
     if (physical_.matrix_products) {
-        coop.cooperativeMatrix = VK_TRUE;
-        f12.pNext = &coop;
         f12.shaderFloat16 = VK_TRUE;
         f12.vulkanMemoryModel = VK_TRUE;
-        info.enabledExtensionCount = 1;
-        info.ppEnabledExtensionNames = &coop_extension;
+        if (physical_.matrix_khr) {
+            coop_khr.cooperativeMatrix = VK_TRUE;
+            f12.pNext = &coop_khr;
+            extensions.push_back("VK_KHR_cooperative_matrix");
+        } else {
+            coop_nv.cooperativeMatrix = VK_TRUE;
+            f12.pNext = &coop_nv;
+            extensions.push_back("VK_NV_cooperative_matrix");
+        }
+        if (physical_.matrix_subgroup_32) {
+            control.subgroupSizeControl = VK_TRUE;
+            (physical_.matrix_khr ? coop_khr.pNext : coop_nv.pNext) = &control;
+            extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+        }
+        info.enabledExtensionCount = uint32_t(extensions.size());
+        info.ppEnabledExtensionNames = extensions.data();
     }
     info.queueCreateInfoCount = 1;
     info.pQueueCreateInfos = &queue;

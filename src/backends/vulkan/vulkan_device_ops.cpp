@@ -138,7 +138,10 @@ constexpr int kLarge = 0, kSmall = 1, kMatrix = 2, kDirect = 3;
 void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const ProductRun& run) const {
     using P = VulkanBackend::Products;
     matrix = matrix && backend_.physical().matrix_products;
-    auto go = [&](int b) { run(kBuilds[b].variant, kBuilds[b].tile); };
+    // The matrix build through VK_KHR_cooperative_matrix is the "_coopk" kernel, through the NV extension "_coop".
+    auto go = [&](int b) {
+        run(b == kMatrix && backend_.physical().matrix_khr ? "_coopk" : kBuilds[b].variant, kBuilds[b].tile);
+    };
     switch (backend_.products()) {
         case P::Direct: return go(kDirect);
         case P::Large: return go(kLarge);
