@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -14,6 +16,7 @@
 #include "core/tensor.h"
 #include "kiln/error.h"
 #include "ops/ops.h"
+#include "ops/op_observer.h"
 #include "gpu/linked_backends.h"
 #include "common/op_bounds.h"
 #if KILN_HAS_VULKAN
@@ -375,6 +378,69 @@ TEST(VulkanAttention, FlashKernelAndProductsAgreeWithTheHost) {
         }
     }
     vk.set_attention(was);
+}
+#endif
+
+#if KILN_HAS_VULKAN
+// GPU time per op (vulkan_timeline.h): with an observer that wants device spans, each op call on the device
+// gets one span from its timestamps, reported when the host waits; ops of a recorded call too (they run
+// eagerly while spans are wanted). Checks one span per host op call of each kind, top-level spans one after
+// another, and every span inside the host's wall time of the region.
+struct SpanRecorder : ops::OpObserver {
+    std::map<ops::OpKind, int> host_calls;
+    std::vector<ops::DeviceOpSpan> spans;
+    std::string device;
+    void begin(ops::OpKind kind, double) override { ++host_calls[kind]; }
+    void end(ops::OpKind) override {}
+    bool wants_device_spans() const override { return true; }
+    void device_spans(const std::string& d, const std::vector<ops::DeviceOpSpan>& s) override {
+        device = d;
+        spans.insert(spans.end(), s.begin(), s.end());
+    }
+};
+
+TEST(VulkanTimeline, OneSpanPerOpCallInsideTheWallTime) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    const Tensor x = uniform_values({1, 40, 64}, 1).to_device(vk, DType::F32);
+    const Tensor w = uniform_values({48, 64}, 2).to_device(vk, DType::F32);
+    const Tensor w2 = uniform_values({32, 48}, 3).to_device(vk, DType::F32);
+    vk.synchronize();
+    auto now = [] {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+    };
+    SpanRecorder rec;
+    ops::set_op_observer(&rec);
+    const int64_t t0 = now();
+    Tensor y = ops::linear(x, w, nullptr);
+    ops::scale_(y, 0.5f);
+    Tensor a = ops::attention(y, y, y, 4, false);
+    // A recorded call, twice (the second would replay a recording without an observer).
+    for (int i = 0; i < 2; ++i)
+        (void)vk.run_recorded("timeline-test", {&a}, [&](const std::vector<const Tensor*>& in) {
+            return ops::linear(*in[0], w2, nullptr);
+        });
+    vk.synchronize();
+    const int64_t t1 = now();
+    ops::set_op_observer(nullptr);
+    ASSERT_EQ(rec.device, device_name(vk.device()));
+    std::map<ops::OpKind, int> gpu_calls;
+    for (const ops::DeviceOpSpan& s : rec.spans) ++gpu_calls[s.kind];
+    EXPECT_EQ(gpu_calls, rec.host_calls);
+    EXPECT_EQ(gpu_calls[ops::OpKind::Linear], 3);
+    const int64_t slack = 2'000'000;  // 2 ms: the wait's wake-up, by which the spans are placed late
+    int64_t top_end = t0;
+    for (const ops::DeviceOpSpan& s : rec.spans) {
+        EXPECT_GE(s.duration_ns, 0);
+        EXPECT_LE(s.self_ns, s.duration_ns);
+        EXPECT_GE(s.start_ns + slack, t0);
+        EXPECT_LE(s.start_ns + s.duration_ns, t1 + slack);
+        if (s.depth == 0) {
+            EXPECT_GE(s.start_ns, top_end) << "top-level spans overlap";
+            top_end = s.start_ns + s.duration_ns;
+        }
+    }
 }
 #endif
 

@@ -104,7 +104,12 @@ namespace kiln::vulkan {
     X(vkCmdPushConstants)                        \
     X(vkCmdDispatch)                             \
     X(vkCmdCopyBuffer)                           \
-    X(vkCmdPipelineBarrier)
+    X(vkCmdPipelineBarrier)                      \
+    X(vkCreateQueryPool)                         \
+    X(vkDestroyQueryPool)                        \
+    X(vkCmdResetQueryPool)                       \
+    X(vkCmdWriteTimestamp)                       \
+    X(vkGetQueryPoolResults)
 
 struct Api {
 #define KILN_VULKAN_MEMBER(name) PFN_##name name = nullptr;

@@ -7,6 +7,7 @@
 #include "backends/vulkan/vulkan_device_ops.h"
 #include "kiln/error.h"
 #include "ops/flop_tally.h"
+#include "ops/op_observer.h"
 
 namespace kiln::vulkan {
 
@@ -141,8 +142,22 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
 
     memory_ = std::make_unique<VulkanMemory>(device_, physical_, device_name(device()), [this] { synchronize(); });
     kernels_ = std::make_unique<VulkanKernels>(device_, physical_);
+    uint32_t families = 0;
+    a.vkGetPhysicalDeviceQueueFamilyProperties(physical_.handle, &families, nullptr);
+    std::vector<VkQueueFamilyProperties> family(families);
+    a.vkGetPhysicalDeviceQueueFamilyProperties(physical_.handle, &families, family.data());
+    timeline_ = std::make_unique<VulkanTimeline>(device_, device_name(device()), physical_.properties.limits.timestampPeriod,
+                                                 family[physical_.queue_family].timestampValidBits,
+                                                 [this] { submit_and_wait(); });
     ops_ = std::make_unique<VulkanDeviceOps>(*this);
 }
+
+void VulkanBackend::time_begin(ops::OpKind kind, double flops) {
+    record_begin();
+    timeline_->begin(target_, kind, flops);
+}
+
+void VulkanBackend::time_end() noexcept { timeline_->end(target_); }
 
 VulkanBackend::~VulkanBackend() {
     const Api& a = api();
@@ -153,6 +168,7 @@ VulkanBackend::~VulkanBackend() {
     a.vkDeviceWaitIdle(device_);
     recordings_.clear();  // their tensors go back to the memory below; their buffers go with the pool
     ops_.reset();
+    timeline_.reset();
     kernels_.reset();
     memory_.reset();
     a.vkUnmapMemory(device_, staging_memory_);
@@ -198,6 +214,7 @@ void VulkanBackend::submit_and_wait(VkCommandBuffer recorded) {
             check(a.vkQueueSubmit(queue_, 1, &submit, fence_), "vkQueueSubmit");
             check(a.vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
             check(a.vkResetFences(device_, 1, &fence_), "vkResetFences");
+            timeline_->synchronized();
         }
         check(a.vkResetCommandBuffer(commands_, 0), "vkResetCommandBuffer");
         recorded_ = 0;
@@ -304,7 +321,8 @@ Tensor VulkanBackend::run_recorded(const std::string& key, const std::vector<con
     ++r.calls;
     // The first call runs eagerly: it makes the pipelines and uploads what kernels keep (the embedding's
     // frequencies), which a recording cannot.
-    if (!recording_enabled_ || r.failed || r.calls == 1) return fn(inputs);
+    // While a profiler wants GPU time per op, calls run eagerly so that each op writes its timestamps.
+    if (!recording_enabled_ || r.failed || r.calls == 1 || ops::device_spans_wanted()) return fn(inputs);
     const Api& a = api();
     if (r.commands == VK_NULL_HANDLE) {
         submit_and_wait();

@@ -13,6 +13,7 @@
 
 #include "backends/vulkan/physical_devices.h"
 #include "backends/vulkan/vulkan_kernels.h"
+#include "backends/vulkan/vulkan_timeline.h"
 #include "backends/vulkan/vulkan_memory.h"
 #include "core/backend.h"
 #include "ops/op_list.h"
@@ -82,6 +83,9 @@ public:
     bool recording_call() const { return capturing_; }
     // Submits what is recorded and waits for it.
     void finish() { submit_and_wait(); }
+    // GPU timestamps around one op (vulkan_timeline.h), while a profiler wants device spans.
+    void time_begin(ops::OpKind kind, double flops);
+    void time_end() noexcept;
     VulkanKernels& kernels() { return *kernels_; }
 
 private:
@@ -108,6 +112,7 @@ private:
     VkDevice device_ = VK_NULL_HANDLE;
     VkQueue queue_ = VK_NULL_HANDLE;
     VkCommandPool pool_ = VK_NULL_HANDLE;
+    std::unique_ptr<VulkanTimeline> timeline_;
     VkCommandBuffer commands_ = VK_NULL_HANDLE;  // the stream's buffer
     VkCommandBuffer target_ = VK_NULL_HANDLE;    // where commands go: commands_, or a recording's buffer
     bool capturing_ = false;

@@ -25,6 +25,25 @@ struct MatmulParams {
     uint32_t slices, kslice;  // split-K
 };
 
+// The op's host span (ops::OpScope) and, while a profiler wants device spans, its GPU timestamps.
+class VulkanDeviceOps::Timed {
+public:
+    Timed(VulkanBackend& backend, ops::OpKind kind, double flops = 0.0)
+        : backend_(backend), scope_(kind, flops), gpu_(ops::device_spans_wanted() && !backend.recording_call()) {
+        if (gpu_) backend_.time_begin(kind, flops);
+    }
+    ~Timed() {
+        if (gpu_) backend_.time_end();
+    }
+    Timed(const Timed&) = delete;
+    Timed& operator=(const Timed&) = delete;
+
+private:
+    VulkanBackend& backend_;
+    ops::OpScope scope_;
+    bool gpu_;
+};
+
 namespace {
 
 using ops::bad_device_operands;
@@ -234,7 +253,7 @@ Tensor VulkanDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b
     shape.back() = n;
     Tensor y = Tensor::empty_on(backend_, shape, x.dtype());
     if (y.numel() == 0) return y;
-    ops::OpScope scope(ops::OpKind::Linear, 2.0 * double(m) * double(n) * double(k));
+    Timed scope(backend_, ops::OpKind::Linear, 2.0 * double(m) * double(n) * double(k));
     MatmulParams p{};
     p.a = addr(x), p.b = addr(w), p.c = addr(y), p.bias = addr(b);
     p.m = u32(m, "linear", x), p.n = u32(n, "linear", x), p.k = u32(k, "linear", x);
@@ -284,7 +303,7 @@ Tensor VulkanDeviceOps::group_norm(const Tensor& x, int groups, const Tensor& ga
     require_same_place("group_norm", x, beta, "beta");
     Tensor y = Tensor::empty_on(backend_, x.shape(), x.dtype());
     if (y.numel() == 0) return y;
-    ops::OpScope scope(ops::OpKind::GroupNorm);
+    Timed scope(backend_, ops::OpKind::GroupNorm);
     const Tensor stats = group_norm_stats(x, groups, eps);
     NormApplyParams p{addr(x), addr(y), addr(stats), addr(gamma), addr(beta), u32(x.numel(), "group_norm", x),
                       uint32_t(x.dim(1)), uint32_t(x.numel() / (x.dim(0) * x.dim(1))), uint32_t(groups)};
@@ -309,7 +328,7 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
     const int64_t oh = (h + 2 * padding - kk) / stride + 1, ow = (wd + 2 * padding - kk) / stride + 1;
     Tensor y = Tensor::empty_on(backend_, {n, cout, oh, ow}, x.dtype());
     if (y.numel() == 0) return y;
-    ops::OpScope scope(ops::OpKind::Conv2d, 2.0 * double(n) * double(cout) * double(oh * ow) * double(cin * kk * kk));
+    Timed scope(backend_, ops::OpKind::Conv2d, 2.0 * double(n) * double(cout) * double(oh * ow) * double(cin * kk * kk));
     u32(x.numel(), "conv2d", x), u32(y.numel(), "conv2d", y);
     ConvParams p{addr(x), addr(w), addr(b), addr(y), addr(stats), addr(gamma), addr(beta), 0, uint32_t(cin),
                  uint32_t(h), uint32_t(wd), uint32_t(cout), uint32_t(oh), uint32_t(ow), uint32_t(kk), uint32_t(stride),
@@ -348,7 +367,7 @@ Tensor VulkanDeviceOps::layer_norm(const Tensor& x, const Tensor& gamma, const T
     require_same_place("layer_norm", x, beta, "beta");
     Tensor y = Tensor::empty_on(backend_, x.shape(), x.dtype());
     if (y.numel() == 0) return y;
-    ops::OpScope scope(ops::OpKind::LayerNorm);
+    Timed scope(backend_, ops::OpKind::LayerNorm);
     const int64_t d = x.dim(-1), rows = x.numel() / d;
     LayerNormParams p{addr(x), addr(y), addr(gamma), addr(beta), u32(rows, "layer_norm", x), uint32_t(d), eps};
     u32(x.numel(), "layer_norm", x);
@@ -360,7 +379,7 @@ Tensor VulkanDeviceOps::layer_norm(const Tensor& x, const Tensor& gamma, const T
 Tensor VulkanDeviceOps::softmax_lastdim(const Tensor& x) const {
     Tensor y = Tensor::empty_on(backend_, x.shape(), x.dtype());
     if (y.numel() == 0 || x.rank() == 0) return y;
-    ops::OpScope scope(ops::OpKind::SoftmaxLastdim);
+    Timed scope(backend_, ops::OpKind::SoftmaxLastdim);
     const int64_t len = x.dim(-1), rows = x.numel() / len;
     SoftmaxParams p{addr(x), addr(y), u32(rows, "softmax_lastdim", x), uint32_t(len), 1.0f, 0, 1, 0};
     u32(x.numel(), "softmax_lastdim", x);
@@ -397,7 +416,7 @@ Tensor VulkanDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor
     const int64_t batch = q.dim(0), lq = q.dim(1), lk = k.dim(1), hd = q.dim(2), d = hd / heads;
     Tensor out = Tensor::empty_on(backend_, q.shape(), q.dtype());
     if (out.numel() == 0 || lk == 0) return out;
-    ops::OpScope scope(ops::OpKind::Attention, 4.0 * double(batch) * double(lq) * double(lk) * double(hd));
+    Timed scope(backend_, ops::OpKind::Attention, 4.0 * double(batch) * double(lq) * double(lk) * double(hd));
     u32(q.numel(), "attention", q), u32(k.numel(), "attention", k);
     if (flash_attention_fits(d)) {
         flash_attention({addr(q), addr(k), addr(v), lk, hd, hd, hd}, out, heads, causal);
@@ -443,7 +462,7 @@ Tensor VulkanDeviceOps::attention_qkv(const Tensor& qkv, int heads) const {
     const int64_t batch = qkv.dim(0), l = qkv.dim(1);
     Tensor out = Tensor::empty_on(backend_, {batch, l, c}, qkv.dtype());
     if (out.numel() == 0) return out;
-    ops::OpScope scope(ops::OpKind::Attention, 4.0 * double(batch) * double(l) * double(l) * double(c));
+    Timed scope(backend_, ops::OpKind::Attention, 4.0 * double(batch) * double(l) * double(l) * double(c));
     u32(qkv.numel(), "attention", qkv);
     flash_attention({addr(qkv), addr(qkv, c), addr(qkv, 2 * c), l, w, w, w}, out, heads, false);
     return out;
@@ -458,7 +477,7 @@ Tensor VulkanDeviceOps::attention_kv(const Tensor& q, const Tensor& kv, int head
     const int64_t batch = q.dim(0), lq = q.dim(1), lk = kv.dim(1), w = kv.dim(2);
     Tensor out = Tensor::empty_on(backend_, q.shape(), q.dtype());
     if (out.numel() == 0 || lk == 0) return DeviceOps::attention_kv(q, kv, heads, at);
-    ops::OpScope scope(ops::OpKind::Attention, 4.0 * double(batch) * double(lq) * double(lk) * double(c));
+    Timed scope(backend_, ops::OpKind::Attention, 4.0 * double(batch) * double(lq) * double(lk) * double(c));
     u32(q.numel(), "attention", q), u32(kv.numel(), "attention", kv);
     flash_attention({addr(q), addr(kv, at), addr(kv, at + c), lk, c, w, w}, out, heads, false);
     return out;
@@ -468,14 +487,14 @@ void VulkanDeviceOps::activation_(Tensor& x, ops::DeviceActivation f) const {
     if (x.numel() == 0) return;
     static constexpr ops::OpKind kinds[] = {ops::OpKind::Silu, ops::OpKind::Gelu, ops::OpKind::GeluTanh,
                                             ops::OpKind::QuickGelu};
-    ops::OpScope scope(kinds[int(f)]);
+    Timed scope(backend_, kinds[int(f)]);
     UnaryParams p{addr(x), u32(x.numel(), "activation", x), uint32_t(f), 1.0f};
     backend_.dispatch(kernel("unary", x).c_str(), p, element_groups(x.numel()));
 }
 
 void VulkanDeviceOps::scale_(Tensor& x, float s) const {
     if (x.numel() == 0) return;
-    ops::OpScope scope(ops::OpKind::Scale);
+    Timed scope(backend_, ops::OpKind::Scale);
     UnaryParams p{addr(x), u32(x.numel(), "scale_", x), 4u, s};
     backend_.dispatch(kernel("unary", x).c_str(), p, element_groups(x.numel()));
 }
@@ -486,7 +505,7 @@ Tensor VulkanDeviceOps::geglu(const Tensor& x) const {
     shape.back() = d;
     Tensor y = Tensor::empty_on(backend_, shape, x.dtype());
     if (y.numel() == 0) return y;
-    ops::OpScope scope(ops::OpKind::Geglu);
+    Timed scope(backend_, ops::OpKind::Geglu);
     GegluParams p{addr(x), addr(y), u32(y.numel(), "geglu", x), uint32_t(d)};
     u32(x.numel(), "geglu", x);
     backend_.dispatch(kernel("geglu", x).c_str(), p, element_groups(y.numel()));
@@ -497,7 +516,7 @@ void VulkanDeviceOps::add_(Tensor& a, const Tensor& b) const {
     require_same_place("add_", a, b, "b");
     if (a.numel() != b.numel()) bad_device_operands("add_", a, device_operand("a", a) + " and " + device_operand("b", b));
     if (a.numel() == 0) return;
-    ops::OpScope scope(ops::OpKind::Add);
+    Timed scope(backend_, ops::OpKind::Add);
     BinaryParams p{addr(a), addr(b), u32(a.numel(), "add_", a), 1};
     backend_.dispatch(kernel("binary", a).c_str(), p, element_groups(a.numel()));
 }
@@ -505,7 +524,7 @@ void VulkanDeviceOps::add_(Tensor& a, const Tensor& b) const {
 void VulkanDeviceOps::add_channel_bias_(Tensor& x, const Tensor& bias_nc) const {
     require_same_place("add_channel_bias_", x, bias_nc, "bias");
     if (x.numel() == 0) return;
-    ops::OpScope scope(ops::OpKind::AddChannelBias);
+    Timed scope(backend_, ops::OpKind::AddChannelBias);
     BinaryParams p{addr(x), addr(bias_nc), u32(x.numel(), "add_channel_bias_", x),
                    uint32_t(x.numel() / (x.dim(0) * x.dim(1)))};
     backend_.dispatch(kernel("binary", x).c_str(), p, element_groups(x.numel()));
@@ -521,7 +540,7 @@ void VulkanDeviceOps::layout(int op, const Tensor& a, const Tensor* b, Tensor& y
 
 Tensor VulkanDeviceOps::upsample_nearest2x(const Tensor& x) const {
     Tensor y = Tensor::empty_on(backend_, {x.dim(0), x.dim(1), 2 * x.dim(2), 2 * x.dim(3)}, x.dtype());
-    ops::OpScope scope(ops::OpKind::UpsampleNearest2x);
+    Timed scope(backend_, ops::OpKind::UpsampleNearest2x);
     layout(0, x, nullptr, y, 0, 0, x.dim(2), x.dim(3));
     return y;
 }
@@ -531,7 +550,7 @@ Tensor VulkanDeviceOps::concat_channels(const Tensor& a, const Tensor& b) const 
     Shape shape = a.shape();
     shape[1] += b.dim(1);
     Tensor y = Tensor::empty_on(backend_, shape, a.dtype());
-    ops::OpScope scope(ops::OpKind::ConcatChannels);
+    Timed scope(backend_, ops::OpKind::ConcatChannels);
     const int64_t planes = a.dim(0) * a.dim(1), spatial = planes > 0 ? a.numel() / planes : 0;
     layout(1, a, &b, y, a.dim(1), b.dim(1), spatial, 1);
     return y;
@@ -539,14 +558,14 @@ Tensor VulkanDeviceOps::concat_channels(const Tensor& a, const Tensor& b) const 
 
 Tensor VulkanDeviceOps::nchw_to_nlc(const Tensor& x) const {
     Tensor y = Tensor::empty_on(backend_, {x.dim(0), x.dim(2) * x.dim(3), x.dim(1)}, x.dtype());
-    ops::OpScope scope(ops::OpKind::NchwToNlc);
+    Timed scope(backend_, ops::OpKind::NchwToNlc);
     layout(2, x, nullptr, y, x.dim(1), 0, x.dim(2) * x.dim(3), 1);
     return y;
 }
 
 Tensor VulkanDeviceOps::nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) const {
     Tensor y = Tensor::empty_on(backend_, {x.dim(0), x.dim(2), h, w}, x.dtype());
-    ops::OpScope scope(ops::OpKind::NlcToNchw);
+    Timed scope(backend_, ops::OpKind::NlcToNchw);
     layout(3, x, nullptr, y, x.dim(2), 0, h * w, 1);
     return y;
 }
@@ -570,7 +589,7 @@ Tensor VulkanDeviceOps::timestep_embedding(const Tensor& timesteps, int dim, boo
             "ops::timestep_embedding: half - shift = 0");
     Tensor y = Tensor::empty_on(backend_, {timesteps.numel(), int64_t(dim)}, out_type);
     if (y.numel() == 0) return y;
-    ops::OpScope scope(ops::OpKind::TimestepEmbedding);
+    Timed scope(backend_, ops::OpKind::TimestepEmbedding);
     const auto key = std::tuple{half, downscale_freq_shift, max_period};
     auto it = frequencies_.find(key);
     if (it == frequencies_.end()) {

@@ -44,6 +44,7 @@ public:
                               float max_period, DType out_type) const override;
 
 private:
+    class Timed;
     Tensor conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding, const Tensor* stats,
                 const Tensor* gamma, const Tensor* beta, int groups) const;
     Tensor group_norm_stats(const Tensor& x, int groups, float eps) const;  // F32 [N, groups, 2]
