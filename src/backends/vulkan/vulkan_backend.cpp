@@ -157,7 +157,15 @@ void VulkanBackend::time_begin(ops::OpKind kind, double flops) {
     timeline_->begin(target_, kind, flops);
 }
 
-void VulkanBackend::time_end() noexcept { timeline_->end(target_); }
+void VulkanBackend::time_end() noexcept {
+    // The op may have waited for the device inside (a product timing its builds): the stream's buffer is
+    // then reset, and the end's timestamp begins it again. A buffer that cannot begin loses the span.
+    try {
+        record_begin();
+        timeline_->end(target_);
+    } catch (...) {
+    }
+}
 
 VulkanBackend::~VulkanBackend() {
     const Api& a = api();

@@ -36,11 +36,15 @@ void VulkanTimeline::begin(VkCommandBuffer cmd, ops::OpKind kind, double flops) 
     // Two queries per call; a full pool is read back between ops (it cannot be inside one: then the call's
     // start would be lost, so that call is left untimed).
     if (next_ + 2 > kQueries) {
-        if (!open_.empty()) return;
+        if (!open_.empty()) {
+            open_.push_back(-1);  // untimed; end() pops it
+            return;
+        }
         flush_();
     }
     Call c;
     c.kind = kind, c.flops = flops, c.depth = int(open_.size()), c.parent = open_.empty() ? -1 : open_.back();
+    if (c.parent < 0 && !open_.empty()) c.depth = 0;  // inside an untimed call: reported at the top
     c.start = write(cmd);
     c.end = UINT32_MAX;
     open_.push_back(int(calls_.size()));
@@ -49,9 +53,9 @@ void VulkanTimeline::begin(VkCommandBuffer cmd, ops::OpKind kind, double flops) 
 
 void VulkanTimeline::end(VkCommandBuffer cmd) noexcept {
     if (!available() || open_.empty()) return;
-    Call& c = calls_[size_t(open_.back())];
+    const int i = open_.back();
     open_.pop_back();
-    if (next_ < kQueries) c.end = write(cmd);
+    if (i >= 0 && next_ < kQueries) calls_[size_t(i)].end = write(cmd);
 }
 
 void VulkanTimeline::synchronized() {
