@@ -445,6 +445,37 @@ TEST(VulkanTimeline, OneSpanPerOpCallInsideTheWallTime) {
 #endif
 
 #if KILN_HAS_VULKAN
+// --vram on Vulkan (VulkanMemory::set_limit): what kiln holds stays under the cap, cache included; past it the
+// cached dedicated allocations go back first (so a request that fits once they are gone succeeds), then the
+// request is OutOfMemory naming the cap; lifting the cap lets it through.
+TEST(VulkanMemoryLimit, HoldsAndGivesTheCacheBackFirst) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    vk.synchronize();
+    constexpr int64_t kMiB = int64_t(1) << 20;
+    // Dedicated allocations (8 MiB and more): a cached 24 MiB block, then a cap with room for 16 MiB only.
+    void* cached = vk.allocate(24 * kMiB);
+    vk.deallocate(cached);
+    const int64_t base = vk.reserved_bytes();
+    ASSERT_TRUE(vk.set_memory_limit(base - 24 * kMiB + 16 * kMiB));
+    void* fits = vk.allocate(16 * kMiB);  // only after the cached 24 MiB went back
+    EXPECT_LE(vk.reserved_bytes(), base - 24 * kMiB + 16 * kMiB);
+    try {
+        (void)vk.allocate(16 * kMiB);
+        ADD_FAILURE() << "an allocation past the cap was granted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory);
+        EXPECT_NE(std::string(e.what()).find("--vram"), std::string::npos) << e.what();
+    }
+    ASSERT_TRUE(vk.set_memory_limit(0));
+    void* more = vk.allocate(16 * kMiB);
+    vk.deallocate(more);
+    vk.deallocate(fits);
+    vk.release_cached_memory();
+}
+#endif
+
+#if KILN_HAS_VULKAN
 // The VK_KHR_cooperative_matrix kernels are compiled only where glslang 13 or later was found at configure
 // time. KILN_EXPECT_VULKAN_KHR=1 (set by .ci/run, which installs one) makes their absence a failure, so a CI
 // that lost the compiler cannot go green without compiling them.

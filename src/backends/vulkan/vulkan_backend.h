@@ -29,6 +29,11 @@ public:
     DeviceDescription describe() const override { return vulkan::describe(physical_, index_, memory_->reserved_bytes()); }
     DeviceMemoryInfo memory_info() const override { return heap_memory(physical_, memory_->reserved_bytes()); }
     int64_t reserved_bytes() const override { return memory_->reserved_bytes(); }
+    bool set_memory_limit(int64_t bytes) override {
+        memory_->set_limit(bytes);
+        return true;
+    }
+    void release_cached_memory() override { memory_->release_cached(); }
     int64_t max_allocation_bytes() const override { return memory_->max_allocation(); }
     void* allocate(int64_t bytes) override { return memory_->allocate(bytes); }
     void deallocate(void* p) noexcept override { memory_->deallocate(p); }
