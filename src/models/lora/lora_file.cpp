@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <set>
+#include <utility>
 
 #include "io/safetensors.h"
 #include "io/safetensors_header.h"
@@ -83,9 +84,10 @@ Tensor read_checked(const SafetensorsFile& file, const std::string& name) {
             "LoRA tensor " + quote_name(name) + " in " + file.path() + " has dtype " + dtype_name(t) +
                 "; LoRA weights are F32, F16, BF16 or F64");
     Tensor v = file.load(name);
+    const float* p = std::as_const(v).data();
     for (int64_t i = 0; i < v.numel(); ++i)
-        require(std::isfinite(v.data()[i]), ErrorKind::InvalidModel,
-                "LoRA tensor " + quote_name(name) + " in " + file.path() + " holds NaN or infinite values");
+        if (!std::isfinite(p[i]))
+            fail(ErrorKind::InvalidModel, "LoRA tensor " + quote_name(name) + " in " + file.path() + " holds NaN or infinite values");
     return v;
 }
 
@@ -255,7 +257,8 @@ Tensor lora_delta(const LoraModule& m) {
             d = product(m.tensors.at("hada_w1_a"), m.tensors.at("hada_w1_b"));
             const Tensor w2 = product(m.tensors.at("hada_w2_a"), m.tensors.at("hada_w2_b"));
             float* p = d.data();
-            for (int64_t i = 0; i < d.numel(); ++i) p[i] *= w2.data()[i];
+            const float* q = w2.data();
+            for (int64_t i = 0; i < d.numel(); ++i) p[i] *= q[i];
             break;
         }
         case LoraKind::LoKr: {  // kron(w1, w2): row i*r2 + k, column j*c2 + l holds w1[i, j] * w2[k, l]
@@ -263,11 +266,12 @@ Tensor lora_delta(const LoraModule& m) {
             const int64_t r1 = w1.dim(0), c1 = w1.dim(1), r2 = w2.dim(0), c2 = w2.dim(1);
             d = Tensor({r1 * r2, c1 * c2});
             float* p = d.data();
+            const float *a = w1.data(), *b = w2.data();
             for (int64_t i = 0; i < r1; ++i)
                 for (int64_t k = 0; k < r2; ++k)
                     for (int64_t j = 0; j < c1; ++j)
                         for (int64_t l = 0; l < c2; ++l)
-                            p[(i * r2 + k) * (c1 * c2) + j * c2 + l] = w1.data()[i * c1 + j] * w2.data()[k * c2 + l];
+                            p[(i * r2 + k) * (c1 * c2) + j * c2 + l] = a[i * c1 + j] * b[k * c2 + l];
             break;
         }
     }

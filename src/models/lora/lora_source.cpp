@@ -76,11 +76,12 @@ Tensor LoraSource::merged(const std::string& name, Tensor base) const {
                     shape_str(w.shape()) + " (a LoRA for another model?)");
         const Tensor d = lora_delta(m);
         const float factor = static_cast<float>(c.factor);
-        for (int64_t i = 0; i < w.numel(); ++i) p[i] += factor * d.data()[i];
+        const float* dp = d.data();
+        for (int64_t i = 0; i < w.numel(); ++i) p[i] += factor * dp[i];
     }
     for (int64_t i = 0; i < w.numel(); ++i)
-        require(std::isfinite(p[i]), ErrorKind::InvalidArgument,
-                "LoRA makes " + inner_.display_name(name) + " infinite (a weight too large?)");
+        if (!std::isfinite(p[i]))  // (the message built only then: this loop sees every weight)
+            fail(ErrorKind::InvalidArgument, "LoRA makes " + inner_.display_name(name) + " infinite (a weight too large?)");
     // Kept in float32 whatever the file's precision: diffusers (and kiln, whose 16-bit weights compute exactly
     // as their float32 copies) merge into float32 weights, and rounding the merged weight back to fp16 moved the
     // fixtures' latents by up to 4e-4 of their scale. --weights still converts it afterwards (WeightReader).
