@@ -97,6 +97,16 @@ TEST(LoraCli, TagMergesTheLoraAndThePngRecordsItsHash) {
     EXPECT_EQ(parameter(tmp.file("out.png"), "Lora hashes"), hashes);
 }
 
+// Quantized weights (--weights q8_0) are quantized after the merge: the LoRA still changes the image.
+TEST(LoraCli, MergesBeforeQuantizing) {
+    TempDir tmp;
+    write_lora(tmp.file("grain.safetensors"));
+    expect_success(txt2img(tmp, {"-p", "a cat", "--weights", "q8_0"}));
+    const kiln::Image plain = kiln::read_png(tmp.file("out.png"));
+    expect_success(txt2img(tmp, {"-p", "a cat", "--weights", "q8_0", "--lora", tmp.file("grain.safetensors")}));
+    EXPECT_FALSE(kiln::read_png(tmp.file("out.png")).pixels == plain.pixels);
+}
+
 TEST(LoraCli, UnmatchedModulesAreANoticeAndAForeignLoraAnError) {
     TempDir tmp;
     write_lora(tmp.file("partial.safetensors"), {"lora_unet_no_such_layer"});
