@@ -3,6 +3,7 @@
 // naming, SD 1.x and SDXL, diffusers folders and single files; the LoRA from the prompt's tag.
 #include <gtest/gtest.h>
 
+#include "kiln/error.h"
 #include "lora_test_files.h"
 #include "models/unet/unet_config.h"
 #include "pipeline/generate.h"
@@ -117,4 +118,20 @@ TEST(LoraNaming, LdmUNetNamesMergeTheSameModules) {
     const Tensor la = generate(a, req).final_latent, lb = generate(b, req).final_latent;
     ASSERT_EQ(la.numel(), lb.numel());
     for (int64_t i = 0; i < la.numel(); ++i) ASSERT_EQ(la[i], lb[i]) << i;
+}
+
+// generate() takes a LoRA tag out of the prompt only for a LoRA the model was loaded with: otherwise the image
+// would silently lack it.
+TEST(LoraNaming, TagOfALoraTheModelLacksIsAnError) {
+    const StableDiffusionModel model = load_model(data_path("sd15-mini/diffusers"));
+    GenerationRequest req = oracle_call();
+    req.steps = 1;
+    req.prompt += " <lora:film:0.5>";
+    try {
+        generate(model, req);
+        ADD_FAILURE() << "generated without the LoRA";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+        EXPECT_NE(std::string(e.what()).find("loaded without LoRA 'film'"), std::string::npos) << e.what();
+    }
 }
