@@ -53,21 +53,28 @@ std::optional<DType> fallback_override() {
     return v;
 }
 
+bool quant_all() {
+    static const bool all = [] {
+        const char* v = std::getenv("KILN_QUANT_ALL");
+        return v && std::strcmp(v, "1") == 0;
+    }();
+    return all;
+}
+
 }  // namespace
 
 bool quantize_matrix(const std::string& name, const Shape& shape) {
     if (shape.empty() || shape[0] <= 0) return false;
     const int64_t numel = shape_numel(shape);
     if ((numel / shape[0]) % 32 != 0 || numel < kQuantMinValues) return false;
-    static const bool all = [] {
-        const char* v = std::getenv("KILN_QUANT_ALL");
-        return v && std::strcmp(v, "1") == 0;
-    }();
-    return (all || !kept_by_name(name)) && !kept_by_request(name);
+    return (quant_all() || !kept_by_name(name)) && !kept_by_request(name);
 }
 
 std::optional<DType> quantized_dtype(const std::string& name, const Shape& shape, DType want, bool innermost_blocks) {
     if (!is_block_quantized(want) || !quantize_matrix(name, shape)) return std::nullopt;
+    // At 4 bits the down/upsampling convolutions and the text encoder's layers stay 16-bit too (docs/QUANT.md).
+    const bool four_bits = want == DType::Q4_0 || want == DType::Q4_1 || want == DType::Q4_K;
+    if (four_bits && !quant_all() && (contains(name, "samplers.") || name.rfind("text_model.", 0) == 0)) return std::nullopt;
     const int64_t row = shape_numel(shape) / shape[0], inner = shape.back();
     auto fits = [&](DType t) {
         const int64_t b = dtype_block_values(t);

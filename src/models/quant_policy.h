@@ -16,7 +16,8 @@ namespace kiln {
 // KILN_QUANT_KEEP=a,b keeps the matrices whose internal names contain a or b too.
 bool quantize_matrix(const std::string& name, const Shape& shape);
 
-// The block format `--weights want` gives the matrix: nothing when quantize_matrix keeps it as stored; else
+// The block format `--weights want` gives the matrix: nothing when quantize_matrix keeps it as stored (and at
+// 4 bits for the down/upsampling convolutions and the text encoder's layers too); else
 // `want`, or for a k-quant (256-value blocks) whose rows are not whole 256-value blocks (SD's 320- and
 // 640-channel layers) the 32-value format llama.cpp falls back to in the same case: q4_K -> q5_0,
 // q5_K -> q5_1, q6_K -> q8_0. `innermost_blocks` asks that the innermost dimension be whole blocks too,
