@@ -1,5 +1,6 @@
 // The subcommands of the kiln program, one function each.
 #pragma once
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -70,8 +71,21 @@ inline std::optional<DType> weights_option(const std::string& s) {
     if (s == "q8_0") return DType::Q8_0;
     if (s == "q4_0") return DType::Q4_0;
     if (s == "q4_1") return DType::Q4_1;
+    if (s == "q5_0") return DType::Q5_0;
+    if (s == "q5_1") return DType::Q5_1;
+    if (s == "q4_K") return DType::Q4_K;
+    if (s == "q5_K") return DType::Q5_K;
+    if (s == "q6_K") return DType::Q6_K;
     return s == "f32" ? DType::F32 : s == "f16" ? DType::F16 : DType::BF16;
 }
+
+// `kiln convert` (convert_command.cpp): a checkpoint written as GGUF with quantized weights.
+struct ConvertOptions {
+    std::string model, output, weights;
+    bool quiet = false;
+};
+CLI::App* add_convert_command(CLI::App& app, ConvertOptions& options);  // options must outlive app
+int run_convert(const ConvertOptions& options);
 
 int run_generate(const GenerateOptions& options, bool img2img);
 int run_info(const std::string& path);

@@ -30,9 +30,11 @@ int main(int argc, char** argv) {
 
     kiln::cli::GenerateOptions gen;
     const char* kWeightsHelp =
-        "f32 | f16 | bf16 | q8_0 | q4_0 | q4_1: precision of the weights in memory (default: as the file stores "
-        "them; q*: 8- or 4-bit blocks for the linear and conv weights, docs/QUANT.md)";
-    const std::vector<std::string> kWeightsChoices = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"};
+        "f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_K | q5_K | q6_K: precision of the weights in "
+        "memory (default: as the file stores them; q*: 4- to 8-bit blocks for the linear and conv weights, "
+        "docs/QUANT.md)";
+    const std::vector<std::string> kWeightsChoices = {"f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1",
+                                                      "q5_0", "q5_1", "q4_K", "q5_K", "q6_K"};
     const char* kDeviceHelp = "cpu | cuda[:N] | vulkan[:N] | auto (a GPU when there is one, CUDA before Vulkan; kiln info --devices lists them)";
     const char* kPrecisionHelp = "fp16 | bf16 | fp32: activations on a GPU (default fp16; the CPU computes in fp32)";
     auto add_generation_options = [&](CLI::App* cmd, bool img2img) {
@@ -137,6 +139,8 @@ int main(int argc, char** argv) {
     CLI::App* prompt = kiln::cli::add_prompt_command(app, prompt_opts);
     kiln::cli::PlanOptions plan_opts;
     CLI::App* plan = kiln::cli::add_plan_command(app, plan_opts);
+    kiln::cli::ConvertOptions convert_opts;
+    CLI::App* convert = kiln::cli::add_convert_command(app, convert_opts);
 
     try {
         app.parse(argc, argv);
@@ -163,6 +167,7 @@ int main(int argc, char** argv) {
         if (bench->parsed()) return kiln::cli::run_bench(bench_opts);
         if (prompt->parsed()) return kiln::cli::run_prompt(prompt_opts);
         if (plan->parsed()) return kiln::cli::run_plan(plan_opts);
+        if (convert->parsed()) return kiln::cli::run_convert(convert_opts);
     } catch (const kiln::Error& e) {
         std::fprintf(stderr, "kiln: error: %s\n", e.what());
         return 1;

@@ -1,6 +1,7 @@
 #include "core/dtype.h"
 
 #include "quant/block_formats.h"
+#include "quant/k_quants.h"
 
 namespace kiln {
 
@@ -24,6 +25,11 @@ const char* dtype_name(DType dtype) {
         case DType::Q8_0: return "Q8_0";
         case DType::Q4_0: return "Q4_0";
         case DType::Q4_1: return "Q4_1";
+        case DType::Q5_0: return "Q5_0";
+        case DType::Q5_1: return "Q5_1";
+        case DType::Q4_K: return "Q4_K";
+        case DType::Q5_K: return "Q5_K";
+        case DType::Q6_K: return "Q6_K";
     }
     return "?";
 }
@@ -42,7 +48,12 @@ size_t dtype_size(DType dtype) {
         case DType::BOOL: return 1;
         case DType::Q8_0:
         case DType::Q4_0:
-        case DType::Q4_1: return 0;
+        case DType::Q4_1:
+        case DType::Q5_0:
+        case DType::Q5_1:
+        case DType::Q4_K:
+        case DType::Q5_K:
+        case DType::Q6_K: return 0;
     }
     return 0;
 }
@@ -54,12 +65,31 @@ size_t dtype_block_bytes(DType dtype) {
         case DType::Q8_0: return quant::kQ8_0Bytes;
         case DType::Q4_0: return quant::kQ4_0Bytes;
         case DType::Q4_1: return quant::kQ4_1Bytes;
+        case DType::Q5_0: return quant::kQ5_0Bytes;
+        case DType::Q5_1: return quant::kQ5_1Bytes;
+        case DType::Q4_K: return quant::kQ4_KBytes;
+        case DType::Q5_K: return quant::kQ5_KBytes;
+        case DType::Q6_K: return quant::kQ6_KBytes;
+        default: return 0;
+    }
+}
+
+int64_t dtype_block_values(DType dtype) {
+    switch (dtype) {
+        case DType::Q8_0:
+        case DType::Q4_0:
+        case DType::Q4_1:
+        case DType::Q5_0:
+        case DType::Q5_1: return quant::kBlockValues;
+        case DType::Q4_K:
+        case DType::Q5_K:
+        case DType::Q6_K: return quant::kKBlockValues;
         default: return 0;
     }
 }
 
 int64_t dtype_storage_bytes(DType dtype, int64_t numel) {
-    if (is_block_quantized(dtype)) return numel / quant::kBlockValues * int64_t(dtype_block_bytes(dtype));
+    if (is_block_quantized(dtype)) return numel / dtype_block_values(dtype) * int64_t(dtype_block_bytes(dtype));
     return numel * int64_t(dtype_size(dtype));
 }
 

@@ -12,6 +12,7 @@
 #include "core/half.h"
 #include "kiln/error.h"
 #include "quant/block_formats.h"
+#include "quant/k_quants.h"
 
 #if defined(__F16C__) && defined(__AVX__)
 #include <immintrin.h>
@@ -94,20 +95,44 @@ void decode_bf16(const uint8_t* src, float* dst, size_t n) {
     }
 }
 
-// n values (a multiple of 32) of a block format: whole blocks.
+// One block format's functions (quant/block_formats.h, quant/k_quants.h).
+struct BlockCodec {
+    void (*dequantize)(const uint8_t* block, float* out);
+    bool (*quantize)(const float* x, uint8_t* block);
+};
+BlockCodec block_codec(DType dtype) {
+    switch (dtype) {
+        case DType::Q8_0: return {quant::dequantize_q8_0, quant::quantize_q8_0};
+        case DType::Q4_0: return {quant::dequantize_q4_0, quant::quantize_q4_0};
+        case DType::Q4_1: return {quant::dequantize_q4_1, quant::quantize_q4_1};
+        case DType::Q5_0: return {quant::dequantize_q5_0, quant::quantize_q5_0};
+        case DType::Q5_1: return {quant::dequantize_q5_1, quant::quantize_q5_1};
+        case DType::Q4_K: return {quant::dequantize_q4_K, quant::quantize_q4_K};
+        case DType::Q5_K: return {quant::dequantize_q5_K, quant::quantize_q5_K};
+        case DType::Q6_K: return {quant::dequantize_q6_K, quant::quantize_q6_K};
+        default: break;
+    }
+    assert(false && "block_codec: not a block format");
+    return {nullptr, nullptr};
+}
+
+// n values (whole blocks) of a block format.
 void decode_quantized(DType dtype, const uint8_t* src, float* dst, size_t n) {
-    const size_t bytes = dtype_block_bytes(dtype);
-    auto* dequantize = dtype == DType::Q8_0 ? quant::dequantize_q8_0
-                       : dtype == DType::Q4_0 ? quant::dequantize_q4_0
-                                              : quant::dequantize_q4_1;
-    for (size_t b = 0; b < n / quant::kBlockValues; ++b) dequantize(src + b * bytes, dst + b * quant::kBlockValues);
+    const size_t bytes = dtype_block_bytes(dtype), values = size_t(dtype_block_values(dtype));
+    auto* dequantize = block_codec(dtype).dequantize;
+    for (size_t b = 0; b < n / values; ++b) dequantize(src + b * bytes, dst + b * values);
 }
 
 void decode_block(DType dtype, const uint8_t* src, float* dst, size_t n) {
     switch (dtype) {
         case DType::Q8_0:
         case DType::Q4_0:
-        case DType::Q4_1: return decode_quantized(dtype, src, dst, n);
+        case DType::Q4_1:
+        case DType::Q5_0:
+        case DType::Q5_1:
+        case DType::Q4_K:
+        case DType::Q5_K:
+        case DType::Q6_K: return decode_quantized(dtype, src, dst, n);
         case DType::F64: return decode_f64(src, dst, n);
         case DType::F32: std::memcpy(dst, src, n * 4); return;
         case DType::F16: return decode_f16(src, dst, n);
@@ -165,8 +190,8 @@ uint16_t float_to_bf16(float f) {
 }
 
 void decode_to_float(DType dtype, const uint8_t* src, float* dst, size_t n) {
-    // kBlockElements is a multiple of 32, so every range but the last holds whole quantized blocks.
-    static_assert(kBlockElements % quant::kBlockValues == 0);
+    // kBlockElements is a multiple of 256, so every range but the last holds whole quantized blocks.
+    static_assert(kBlockElements % quant::kKBlockValues == 0 && kBlockElements % quant::kBlockValues == 0);
     for_blocks(n, [&](size_t begin, size_t count) {
         decode_block(dtype, src + size_t(dtype_storage_bytes(dtype, int64_t(begin))), dst + begin, count);
     });
@@ -175,25 +200,24 @@ void decode_to_float(DType dtype, const uint8_t* src, float* dst, size_t n) {
 void quantize_values(DType dtype, const float* src, uint8_t* dst, size_t n) {
     require(is_block_quantized(dtype), ErrorKind::InvalidArgument,
             std::string("quantize_values: ") + dtype_name(dtype) + " is not a block format");
-    require(n % quant::kBlockValues == 0, ErrorKind::InvalidArgument,
-            std::string("cannot quantize ") + std::to_string(n) + " values to " + dtype_name(dtype) +
-                ": blocks hold 32 values");
+    const size_t values = size_t(dtype_block_values(dtype));
+    require(n % values == 0, ErrorKind::InvalidArgument,
+            std::string("cannot quantize ") + std::to_string(n) + " values to " + dtype_name(dtype) + ": blocks hold " +
+                std::to_string(values) + " values");
     const size_t bytes = dtype_block_bytes(dtype);
-    auto* quantize = dtype == DType::Q8_0 ? quant::quantize_q8_0
-                     : dtype == DType::Q4_0 ? quant::quantize_q4_0
-                                            : quant::quantize_q4_1;
-    const long long blocks = static_cast<long long>(n / quant::kBlockValues);
+    auto* quantize = block_codec(dtype).quantize;
+    const long long blocks = static_cast<long long>(n / values);
     long long first_bad = blocks;  // no exception may leave the parallel loop: find the first bad block
 #pragma omp parallel for schedule(static) reduction(min : first_bad) if (n >= kParallelMinElements)
     for (long long b = 0; b < blocks; ++b)
-        if (!quantize(src + b * quant::kBlockValues, dst + b * bytes)) first_bad = std::min(first_bad, b);
+        if (!quantize(src + b * values, dst + b * bytes)) first_bad = std::min(first_bad, b);
     if (first_bad == blocks) return;
-    for (size_t i = size_t(first_bad) * quant::kBlockValues; i < size_t(first_bad + 1) * quant::kBlockValues; ++i)
+    for (size_t i = size_t(first_bad) * values; i < size_t(first_bad + 1) * values; ++i)
         require(std::isfinite(src[i]), ErrorKind::InvalidArgument,
                 std::string("cannot quantize to ") + dtype_name(dtype) + ": value " + std::to_string(i) + " is " +
                     (std::isnan(src[i]) ? "NaN" : "infinite"));
     fail(ErrorKind::InvalidArgument, std::string("cannot quantize to ") + dtype_name(dtype) + ": the block at value " +
-                                         std::to_string(size_t(first_bad) * quant::kBlockValues) +
+                                         std::to_string(size_t(first_bad) * values) +
                                          " needs a scale beyond fp16's range (65504)");
 }
 

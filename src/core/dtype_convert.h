@@ -11,14 +11,14 @@ namespace kiln {
 
 // Decodes n elements of `dtype` at src into dst. Integers convert by value (large I64/I32 values
 // round to the nearest float); F64 outside float's range becomes +-inf as IEEE rounding would.
-// Block formats (Q8_0, Q4_0, Q4_1) are dequantized; n must be a multiple of 32 and src start a block.
+// Block formats (Q8_0, ..., Q6_K) are dequantized; n must be whole blocks and src start a block.
 // BOOL is not a number here: callers reject it first.
 void decode_to_float(DType dtype, const uint8_t* src, float* dst, size_t n);
 
 // Encodes n floats as F32, F16 or BF16 (round to nearest even) into dst (n * dtype_size bytes).
 void encode_from_float(DType dtype, const float* src, uint8_t* dst, size_t n);
 
-// Quantizes n floats (a multiple of 32) into blocks of `dtype` (Q8_0, Q4_0 or Q4_1) at dst, with ggml's
+// Quantizes n floats (whole blocks) into blocks of `dtype` (a block format) at dst, with ggml's
 // rounding rules (quant/block_formats.h). A NaN or infinite value, or a block whose scale would overflow
 // fp16, is InvalidArgument naming the value's index.
 void quantize_values(DType dtype, const float* src, uint8_t* dst, size_t n);

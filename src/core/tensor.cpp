@@ -57,16 +57,17 @@ namespace {
 // Block-format tensors hold rows of whole blocks, so that rows are byte ranges (weight tiles, row slices).
 void require_block_rows(const Shape& shape, DType dtype) {
     const int64_t rows = shape.empty() ? 0 : shape[0], numel = shape_numel(shape);
-    require(!shape.empty() && (rows == 0 || (numel / rows) % quant::kBlockValues == 0), ErrorKind::InvalidArgument,
+    const int64_t block = dtype_block_values(dtype);
+    require(!shape.empty() && (rows == 0 || (numel / rows) % block == 0), ErrorKind::InvalidArgument,
             std::string("a ") + dtype_name(dtype) + " tensor of shape " + shape_str(shape) +
-                ": its rows (numel / dim 0) must be whole blocks of 32 values");
+                ": its rows (numel / dim 0) must be whole blocks of " + std::to_string(block) + " values");
 }
 
 }  // namespace
 
 Tensor Tensor::from_blocks(Shape shape, DType dtype, std::vector<uint8_t> bytes) {
     require(is_block_quantized(dtype), ErrorKind::InvalidArgument,
-            std::string("block tensor of dtype ") + dtype_name(dtype) + " (Q8_0, Q4_0 or Q4_1 expected)");
+            std::string("block tensor of dtype ") + dtype_name(dtype) + " (a block format expected)");
     require_block_rows(shape, dtype);
     const int64_t numel = shape_numel(shape);
     require(dtype_storage_bytes(dtype, numel) == int64_t(bytes.size()), ErrorKind::InvalidArgument,

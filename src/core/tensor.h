@@ -9,8 +9,8 @@
 // category current on the creating thread (Activations unless a MemoryCategoryScope says otherwise).
 // A copy counts in the copier's category, a move keeps the count's category. Growing values() in place
 // is not re-counted: make a new tensor instead.
-// A weight may also be held in a block format (Q8_0, Q4_0, Q4_1: quant/block_formats.h) as the bytes of its
-// blocks, on the host only: every row (numel / dim(0) values) is a whole number of 32-value blocks, so a
+// A weight may also be held in a block format (Q8_0, Q4_0, ...: quant/block_formats.h, quant/k_quants.h) as
+// the bytes of its blocks, on the host only: every row (numel / dim(0) values) is whole blocks, so a
 // range of rows is a range of bytes. linear and conv2d dequantize tiles of such rows as they go, exactly as
 // they convert F16/BF16 tiles; any other use of the values reads them through to_f32(), and the float32
 // accessors refuse such a tensor with an Unsupported error rather than read its bytes as floats.
@@ -62,8 +62,8 @@ public:
     }
     // F16 or BF16 codes, numel of them (anything else: InvalidArgument).
     static Tensor from_bits16(Shape shape, DType dtype, std::vector<uint16_t> bits);
-    // The blocks of a block-format tensor (Q8_0, Q4_0 or Q4_1): rows of whole blocks (rank >= 1,
-    // numel / dim(0) a multiple of 32) and dtype_storage_bytes(dtype, numel) bytes; else InvalidArgument.
+    // The blocks of a block-format tensor (Q8_0, Q4_0, ..., Q6_K): rows of whole blocks (rank >= 1,
+    // numel / dim(0) a multiple of dtype_block_values) and dtype_storage_bytes(dtype, numel) bytes; else InvalidArgument.
     static Tensor from_blocks(Shape shape, DType dtype, std::vector<uint8_t> bytes);
     // Read-only values of `dtype` (F32, F16, BF16, or a block format) that `storage` points at, numel(shape)
     // of them and aligned for the dtype (blocks need no alignment), kept alive by `storage`'s owner (a
@@ -150,7 +150,7 @@ private:
     DType dtype_ = DType::F32;
     std::vector<float> data_;       // F32
     std::vector<uint16_t> bits16_;  // F16, BF16
-    std::vector<uint8_t> blocks_;   // Q8_0, Q4_0, Q4_1
+    std::vector<uint8_t> blocks_;   // block formats
     MemoryLease lease_;  // after data_: counted only once the storage exists
     std::shared_ptr<const void> view_;  // set for a view (then data_, bits16_ and blocks_ are empty)
     std::shared_ptr<DeviceBuffer> device_;  // set for a device tensor (then data_ and bits16_ are empty)

@@ -41,8 +41,8 @@ bool is_gguf(const uint8_t* file, uint64_t size);
 // Validates the whole layout of the `size` bytes at `file` without reading tensor data: every string,
 // count and value inside the file, tensor names unique, shapes that fit, offsets aligned, every tensor's
 // bytes inside the file and no two overlapping. Malformed or truncated: InvalidModel naming `path`, the
-// problem and, where it applies, the tensor or key. A tensor type kiln does not read (k-quants, i-quants,
-// q5_*, or a number ggml does not define): Unsupported naming the type. Big-endian files and GGUF v1:
+// problem and, where it applies, the tensor or key. A tensor type kiln does not read (q2_K, q3_K, i-quants,
+// q8_1, ternary, mxfp4, or a number ggml does not define): Unsupported naming the type. Big-endian files and GGUF v1:
 // Unsupported.
 GgufLayout parse_gguf_layout(const uint8_t* file, uint64_t size, const std::string& path);
 

@@ -16,7 +16,7 @@ std::optional<Tensor> view_of(const std::shared_ptr<const SafetensorsFile>& file
     const int64_t numel = shape_numel(shape);
     if (numel == 0) return std::nullopt;  // nothing to share; a plain empty tensor does
     // Block formats: rows of whole blocks only (Tensor::view), so that `skip` (whole rows) is whole blocks.
-    if (blocks && (shape.empty() || (numel / shape[0]) % 32 != 0)) return std::nullopt;
+    if (blocks && (shape.empty() || (numel / shape[0]) % dtype_block_values(ti.dtype) != 0)) return std::nullopt;
     const uint8_t* bytes = file->raw(ti.name) + dtype_storage_bytes(ti.dtype, skip);
     // Reading a float or a 16-bit code at an address not aligned for it is undefined behaviour (blocks are
     // read byte by byte).

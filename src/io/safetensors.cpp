@@ -59,16 +59,16 @@ Tensor SafetensorsFile::load(const std::string& name) const {
 
 namespace {
 
-bool whole_block_rows(const Shape& shape) {
+bool whole_block_rows(const Shape& shape, DType dtype) {
     const int64_t rows = shape.empty() ? 0 : shape[0];
-    return rows > 0 && (shape_numel(shape) / rows) % 32 == 0;
+    return rows > 0 && (shape_numel(shape) / rows) % dtype_block_values(dtype) == 0;
 }
 
 }  // namespace
 
 Tensor SafetensorsFile::load_stored(const std::string& name) const {
     const TensorInfo& ti = info(name);
-    if (is_block_quantized(ti.dtype) && whole_block_rows(ti.shape)) {
+    if (is_block_quantized(ti.dtype) && whole_block_rows(ti.shape, ti.dtype)) {
         std::vector<uint8_t> bytes;
         try {
             bytes.assign(file_.data() + ti.offset, file_.data() + ti.offset + ti.nbytes);

@@ -18,7 +18,7 @@ namespace kiln {
 // open(), so load() and raw() never read outside the file. Movable, not copyable.
 // open() also reads GGUF files (io/gguf.h), recognised by their magic: their tensors are byte ranges
 // of the mapping too, with PyTorch-order shapes and the same names as the checkpoint they were
-// converted from, so every loader of single files reads them unchanged. Their blocks of Q8_0/Q4_0/Q4_1
+// converted from, so every loader of single files reads them unchanged. Their blocks (Q8_0 ... Q6_K)
 // decode to float32 in load(); load_stored() keeps them as blocks. (The class keeps its name for now;
 // "TensorFile" would describe it better.)
 class SafetensorsFile {

@@ -1,17 +1,13 @@
 // write_safetensors: builds the header, then streams each tensor through a bounded conversion
 // buffer into a temporary file beside the target, which is renamed over the target at the end.
-#include <fcntl.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/dtype_convert.h"
 #include "io/safetensors.h"
+#include "io/temp_file.h"
 #include "kiln/error.h"
 
 namespace kiln {
@@ -21,63 +17,6 @@ namespace {
 using nlohmann::json;
 
 constexpr size_t kChunkElements = size_t{1} << 20;  // conversion buffer: 4 MB of F32 at most
-
-[[noreturn]] void fail_io(const std::string& path, const std::string& what) {
-    fail(ErrorKind::IO, path + ": " + what + ": " + std::strerror(errno));
-}
-
-// The temporary file: unlinked unless commit() renamed it into place.
-class TempFile {
-public:
-    explicit TempFile(const std::string& target) : target_(target) {
-        // pid + counter is unique within this machine's live processes; the clock makes a clash with
-        // a stale leftover of a dead process unlikely, and O_EXCL makes any clash safe.
-        static std::atomic<unsigned> counter{0};
-        const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
-        for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
-            temp_ = target + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
-                    std::to_string(stamp);
-            // 0666 lets the umask decide the final permissions, as for any newly created file.
-            fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-            if (fd_ < 0 && errno != EEXIST) fail_io(target, "cannot create temporary file " + temp_);
-        }
-        if (fd_ < 0) fail_io(target, "cannot create a temporary file");
-    }
-    ~TempFile() {
-        if (fd_ >= 0) ::close(fd_);
-        if (!committed_) ::unlink(temp_.c_str());
-    }
-    TempFile(const TempFile&) = delete;
-    TempFile& operator=(const TempFile&) = delete;
-
-    void write(const void* data, size_t n) {
-        const char* p = static_cast<const char*>(data);
-        while (n > 0) {
-            ssize_t w = ::write(fd_, p, n);
-            if (w < 0) {
-                if (errno == EINTR) continue;
-                fail_io(target_, "cannot write");
-            }
-            p += w;
-            n -= static_cast<size_t>(w);
-        }
-    }
-
-    void commit() {
-        // Flush to disk before the rename, so that a crash leaves either the old file or the new one.
-        if (::fsync(fd_) != 0) fail_io(target_, "cannot flush");
-        int rc = ::close(fd_);
-        fd_ = -1;
-        if (rc != 0) fail_io(target_, "cannot close");
-        if (::rename(temp_.c_str(), target_.c_str()) != 0) fail_io(target_, "cannot replace with " + temp_);
-        committed_ = true;
-    }
-
-private:
-    std::string target_, temp_;
-    int fd_ = -1;
-    bool committed_ = false;
-};
 
 void check_request(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors, DType dtype) {
     require(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16, ErrorKind::Unsupported,

@@ -32,7 +32,7 @@ struct TextEncoder {
 struct LoadOptions {
     std::optional<std::string> prediction;  // "epsilon" | "v_prediction": needed for SD 2.x single files
     // Precision of the linear/conv weights in memory: unset keeps the file's (F16/BF16 files stay 16-bit,
-    // half the memory of float32); F32, F16 or BF16 converts at load (--weights); Q8_0, Q4_0 or Q4_1
+    // half the memory of float32); F32, F16 or BF16 converts at load (--weights); a block format (Q8_0 ... Q6_K)
     // quantizes the matrices models/quant_policy.h picks (on a GPU they are dequantized again at upload,
     // so only the values change there, not the memory: docs/QUANT.md).
     std::optional<DType> weights;

@@ -269,6 +269,12 @@ Architecture detect_single_file_architecture(const SafetensorsFile& file) {
     if (file.has("cond_stage_model.transformer.text_model.final_layer_norm.weight")) return Architecture::SD1;
     if (file.has("model.diffusion_model.input_blocks.0.0.weight"))
         fail(ErrorKind::InvalidModel, file.path() + " has a UNet but no text encoder kiln knows");
+    // ComfyUI-GGUF's files hold the UNet alone, its keys without the "model.diffusion_model." prefix.
+    if (file.has("input_blocks.0.0.weight") && file.has("out.2.weight"))
+        fail(ErrorKind::Unsupported, file.path() + " holds a UNet alone (ComfyUI-GGUF's layout: UNet keys without "
+                                                   "'model.diffusion_model.'); kiln needs the whole checkpoint with "
+                                                   "its text encoders and VAE in one file (kiln convert makes one "
+                                                   "from a single-file checkpoint)");
     fail(ErrorKind::InvalidModel, file.path() + " is not a Stable Diffusion checkpoint (no UNet or text encoder tensors)");
 }
 

@@ -16,7 +16,7 @@ void require_floating(const SafetensorsFile& file, const std::string& name) {
     require(t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64 || is_block_quantized(t),
             ErrorKind::InvalidModel,
             "tensor " + quote_name(name) + " in " + file.path() + " has dtype " + dtype_name(t) +
-                "; kiln reads weights of F32, F16, BF16, F64, Q8_0, Q4_0 or Q4_1");
+                "; kiln reads weights of F32, F16, BF16, F64 or a GGUF block format (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)");
 }
 
 }  // namespace
@@ -179,9 +179,10 @@ Tensor WeightReader::read(const std::string& name, const Shape* expected, bool m
     if (!matrix || !source_.weights_dtype) return t;
     const DType want = *source_.weights_dtype;
     if (!is_block_quantized(want)) return t.converted(want);
-    if (t.dtype() == want || !quantize_matrix(name, t.shape())) return t;
+    const std::optional<DType> to = quantized_dtype(name, t.shape(), want);
+    if (!to || t.dtype() == *to) return t;
     try {
-        return t.converted(want);
+        return t.converted(*to);
     } catch (const Error& e) {  // a NaN or infinite weight: the file is damaged
         fail(ErrorKind::InvalidModel, "tensor " + source_.display_name(name) + " in " + source_.describe() + ": " +
                                           e.what());

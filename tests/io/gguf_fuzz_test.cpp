@@ -18,7 +18,8 @@ using namespace kiln::test;
 namespace {
 
 // Metadata of every kind (scalars, strings, an array of strings, a nested array, a bool) and tensors of the
-// dtypes kiln reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, I8), one of them empty.
+// dtypes kiln reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, I8), one of them empty.
+constexpr size_t kSeedData = 1412;
 std::string seed_file() {
     std::vector<std::string> kvs = {
         kv_string("general.architecture", "fuzz"), kv_u32("general.alignment", 32),
@@ -28,8 +29,10 @@ std::string seed_file() {
         gguf_str("f.nest") + le(9, 4) + le(9, 4) + le(1, 8) + le(4, 4) + le(2, 8) + le(7, 4) + le(9, 4)};
     std::vector<GgufTensorSpec> t = {
         {"a", {32, 2}, 0, 0},   {"b", {3}, 1, 256},    {"c", {2, 1}, 30, 288}, {"q8", {64}, 8, 320},
-        {"q4", {32, 2}, 2, 416}, {"q41", {32}, 3, 480}, {"i", {5}, 24, 512},   {"e", {0, 32}, 8, 544}};
-    std::string data(544, '\0');
+        {"q4", {32, 2}, 2, 416}, {"q41", {32}, 3, 480}, {"i", {5}, 24, 512},   {"e", {0, 32}, 8, 544},
+        {"q50", {32}, 6, 576},   {"q51", {32}, 7, 608}, {"q4k", {256}, 12, 640}, {"q5k", {256}, 13, 800},
+        {"q6k", {256, 2}, 14, 992}};  // 992 + 2 * 210 = kSeedData
+    std::string data(kSeedData, '\0');
     for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 29 + 3);
     return gguf_bytes(kvs, t, data);
 }
@@ -63,7 +66,7 @@ TEST(GgufFuzz, MutatedFilesOpenOrThrowKilnError) {
     const std::string seed = seed_file();
     write_bytes(path, seed);
     ASSERT_EQ(open_and_load_everything(path, "seed"), Outcome::Valid);
-    const size_t header_end = seed.size() - 544;
+    const size_t header_end = seed.size() - kSeedData;
 
     std::mt19937 gen(22);  // the same sequence everywhere; draws reduced by hand, as <random>'s distributions differ
     auto below = [&](uint32_t n) { return uint32_t(gen() % n); };

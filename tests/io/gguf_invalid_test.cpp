@@ -51,8 +51,9 @@ TEST_F(GgufInvalid, Versions) {
 }
 
 TEST_F(GgufInvalid, UnsupportedTensorTypesAreNamed) {
-    expect(gguf_bytes({}, {{"k", {256, 1}, 12, 0}}, std::string(256, '\0')), ErrorKind::Unsupported, "Q4_K");
-    expect(gguf_bytes({}, {{"k", {32, 1}, 6, 0}}, std::string(64, '\0')), ErrorKind::Unsupported, "Q5_0");
+    expect(gguf_bytes({}, {{"k", {256, 1}, 10, 0}}, std::string(256, '\0')), ErrorKind::Unsupported, "Q2_K");
+    expect(gguf_bytes({}, {{"k", {32, 1}, 20, 0}}, std::string(64, '\0')), ErrorKind::Unsupported, "IQ4_NL");
+    expect(gguf_bytes({}, {{"k", {32, 1}, 9, 0}}, std::string(64, '\0')), ErrorKind::Unsupported, "Q8_1");
     expect(gguf_bytes({}, {{"k", {32, 1}, 77, 0}}, std::string(64, '\0')), ErrorKind::Unsupported, "ggml type 77");
 }
 
@@ -60,6 +61,10 @@ TEST_F(GgufInvalid, MalformedLayouts) {
     const std::string data = good_data();
     // Blocks along an innermost dimension that is not whole blocks (ggml never writes it).
     expect(gguf_bytes({}, {{"q", {3, 32}, 8, 0}}, data), ErrorKind::InvalidModel, "innermost dimension 3");
+    // k-quants hold 256-value blocks: an innermost dimension of 32 is not whole blocks; a Q6_K row of 210
+    // bytes does not fit 160 bytes of data.
+    expect(gguf_bytes({}, {{"k", {32, 8}, 12, 0}}, data), ErrorKind::InvalidModel, "256-value block");
+    expect(gguf_bytes({}, {{"k", {256}, 14, 0}}, std::string(160, '\0')), ErrorKind::InvalidModel, "truncated");
     // Offsets: not aligned; past the end; overlapping.
     expect(gguf_bytes({}, {{"w", {32, 2}, 0, 16}}, data), ErrorKind::InvalidModel, "not a multiple of the alignment");
     expect(gguf_bytes({}, {{"w", {32, 2}, 0, 320}}, data), ErrorKind::InvalidModel, "truncated");

@@ -19,7 +19,7 @@ using kiln::test::TempDir;
 
 namespace {
 
-const std::string kFile = std::string(KILN_SOURCE_DIR) + "/tests/data/gguf/reference.gguf";
+const std::string kFile = std::string(KILN_GGUF_DATA) + "/reference.gguf";
 
 std::shared_ptr<const SafetensorsFile> open_shared(const std::string& path) {
     return std::make_shared<const SafetensorsFile>(SafetensorsFile::open(path));
@@ -44,7 +44,7 @@ Shape parse_shape(const std::string& s) {
 TEST(GgufReference, ReaderSeesWhatGgufPySees) {
     SafetensorsFile f = SafetensorsFile::open(kFile);
     EXPECT_TRUE(f.is_gguf());
-    std::ifstream expected(std::string(KILN_SOURCE_DIR) + "/tests/data/gguf/reference.expected");
+    std::ifstream expected(std::string(KILN_GGUF_DATA) + "/reference.expected");
     ASSERT_TRUE(expected.good());
     int tensors = 0, values = 0;
     for (std::string line; std::getline(expected, line);) {

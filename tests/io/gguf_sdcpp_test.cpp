@@ -15,7 +15,7 @@ using namespace kiln;
 
 namespace {
 
-const std::string kDir = std::string(KILN_SOURCE_DIR) + "/tests/data/gguf/sdcpp/";
+const std::string kDir = std::string(KILN_GGUF_DATA) + "/sdcpp/";
 
 // What sd.cpp's converter quantizes here (its ModelLoader::tensor_should_be_converted): tensors whose innermost
 // dimension is whole blocks, except biases and time_embed.; the 3x3 convolution (innermost 3) stays F16.

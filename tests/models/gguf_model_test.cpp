@@ -39,6 +39,8 @@ uint32_t ggml_code(DType t) {
         case DType::F16: return 1;
         case DType::Q4_0: return 2;
         case DType::Q4_1: return 3;
+        case DType::Q5_0: return 6;
+        case DType::Q5_1: return 7;
         case DType::Q8_0: return 8;
         case DType::BF16: return 30;
         case DType::I64: return 27;
@@ -136,7 +138,7 @@ TEST_P(GgufModel, ComputesWhatItsDequantizedValuesCompute) {
     expect_identical(a.vae->decode(latents), b.vae->decode(latents), "VAE decode");
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, GgufModel, ::testing::Values(DType::Q8_0, DType::Q4_0, DType::Q4_1),
+INSTANTIATE_TEST_SUITE_P(Formats, GgufModel, ::testing::Values(DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // --weights q8_0 on a float file quantizes what models/quant_policy.h picks, and those matrices are blocks.

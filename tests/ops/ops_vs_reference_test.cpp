@@ -84,6 +84,12 @@ CaseList cases_linear() {
         {"q8_0_weight_one_tile", [] { return linear_check({2, 33, 64}, 31, true, 81, DType::Q8_0); }},
         {"q4_0_weight_tiles_of_3_rows", [] { return linear_check({2, 5, 32}, 31, true, 82, DType::Q4_0, 3 * 32 * 4); }},
         {"q4_1_weight_tiles_of_1_row", [] { return linear_check({7, 96}, 5, true, 83, DType::Q4_1, 1); }},
+        {"q5_0_weight_one_tile", [] { return linear_check({3, 64}, 9, true, 90, DType::Q5_0); }},
+        {"q5_1_weight_tiles_of_2_rows", [] { return linear_check({2, 3, 96}, 7, false, 91, DType::Q5_1, 2 * 96 * 4); }},
+        // k-quants: rows of whole 256-value blocks.
+        {"q4_k_weight_tiles_of_1_row", [] { return linear_check({3, 256}, 5, true, 92, DType::Q4_K, 1); }},
+        {"q5_k_weight_one_tile", [] { return linear_check({2, 5, 512}, 3, true, 93, DType::Q5_K); }},
+        {"q6_k_weight_tiles_of_3_rows", [] { return linear_check({4, 256}, 7, true, 94, DType::Q6_K, 3 * 256 * 4); }},
     };
 }
 
@@ -211,6 +217,10 @@ CaseList cases_conv2d() {
         {"q4_0_weight_1x1_gemm_path", [] { return conv_check({2, 64, 7, 9, 31, 1, 1, 1, 0}, true, kDefault, 85, DType::Q4_0); }},
         {"q4_1_weight_tiles_of_2_channels_and_5_columns",
          [] { return conv_check({2, 32, 13, 7, 31, 3, 3, 2, 1}, true, 32 * 9 * 5 * 4, 86, DType::Q4_1, 2 * 32 * 9 * 4); }},
+        // A k-quant 3x3 filter: 256 input channels x 9 taps = 9 blocks a row.
+        {"q4_k_weight_3x3_tiles_of_2_channels",
+         [] { return conv_check({1, 256, 5, 4, 5, 3, 3, 1, 1}, true, kDefault, 95, DType::Q4_K, 2 * 256 * 9 * 4); }},
+        {"q6_k_weight_1x1", [] { return conv_check({2, 256, 3, 5, 4, 1, 1, 1, 0}, false, kDefault, 96, DType::Q6_K); }},
         {"norm_silu_q8_0_weight", [] { return fused_norm_conv_check({1, 32, 6, 5, 7, 3, 3, 1, 1}, 8, kDefault, 87, DType::Q8_0); }},
         {"bf16_weight_tiles_of_1_channel_1x1", [] { return conv_check({1, 6, 5, 4, 3, 1, 1, 1, 0}, false, kDefault, 40, DType::BF16, 1); }},
         // Upsampled inputs: odd sizes (odd upsampled columns start and end rows of taps), one pixel, no and

@@ -1,0 +1,221 @@
+// GGUF's k-quants q4_K, q5_K, q6_K: 256-value blocks of sub-blocks with their own scales, quantized against
+// the block's fp16 scales. Layouts (facts from ggml's ggml-common.h; the code is kiln's own):
+//   q4_K (144 B): fp16 d, fp16 dmin, 12 B of 6-bit sub-scales sc[8] and minimums m[8], 128 B of nibbles;
+//                 value = d*sc[s] * q - dmin*m[s] for the 8 sub-blocks s of 32 values.
+//   q5_K (176 B): as q4_K with 32 B qh of fifth bits between the scales and the nibbles; q in 0..31.
+//   q6_K (210 B): 128 B ql, 64 B qh, 16 int8 sub-scales, fp16 d; value = d*sc[s] * (q - 32), sub-blocks of 16.
+// q4_K/q5_K: group g (of 4) of 64 values has 32 bytes of nibbles, value 64g+l in the low nibble of byte l and
+// 64g+32+l in the high one; qh[l] bit 2g / 2g+1 is their fifth bit. Sub-scales s < 4: low 6 bits of bytes s
+// (sc) and s+4 (m); s >= 4: byte s+4 holds their low 4 bits (sc low nibble, m high), the top 2 bits of bytes
+// s-4 (sc) and s (m) their high bits. q6_K: half h (of 2) of 128 values: value 128h+l+32k (l < 32, k < 4) has
+// its low 4 bits in ql[64h+l] (k 0: low nibble, k 2: high) or ql[64h+l+32] (k 1, 3), its high 2 bits in bits
+// 2k, 2k+1 of qh[32h+l]. Dequantization computes (d*sc)*q - dmin*m in float32 as ggml and gguf-py do.
+// Quantization is kiln's own (ggml's search differs, so codes may differ from ggml's; the format is the same):
+// per sub-block, 13 candidate scales around range/levels, the codes of each refit by least squares (scale
+// and, for q4_K/q5_K, an offset kept <= 0 as the format stores it), the best by squared error; sub-scales
+// rounded to 6 (q6_K: 8) bits against d = largest/63 (127), codes rounded again against the stored scales.
+#pragma once
+#include <cstdint>
+
+#include "quant/block_formats.h"
+
+namespace kiln::quant {
+
+constexpr int kKBlockValues = 256;
+constexpr int kQ4_KBytes = 144, kQ5_KBytes = 176, kQ6_KBytes = 210;
+
+namespace detail {
+
+KILN_HOST_DEVICE void k_scale_min(const uint8_t* q, int s, int* sc, int* m) {
+    if (s < 4) {
+        *sc = q[s] & 63;
+        *m = q[s + 4] & 63;
+    } else {
+        *sc = (q[s + 4] & 0x0f) | ((q[s - 4] >> 6) << 4);
+        *m = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+    }
+}
+
+KILN_HOST_DEVICE int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+// x ~ a * q + b, q in [lo_code, hi_code]. Affine (q4_K/q5_K): codes from 0, b <= 0; symmetric (q6_K): b = 0.
+KILN_HOST_DEVICE void fit_scale(const float* x, int n, int lo_code, int hi_code, bool affine, float* a_out,
+                                float* b_out) {
+    float lo = x[0], hi = x[0], amax = 0.0f, big = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+        if (magnitude(x[i]) > amax) amax = magnitude(x[i]), big = x[i];
+    }
+    if (lo > 0.0f) lo = 0.0f;
+    *a_out = 0.0f;
+    *b_out = affine ? lo : 0.0f;
+    if (affine ? hi <= lo : amax == 0.0f) return;
+    float best = -1.0f;
+    for (int step = -6; step <= 6; ++step) {
+        // Inverse scale: range over codes (affine), or the largest value onto the code lo_code (symmetric).
+        const float inv = affine ? (float(hi_code) + 0.1f * float(step)) / (hi - lo)
+                                 : (float(lo_code) - 0.1f * float(step)) / big;
+        int q[32];
+        float sl = 0, sl2 = 0, sx = 0, slx = 0;
+        for (int i = 0; i < n; ++i) {
+            q[i] = clamp_int(round_half_away((x[i] - (affine ? lo : 0.0f)) * inv), lo_code, hi_code);
+            sl += float(q[i]), sl2 += float(q[i]) * float(q[i]), sx += x[i], slx += float(q[i]) * x[i];
+        }
+        float a = sl2 > 0.0f ? slx / sl2 : 0.0f, b = 0.0f;
+        const float det = float(n) * sl2 - sl * sl;
+        if (affine && det > 0.0f) {
+            a = (float(n) * slx - sl * sx) / det;
+            b = (sx - a * sl) / float(n);
+            if (b > 0.0f) a = slx / sl2, b = 0.0f;  // the stored minimum cannot be positive
+        }
+        if (affine && a < 0.0f) continue;
+        float err = 0.0f;
+        for (int i = 0; i < n; ++i) err += (a * float(q[i]) + b - x[i]) * (a * float(q[i]) + b - x[i]);
+        if (best < 0.0f || err < best) best = err, *a_out = a, *b_out = b;
+    }
+}
+
+KILN_HOST_DEVICE bool all_finite(const float* x, int n) {
+    for (int i = 0; i < n; ++i)
+        if (!finite(x[i])) return false;
+    return true;
+}
+KILN_HOST_DEVICE bool fp16_overflows(uint16_t h) { return (h & 0x7c00u) == 0x7c00u; }
+
+// q4_K/q5_K: scales into block[0..16), codes 0..top into codes[256].
+KILN_HOST_DEVICE bool quantize_k_affine(const float* x, int top, uint8_t* block, uint8_t* codes) {
+    if (!all_finite(x, 256)) return false;
+    float a[8], m[8], max_a = 0.0f, max_m = 0.0f;
+    for (int s = 0; s < 8; ++s) {
+        fit_scale(x + 32 * s, 32, 0, top, true, &a[s], &m[s]);
+        m[s] = -m[s];
+        max_a = a[s] > max_a ? a[s] : max_a;
+        max_m = m[s] > max_m ? m[s] : max_m;
+    }
+    const float d = max_a / 63.0f, dmin = max_m / 63.0f;
+    const uint16_t dh = float_to_half(d), mh = float_to_half(dmin);
+    if (fp16_overflows(dh) || fp16_overflows(mh)) return false;
+    store_u16(block, dh);
+    store_u16(block + 2, mh);
+    uint8_t* q = block + 4;
+    for (int i = 0; i < 12; ++i) q[i] = 0;
+    const float ds = half_to_float(dh), ms = half_to_float(mh);
+    for (int s = 0; s < 8; ++s) {
+        const int sc = d > 0.0f ? clamp_int(round_half_away(a[s] / d), 0, 63) : 0;
+        const int mq = dmin > 0.0f ? clamp_int(round_half_away(m[s] / dmin), 0, 63) : 0;
+        if (s < 4) {
+            q[s] |= uint8_t(sc), q[s + 4] |= uint8_t(mq);
+        } else {
+            q[s + 4] = uint8_t((sc & 0x0f) | ((mq & 0x0f) << 4));
+            q[s - 4] |= uint8_t((sc >> 4) << 6), q[s] |= uint8_t((mq >> 4) << 6);
+        }
+        const float step = ds * float(sc), off = ms * float(mq);  // as dequantization sees them
+        for (int i = 0; i < 32; ++i)
+            codes[32 * s + i] = uint8_t(step > 0.0f ? clamp_int(round_half_away((x[32 * s + i] + off) / step), 0, top) : 0);
+    }
+    return true;
+}
+
+// The two scales of sub-blocks 2g and 2g+1 of a q4_K/q5_K block.
+KILN_HOST_DEVICE void k_group_scales(const uint8_t* block, int g, float* d1, float* m1, float* d2, float* m2) {
+    const float d = half_to_float(load_u16(block)), dmin = half_to_float(load_u16(block + 2));
+    int sc, m;
+    k_scale_min(block + 4, 2 * g, &sc, &m);
+    *d1 = d * float(sc), *m1 = dmin * float(m);
+    k_scale_min(block + 4, 2 * g + 1, &sc, &m);
+    *d2 = d * float(sc), *m2 = dmin * float(m);
+}
+
+}  // namespace detail
+
+KILN_HOST_DEVICE void dequantize_q4_K(const uint8_t* block, float* out) {
+    const uint8_t* q = block + 16;
+    for (int g = 0; g < 4; ++g) {
+        float d1, m1, d2, m2;
+        detail::k_group_scales(block, g, &d1, &m1, &d2, &m2);
+        for (int l = 0; l < 32; ++l) {
+            out[64 * g + l] = d1 * float(q[32 * g + l] & 0x0f) - m1;
+            out[64 * g + 32 + l] = d2 * float(q[32 * g + l] >> 4) - m2;
+        }
+    }
+}
+
+KILN_HOST_DEVICE void dequantize_q5_K(const uint8_t* block, float* out) {
+    const uint8_t *qh = block + 16, *ql = block + 48;
+    for (int g = 0; g < 4; ++g) {
+        float d1, m1, d2, m2;
+        detail::k_group_scales(block, g, &d1, &m1, &d2, &m2);
+        for (int l = 0; l < 32; ++l) {
+            out[64 * g + l] = d1 * float((ql[32 * g + l] & 0x0f) | (((qh[l] >> (2 * g)) & 1) << 4)) - m1;
+            out[64 * g + 32 + l] = d2 * float((ql[32 * g + l] >> 4) | (((qh[l] >> (2 * g + 1)) & 1) << 4)) - m2;
+        }
+    }
+}
+
+KILN_HOST_DEVICE void dequantize_q6_K(const uint8_t* block, float* out) {
+    const uint8_t *ql = block, *qh = block + 128, *sc = block + 192;
+    const float d = half_to_float(detail::load_u16(block + 208));
+    for (int h = 0; h < 2; ++h)
+        for (int l = 0; l < 32; ++l)
+            for (int k = 0; k < 4; ++k) {
+                const uint8_t lo = ql[64 * h + l + 32 * (k & 1)];
+                const int q = ((k < 2 ? lo : lo >> 4) & 0x0f) | (((qh[32 * h + l] >> (2 * k)) & 3) << 4);
+                const int i = 128 * h + l + 32 * k;
+                out[i] = d * float(int8_t(sc[i / 16])) * float(q - 32);
+            }
+}
+
+// ---- quantization of one block of 256 floats; false for a NaN or infinite value or an fp16 overflow ----
+
+KILN_HOST_DEVICE bool quantize_q4_K(const float* x, uint8_t* block) {
+    uint8_t c[256];
+    if (!detail::quantize_k_affine(x, 15, block, c)) return false;
+    for (int g = 0; g < 4; ++g)
+        for (int l = 0; l < 32; ++l) block[16 + 32 * g + l] = uint8_t(c[64 * g + l] | (c[64 * g + 32 + l] << 4));
+    return true;
+}
+
+KILN_HOST_DEVICE bool quantize_q5_K(const float* x, uint8_t* block) {
+    uint8_t c[256];
+    if (!detail::quantize_k_affine(x, 31, block, c)) return false;
+    uint8_t *qh = block + 16, *ql = block + 48;
+    for (int l = 0; l < 32; ++l) qh[l] = 0;
+    for (int g = 0; g < 4; ++g)
+        for (int l = 0; l < 32; ++l) {
+            const uint8_t lo = c[64 * g + l], hi = c[64 * g + 32 + l];
+            ql[32 * g + l] = uint8_t((lo & 0x0f) | ((hi & 0x0f) << 4));
+            qh[l] |= uint8_t(((lo >> 4) << (2 * g)) | ((hi >> 4) << (2 * g + 1)));
+        }
+    return true;
+}
+
+KILN_HOST_DEVICE bool quantize_q6_K(const float* x, uint8_t* block) {
+    if (!detail::all_finite(x, 256)) return false;
+    float a[16], amax = 0.0f, unused;
+    for (int s = 0; s < 16; ++s) {
+        detail::fit_scale(x + 16 * s, 16, -32, 31, false, &a[s], &unused);
+        if (detail::magnitude(a[s]) > amax) amax = detail::magnitude(a[s]);
+    }
+    const float d = amax / 127.0f;
+    const uint16_t dh = float_to_half(d);
+    if (detail::fp16_overflows(dh)) return false;
+    const float ds = half_to_float(dh);
+    uint8_t *ql = block, *qh = block + 128;
+    for (int i = 0; i < 192; ++i) block[i] = 0;
+    for (int s = 0; s < 16; ++s) {
+        const int sc = d > 0.0f ? detail::clamp_int(detail::round_half_away(a[s] / d), -128, 127) : 0;
+        block[192 + s] = uint8_t(int8_t(sc));
+        const float step = ds * float(sc);
+        for (int j = 0; j < 16; ++j) {
+            const int i = 16 * s + j, h = i / 128, k = (i % 128) / 32, l = i % 32;
+            const int q = (step != 0.0f ? detail::clamp_int(detail::round_half_away(x[i] / step), -32, 31) : 0) + 32;
+            ql[64 * h + l + 32 * (k & 1)] |= uint8_t((q & 0x0f) << (k < 2 ? 0 : 4));
+            qh[32 * h + l] |= uint8_t((q >> 4) << (2 * k));
+        }
+    }
+    detail::store_u16(block + 208, dh);
+    return true;
+}
+
+}  // namespace kiln::quant
