@@ -11,6 +11,8 @@ exact in fp16, bf16 and fp32), so only torch's layout is stored, not expected nu
   flat.ckpt        zip format, a bare state dict (no 'state_dict' level), as many merged checkpoints are
   legacy.ckpt      the pre-1.6 format (_use_new_zipfile_serialization=False) of flat.ckpt's dict
   strided.ckpt     zip format holding a transposed (non-contiguous) view
+  ti_a1111.pt      a textual-inversion embedding as AUTOMATIC1111 saves it ('string_to_param': {'*': [2, 3]}, k = 7)
+  ti_parameterdict.pt  the same layout with a torch.nn.ParameterDict, as older files have it (k = 8)
   small.expected   one line per tensor of small.ckpt: name dtype shape formula-index
   malicious/*.pkl  pickles that run code or use globals outside the allow-list, each must be refused
 """
@@ -68,6 +70,13 @@ def main():
     torch.save(flat, os.path.join(OUT, "flat.ckpt"))
     torch.save(flat, os.path.join(OUT, "legacy.ckpt"), _use_new_zipfile_serialization=False)
     torch.save({"t": values(0, 6, None).reshape(2, 3).t()}, os.path.join(OUT, "strided.ckpt"))
+    # Textual-inversion files as AUTOMATIC1111 saves them, and the ParameterDict of older ones.
+    a1111 = {"string_to_token": {"*": 265}, "string_to_param": {"*": values(7, 6, None).reshape(2, 3)},
+             "name": "ti", "step": 5, "sd_checkpoint": None, "sd_checkpoint_name": None}
+    torch.save(a1111, os.path.join(OUT, "ti_a1111.pt"))
+    old = dict(a1111, string_to_param=torch.nn.ParameterDict(
+        {"*": torch.nn.Parameter(values(8, 6, None).reshape(2, 3))}))
+    torch.save(old, os.path.join(OUT, "ti_parameterdict.pt"))
 
     # Malicious pickles: each names what it would have run.
     class OsSystem:

@@ -34,6 +34,7 @@ struct GenerateOptions {
     std::string memory;    // --memory SIZE: bound on the resident set of a CPU run
     std::string vram;      // --vram SIZE: bound on what kiln holds of the GPU's memory
     std::string prompt_syntax = "a1111";  // --prompt-syntax a1111|none
+    std::string embeddings_dir;  // --embeddings-dir DIR: textual-inversion embeddings named by file
 };
 
 struct BenchOptions {

@@ -62,6 +62,8 @@ int main(int argc, char** argv) {
                         "none: the text as it is, cut at 77 tokens (diffusers)")
             ->check(CLI::IsMember({"a1111", "none"}))
             ->capture_default_str();
+        cmd->add_option("--embeddings-dir", gen.embeddings_dir,
+                        "textual-inversion embeddings (.pt, .safetensors) the prompts name by file name");
         cmd->add_option("--clip-skip", gen.clip_skip, "1 = last text-encoder layer, 2 = penultimate")
             ->capture_default_str();
         cmd->add_option("--prediction", gen.prediction, "eps | v: what an SD 2.x single file predicts")

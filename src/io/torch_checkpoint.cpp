@@ -3,6 +3,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "io/torch_pickle.h"
 #include "io/zip_archive.h"
@@ -47,20 +48,36 @@ bool contiguous(const PickleValue& t) {
     return true;
 }
 
+// Tensors of a dict and of the dicts inside it (named "outer.inner", as textual-inversion files'
+// 'string_to_param': {'*': tensor} becomes "string_to_param.*"), by key; other values are skipped.
+// Each dict is read once (a pickle can nest a dict in itself, or share one many times).
+void collect_tensors(const PickleData& data, uint32_t dict, const std::string& prefix, int depth,
+                     std::map<std::string, uint32_t>& out, std::set<uint32_t>& seen) {
+    if (!seen.insert(dict).second) return;
+    const PickleValue& d = data.at(dict);
+    for (size_t i = 0; i + 1 < d.items.size(); i += 2) {
+        const PickleValue& key = data.at(d.items[i]);
+        if (key.kind != Kind::String) continue;
+        const PickleValue::Kind kind = data.at(d.items[i + 1]).kind;
+        if (kind == Kind::Tensor) out.insert_or_assign(prefix + key.text, d.items[i + 1]);  // the last of a repeated key, as Python
+        if (kind == Kind::Dict && depth < 4) collect_tensors(data, d.items[i + 1], prefix + key.text + ".", depth + 1, out, seen);
+    }
+}
+
 // The tensors of the weights dict, placed in their storages' bytes.
 SafetensorsLayout tensors_of(const PickleData& data, const std::map<std::string, StorageBytes>& storages,
                              const std::string& path) {
     SafetensorsLayout layout;
     std::map<std::string, DType> storage_dtype;
-    const PickleValue& dict = data.at(weights_dict(data, path));
-    for (size_t i = 0; i + 1 < dict.items.size(); i += 2) {
-        const PickleValue& key = data.at(dict.items[i]);
-        const PickleValue& t = data.at(dict.items[i + 1]);
-        if (t.kind != Kind::Tensor || key.kind != Kind::String) continue;  // not a weight: global_step, ...
-        const std::string where = path + ": tensor " + quote_name(key.text);
+    std::map<std::string, uint32_t> tensors;
+    std::set<uint32_t> seen;
+    collect_tensors(data, weights_dict(data, path), "", 0, tensors, seen);
+    for (const auto& [name, index] : tensors) {
+        const PickleValue& t = data.at(index);
+        const std::string where = path + ": tensor " + quote_name(name);
         const PickleValue& storage = data.at(t.storage);
-        auto [seen, fresh] = storage_dtype.emplace(storage.text, storage.dtype);
-        require(fresh || seen->second == storage.dtype, ErrorKind::InvalidModel,
+        auto [known, fresh] = storage_dtype.emplace(storage.text, storage.dtype);
+        require(fresh || known->second == storage.dtype, ErrorKind::InvalidModel,
                 where + " reads storage " + quote_name(storage.text) + " as another dtype than an earlier tensor");
         auto it = storages.find(storage.text);
         require(it != storages.end(), ErrorKind::InvalidModel, where + "'s storage " + quote_name(storage.text) + " is missing");
@@ -83,12 +100,12 @@ SafetensorsLayout tensors_of(const PickleData& data, const std::map<std::string,
         require(contiguous(t), ErrorKind::Unsupported,
                 where + " is a strided (non-contiguous) view, which kiln does not read; save it with .contiguous()");
         TensorInfo info;
-        info.name = key.text;
+        info.name = name;
         info.dtype = storage.dtype;
         info.shape = Shape(t.shape.begin(), t.shape.end());
         info.offset = it->second.offset + static_cast<uint64_t>(t.storage_offset) * elem;
         info.nbytes = numel * elem;
-        layout.tensors.insert_or_assign(key.text, std::move(info));  // a repeated key: the last wins, as in Python
+        layout.tensors.emplace(name, std::move(info));
     }
     return layout;
 }

@@ -7,7 +7,8 @@
 //     the object, the list of storage keys), then each storage as an 8-byte element count and its bytes.
 // The pickle is read by io/torch_pickle.h, which refuses anything that is not a state dict's content.
 // Which tensors: as AUTOMATIC1111 loads a checkpoint, the dict under "state_dict" when the top-level dict
-// has one, else the top-level dict; its tensor values by their keys. Everything else (global_step, epoch,
+// has one, else the top-level dict; its tensor values by their keys, and those of dicts inside it as
+// "outer.inner" (textual-inversion files: "string_to_param.*"). Everything else (global_step, epoch,
 // optimizer states, callbacks) is skipped. Tensors must be contiguous views of their storage (any storage
 // offset; storages may be shared between tensors); a strided view is Unsupported naming the tensor.
 #pragma once

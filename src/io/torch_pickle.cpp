@@ -27,6 +27,7 @@ enum GlobalCode : int64_t {
     kCodecsEncode,
     kSet,
     kInertClass,
+    kParameterDict,
 };
 
 struct AllowedGlobal {
@@ -59,6 +60,8 @@ const std::map<std::string, AllowedGlobal>& allowed_globals() {
         {"numpy.core.multiarray._reconstruct", {kInertClass}},
         {"numpy.dtype", {kInertClass}},
         {"numpy.ndarray", {kInertClass}},
+        // Old textual-inversion .pt files hold their vectors in a ParameterDict: its BUILD state's _parameters are kept.
+        {"torch.nn.modules.container.ParameterDict", {kParameterDict}},
     };
     return table;
 }
@@ -375,6 +378,7 @@ private:
                 return;
             }
             case kInertClass: slot = inert(g.text); return;
+            case kParameterDict:
             case kParameter:
             case kStorageClass: break;
         }
@@ -391,16 +395,30 @@ private:
                     bad("torch.nn.parameter.Parameter with unexpected arguments");
                 stack_.push_back(args[0]);
                 return;
-            case kInertClass: stack_.push_back(inert(g.text)); return;
+            case kInertClass:
+            case kParameterDict: stack_.push_back(inert(g.text)); return;
             default: break;
         }
         bad("refused to create an object of " + quote_name(g.text) + " (NEWOBJ)");
     }
 
     void build() {
-        pop();  // the state: kept by nothing kiln reads
+        const uint32_t state = pop();
         const uint32_t inst = top("BUILD");
         const PickleValue::Kind kind = val(inst).kind;
+        if (kind == PickleValue::Kind::Inert && val(inst).text == "torch.nn.modules.container.ParameterDict" &&
+            val(state).kind == PickleValue::Kind::Dict) {
+            // The module's __dict__: its "_parameters" dict becomes the value (the parameters by name).
+            const std::vector<uint32_t> items = val(state).items;
+            for (size_t i = 0; i + 1 < items.size(); i += 2)
+                if (val(items[i]).kind == PickleValue::Kind::String && val(items[i]).text == "_parameters" &&
+                    val(items[i + 1]).kind == PickleValue::Kind::Dict) {
+                    charge_copies(val(items[i + 1]).items.size());
+                    val(inst).items = val(items[i + 1]).items;
+                    val(inst).kind = PickleValue::Kind::Dict;
+                }
+            return;
+        }
         // OrderedDict's and Parameter's __setstate__ change no value kiln reads; inert objects keep nothing.
         if (kind == PickleValue::Kind::Dict || kind == PickleValue::Kind::Inert || kind == PickleValue::Kind::Tensor)
             return;

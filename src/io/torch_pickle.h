@@ -7,7 +7,9 @@
 //   and builtins.set;
 // plus, as inert objects that are recorded but never called or looked into, the classes AUTOMATIC1111's
 // safe unpickler admits because real Stable Diffusion training checkpoints carry them outside their weights
-// (pytorch_lightning's ModelCheckpoint callback state, numpy scalars and dtypes).
+// (pytorch_lightning's ModelCheckpoint callback state, numpy scalars and dtypes), and
+// torch.nn.modules.container.ParameterDict, created empty and given only its BUILD state's "_parameters"
+// (old textual-inversion .pt files keep their vectors in one; the webui admits it too).
 // Nothing is ever executed: a pickle is read into a tree of values. Any other global (os.system,
 // builtins.eval, ...), any opcode outside the list, a call (REDUCE/NEWOBJ) of anything but the functions
 // above, or a BUILD on anything but an inert object or a dict is an InvalidModel error naming it.

@@ -93,7 +93,8 @@ TEST(CkptFuzz, MutatedPicklesReadOrThrowKilnError) {
     // torch's data.pkl of small.ckpt.
     const std::string ckpt = fixture("small.ckpt");
     const auto* bytes = reinterpret_cast<const uint8_t*>(ckpt.data());
-    const ZipEntry* entry = read_zip_directory(bytes, ckpt.size(), "small.ckpt").stored("small/data.pkl", "small.ckpt");
+    const ZipDirectory zip = read_zip_directory(bytes, ckpt.size(), "small.ckpt");
+    const ZipEntry* entry = zip.stored("small/data.pkl", "small.ckpt");
     ASSERT_NE(entry, nullptr);
     const std::string pkl = ckpt.substr(entry->data_offset, entry->size);
     Mutator m;

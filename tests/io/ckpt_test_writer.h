@@ -22,7 +22,9 @@ struct CkptTensor {
 };
 
 struct CkptOptions {
-    bool nest_in_state_dict = true;  // {'state_dict': {...}, 'global_step': 1} as training checkpoints
+    // The dict of tensors goes under this key of the top-level dict: "state_dict" as training checkpoints have it
+    // (with a 'global_step' beside it), "string_to_param" as AUTOMATIC1111's embeddings; "" for the bare dict.
+    std::string nest = "state_dict";
     bool zip64 = false;
     std::string dir = "archive";
 };
@@ -63,11 +65,11 @@ inline std::string pk_int_tuple(const std::vector<int64_t>& v) {
     return s + "t";
 }
 
-// The data.pkl of a dict {name: tensor} (nested under 'state_dict' when asked), each tensor a contiguous
-// view of its own storage "i".
-inline std::string ckpt_pickle(const std::vector<CkptTensor>& tensors, bool nest) {
+// The data.pkl of a dict {name: tensor} (under the key `nest` of an outer dict unless empty), each tensor a
+// contiguous view of its own storage "i".
+inline std::string ckpt_pickle(const std::vector<CkptTensor>& tensors, const std::string& nest) {
     std::string p = "\x80\x02";
-    if (nest) p.append("}(").append(pk_str("state_dict"));
+    if (!nest.empty()) p.append("}(").append(pk_str(nest));
     p += "ccollections\nOrderedDict\n)R(";
     for (size_t i = 0; i < tensors.size(); ++i) {
         const CkptTensor& t = tensors[i];
@@ -82,7 +84,7 @@ inline std::string ckpt_pickle(const std::vector<CkptTensor>& tensors, bool nest
         p.append("\x89" "ccollections\nOrderedDict\n)R" "tR");
     }
     p += "u";
-    if (nest) p.append(pk_str("global_step")).append(pk_int(1)).append("u");
+    if (!nest.empty()) p.append(pk_str("global_step")).append(pk_int(1)).append("u");
     return p + ".";
 }
 
@@ -124,7 +126,7 @@ inline std::string ckpt_zip(const std::vector<std::pair<std::string, std::string
 
 inline std::string ckpt_bytes(const std::vector<CkptTensor>& tensors, const CkptOptions& options = {}) {
     std::vector<std::pair<std::string, std::string>> entries;
-    entries.emplace_back(options.dir + "/data.pkl", ckpt_pickle(tensors, options.nest_in_state_dict));
+    entries.emplace_back(options.dir + "/data.pkl", ckpt_pickle(tensors, options.nest));
     entries.emplace_back(options.dir + "/byteorder", "little");
     for (size_t i = 0; i < tensors.size(); ++i)
         entries.emplace_back(options.dir + "/data/" + std::to_string(i), tensors[i].bytes);
