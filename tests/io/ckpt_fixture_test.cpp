@@ -1,4 +1,5 @@
-// PyTorch checkpoints made by torch.save itself (scripts/make-ckpt-fixtures.py, tests/data/ckpt/ckpt-fixtures.tar.xz) read
+// PyTorch checkpoints made by torch.save itself (make_ckpt_fixtures.py in tools/ckpt-ti/scripts.tar.xz; packed
+// in tests/data/ckpt/ckpt-fixtures.tar.xz) read
 // through SafetensorsFile: dtypes, shapes, values, shared storages with offsets, the 'state_dict' level,
 // the legacy pre-1.6 format, and the refusal of strided views.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Pickles that would run code or reach outside a state dict (scripts/make-ckpt-fixtures.py made them with
+// Pickles that would run code or reach outside a state dict (make_ckpt_fixtures.py, tools/ckpt-ti, made them with
 // Python's pickle and __reduce__, malicious/ in the same archive): each is refused with an error naming what
 // it tried, before anything of it is used; and the same inside a .ckpt zip, through SafetensorsFile::open.
 #include <gtest/gtest.h>

@@ -7,10 +7,10 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
-#include "io_test_util.h"
 
 namespace kiln::test {
 

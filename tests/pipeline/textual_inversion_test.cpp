@@ -1,5 +1,5 @@
-// Textual-inversion embeddings against diffusers' load_textual_inversion (tools/reference/
-// textual_inversion_reference.py stored its final latents in tests/data/textual-inversion, packed). The embeddings'
+// Textual-inversion embeddings against diffusers' load_textual_inversion (textual_inversion_reference.py in
+// tools/ckpt-ti/scripts.tar.xz stored its final latents in tests/data/textual-inversion, packed). The embeddings'
 // vectors are torch.randn from a seeded CPU generator, made here by kiln's copy of it, and written in
 // AUTOMATIC1111's layouts: a .pt ('string_to_param', through kiln's pickle reader), an 'emb_params'
 // .safetensors, and an SDXL .safetensors with clip_l and clip_g.

@@ -1,5 +1,6 @@
 // Where textual-inversion embeddings land in the 77-token chunks, against AUTOMATIC1111's own tokenize_line
-// (tools/reference/ti_chunks_reference.py ran it with the webui's embedding lookup on sd15-mini's tokenizer):
+// (ti_chunks_reference.py in tools/ckpt-ti/scripts.tar.xz ran it with the webui's embedding lookup on
+// sd15-mini's tokenizer):
 // the longest name first, vectors that do not fit starting the next chunk, the comma backtrack leaving a
 // moved embedding's fix behind, weights from emphasis, BREAK, an embedding of 40 vectors.
 #include <gtest/gtest.h>

@@ -1,5 +1,6 @@
-// Textual-inversion files in the layouts AUTOMATIC1111 reads: its own .pt (made by torch.save,
-// scripts/make-ckpt-fixtures.py, with a dict or an old ParameterDict), 'emb_params' and SDXL .safetensors,
+// Textual-inversion files in the layouts AUTOMATIC1111 reads: its own .pt (made by torch.save in
+// make_ckpt_fixtures.py, tools/ckpt-ti/scripts.tar.xz, with a dict or an old ParameterDict), 'emb_params' and
+// SDXL .safetensors,
 // and files it refuses; a folder with a bad file and a repeated name.
 #include <gtest/gtest.h>
 
