@@ -107,4 +107,4 @@ TEST_P(TextualInversionOracle, MatchesDiffusers) {
     EXPECT_LT(psnr(words.image, decode(model, expected)), 45.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, TextualInversionOracle, testing::Values("sd15", "sdxl"));
+INSTANTIATE_TEST_SUITE_P(Cases, TextualInversionOracle, testing::Values("sd15", "sd2", "sdxl"));
