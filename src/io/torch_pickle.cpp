@@ -15,6 +15,8 @@ namespace {
 constexpr size_t kMaxMarkDepth = 4096;
 constexpr size_t kMaxDims = 16;
 constexpr size_t kMaxLineBytes = 256;  // a GLOBAL's module or name
+// Values of ~150 bytes each: 4M of them bound a hostile pickle's memory to ~600 MB (SDXL's has ~70K).
+constexpr size_t kMaxValues = size_t(1) << 22;
 
 // The globals kiln accepts, by the code PickleValue::integer holds for them.
 enum GlobalCode : int64_t {
@@ -57,6 +59,7 @@ const std::map<std::string, AllowedGlobal>& allowed_globals() {
         // Inert: what AUTOMATIC1111's modules/safe.py admits for real training checkpoints.
         {"pytorch_lightning.callbacks.model_checkpoint.ModelCheckpoint", {kInertClass}},
         {"numpy.core.multiarray.scalar", {kInertClass}},
+        {"numpy._core.multiarray.scalar", {kInertClass}},  // numpy 2's name
         {"numpy.core.multiarray._reconstruct", {kInertClass}},
         {"numpy.dtype", {kInertClass}},
         {"numpy.ndarray", {kInertClass}},
@@ -131,7 +134,7 @@ private:
     }
 
     uint32_t add(PickleValue v) {
-        // Every opcode adds at most one value, so their number is bounded by the pickle's length.
+        if (out_.values.size() >= kMaxValues) bad("more than " + std::to_string(kMaxValues) + " values");
         out_.values.push_back(std::move(v));
         return static_cast<uint32_t>(out_.values.size() - 1);
     }

@@ -13,8 +13,8 @@
 // Nothing is ever executed: a pickle is read into a tree of values. Any other global (os.system,
 // builtins.eval, ...), any opcode outside the list, a call (REDUCE/NEWOBJ) of anything but the functions
 // above, or a BUILD on anything but an inert object or a dict is an InvalidModel error naming it.
-// Sizes are bounded (values, memo, MARK nesting, dimensions), so hostile input costs at most memory in
-// proportion to its length.
+// Sizes are bounded (4M values, MARK nesting, dimensions, items copied), so hostile input costs at most
+// memory in proportion to its length, and ~600 MB.
 #pragma once
 #include <cstdint>
 #include <string>
