@@ -182,7 +182,8 @@ int run_generate(const GenerateOptions& o, bool img2img) {
         if (req.clip_skip > 1) params.params.push_back({"Clip skip", std::to_string(req.clip_skip)});
         if (req.rng == "cpu") params.params.push_back({"RNG", "CPU"});
         if (req.timestep_spacing) params.params.push_back({"Timestep spacing", *req.timestep_spacing});
-        if (!result.used_embeddings.empty()) params.params.push_back({"TI hashes", ti_hashes(embeddings, result.used_embeddings)});
+        if (!result.used_embeddings.empty())
+            params.params.push_back({"TI hashes", ti_hashes(embeddings, result.used_embeddings)});
         for (int b = 0; b < req.batch_size; ++b) {
             GenerationParameters image_params = params;
             if (req.batch_size > 1) {  // AUTOMATIC1111's keys; every image of the batch has the batch's seed
