@@ -228,7 +228,10 @@ Architecture detect_single_file_architecture(const SafetensorsFile& file) {
         return Architecture::SDXL;
     }
     if (file.has("cond_stage_model.model.ln_final.weight")) return Architecture::SD2;
-    if (file.has("cond_stage_model.transformer.text_model.final_layer_norm.weight")) return Architecture::SD1;
+    // Early SD 1.x checkpoints (.ckpt saved with transformers before 4.21) lack the "text_model." level.
+    if (file.has("cond_stage_model.transformer.text_model.final_layer_norm.weight") ||
+        file.has("cond_stage_model.transformer.final_layer_norm.weight"))
+        return Architecture::SD1;
     if (file.has("model.diffusion_model.input_blocks.0.0.weight"))
         fail(ErrorKind::InvalidModel, file.path() + " has a UNet but no text encoder kiln knows");
     fail(ErrorKind::InvalidModel, file.path() + " is not a Stable Diffusion checkpoint (no UNet or text encoder tensors)");

@@ -61,3 +61,25 @@ TEST(CkptModel, LoadsAndComputesAsItsSafetensors) {
     for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = float((i * 37) % 19) / 9.0f - 1.0f;
     expect_identical(a.vae->decode(latents), b.vae->decode(latents), "VAE decode");
 }
+
+// Early SD 1.x checkpoints, saved with transformers before CLIPTextModel had its "text_model." level, load as
+// AUTOMATIC1111 loads them (its checkpoint_dict_replacements add the level) and encode as the newer layout.
+TEST(CkptModel, TextEncoderWithoutTheTextModelLevel) {
+    kiln::test::TempDir dir;
+    const std::string st = data_path("sd15-mini/sd15-mini.safetensors"), ckpt = dir.file("old.ckpt");
+    std::vector<kiln::test::CkptTensor> tensors = with_ema(SafetensorsFile::open(st));
+    const std::string level = "cond_stage_model.transformer.text_model.";
+    int renamed = 0;
+    for (kiln::test::CkptTensor& t : tensors)
+        if (t.name.rfind(level, 0) == 0) {
+            t.name = "cond_stage_model.transformer." + t.name.substr(level.size());
+            ++renamed;
+        }
+    EXPECT_GT(renamed, 10);
+    kiln::test::write_bytes(ckpt, kiln::test::ckpt_bytes(tensors));
+    const StableDiffusionModel a = load_model(ckpt), b = load_model(st);
+    EXPECT_EQ(a.arch, Architecture::SD1);
+    const std::vector<int> ids = b.text_encoders[0].tokenizer.encode_padded("a red circle", 49407);
+    expect_identical(a.text_encoders[0].model.encode(ids).last_hidden_state,
+                     b.text_encoders[0].model.encode(ids).last_hidden_state, "text encoder");
+}
