@@ -48,12 +48,12 @@ std::shared_ptr<const SafetensorsFile> open_shared(const fs::path& p) {
     return std::make_shared<const SafetensorsFile>(SafetensorsFile::open(p.string()));
 }
 
-// A component's weights in a diffusers folder; the fp16 variant is accepted when it is the only one.
+// A component's weights in a diffusers folder; the fp16 variant is accepted when it is the only one, and
+// PyTorch's .bin (read by the safe pickle reader, io/torch_checkpoint.h) when there is no safetensors file.
 fs::path component_weights(const fs::path& dir, const std::string& stem) {
-    for (const std::string& name : {stem + ".safetensors", stem + ".fp16.safetensors"})
+    for (const std::string& name : {stem + ".safetensors", stem + ".fp16.safetensors", stem + ".bin", stem + ".fp16.bin"})
         if (fs::exists(dir / name)) return dir / name;
-    fail(ErrorKind::InvalidModel, "no " + stem + ".safetensors in " + dir.string() +
-                                      " (kiln reads safetensors weights only; .bin/.ckpt pickles are not loaded)");
+    fail(ErrorKind::InvalidModel, "no " + stem + ".safetensors (or .bin) in " + dir.string());
 }
 
 // A weight source that hands out matrices in the precision the options ask for, on their device.

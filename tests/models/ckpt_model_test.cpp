@@ -3,6 +3,8 @@
 // loads through the same path as its .safetensors and computes exactly the same (bound 0: the same bytes).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "common/fixtures.h"
 #include "io/ckpt_test_writer.h"
 #include "io/io_test_util.h"
@@ -10,6 +12,7 @@
 #include "models/model.h"
 
 using namespace kiln;
+namespace fs = std::filesystem;
 using kiln::test::data_path;
 
 namespace {
@@ -79,6 +82,45 @@ TEST(CkptModel, TextEncoderWithoutTheTextModelLevel) {
     kiln::test::write_bytes(ckpt, kiln::test::ckpt_bytes(tensors));
     const StableDiffusionModel a = load_model(ckpt), b = load_model(st);
     EXPECT_EQ(a.arch, Architecture::SD1);
+    const std::vector<int> ids = b.text_encoders[0].tokenizer.encode_padded("a red circle", 49407);
+    expect_identical(a.text_encoders[0].model.encode(ids).last_hidden_state,
+                     b.text_encoders[0].model.encode(ids).last_hidden_state, "text encoder");
+}
+
+// A diffusers folder whose components are PyTorch .bin files (older hub folders: torch.save of the state dict,
+// read here by the safe pickle reader) loads and computes as the same folder with safetensors.
+TEST(CkptModel, DiffusersFolderWithBinWeights) {
+    kiln::test::TempDir dir;
+    const fs::path src = data_path("sd15-mini/diffusers"), dst = dir.path() / "sd15-bin";
+    fs::copy(src, dst, fs::copy_options::recursive);
+    int converted = 0;
+    for (const auto& entry : fs::recursive_directory_iterator(dst)) {
+        if (entry.path().extension() != ".safetensors") continue;
+        const fs::path bin = fs::path(entry.path()).replace_extension(".bin");
+        kiln::test::CkptOptions bare;
+        bare.nest = "";
+        {
+            const SafetensorsFile f = SafetensorsFile::open(entry.path().string());
+            std::vector<kiln::test::CkptTensor> tensors;
+            for (const std::string& name : f.names()) {
+                const TensorInfo& ti = f.info(name);
+                tensors.push_back({name, ti.dtype, ti.shape, std::string(reinterpret_cast<const char*>(f.raw(name)), ti.nbytes)});
+            }
+            kiln::test::write_bytes(bin.string(), kiln::test::ckpt_bytes(tensors, bare));
+        }
+        fs::remove(entry.path());
+        ++converted;
+    }
+    EXPECT_EQ(converted, 3);
+    const StableDiffusionModel a = load_model(dst.string()), b = load_model(src.string());
+    const SafetensorsFile ref = SafetensorsFile::open(data_path("sd15-mini/modules.safetensors"));
+    const Tensor sample = ref.load("unet.sq.sample"), context = ref.load("unet.sq.context"),
+                 timestep = ref.load("unet.sq.timestep");
+    UNetInputs in;
+    in.sample = &sample;
+    in.context = &context;
+    in.timesteps = &timestep;
+    expect_identical(a.unet->forward(in), b.unet->forward(in), "UNet");
     const std::vector<int> ids = b.text_encoders[0].tokenizer.encode_padded("a red circle", 49407);
     expect_identical(a.text_encoders[0].model.encode(ids).last_hidden_state,
                      b.text_encoders[0].model.encode(ids).last_hidden_state, "text encoder");
