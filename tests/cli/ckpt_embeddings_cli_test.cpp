@@ -18,15 +18,7 @@ namespace {
 const std::string kSd15 = std::string(KILN_TEST_DATA) + "/sd15-mini/sd15-mini.safetensors";
 
 // sd15-mini as a training checkpoint (tensors under 'state_dict').
-std::string sd15_ckpt() {
-    const SafetensorsFile f = SafetensorsFile::open(kSd15);
-    std::vector<CkptTensor> tensors;
-    for (const std::string& name : f.names()) {
-        const TensorInfo& ti = f.info(name);
-        tensors.push_back({name, ti.dtype, ti.shape, std::string(reinterpret_cast<const char*>(f.raw(name)), ti.nbytes)});
-    }
-    return ckpt_bytes(tensors);
-}
+std::string sd15_ckpt() { return ckpt_bytes(ckpt_tensors(SafetensorsFile::open(kSd15))); }
 
 std::vector<std::string> txt2img(const std::string& model, const std::string& out, const std::string& prompt) {
     return {"txt2img", "-m", model, "-W", "64", "-H", "64", "--steps", "2", "--seed", "3", "-p", prompt, "-o", out, "--quiet"};

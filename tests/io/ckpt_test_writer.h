@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "io/safetensors.h"
 
 namespace kiln::test {
 
@@ -33,6 +34,16 @@ inline std::string ckpt_le(uint64_t v, int n) {
     std::string s(n, '\0');
     for (int i = 0; i < n; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xff);
     return s;
+}
+
+// Every tensor of a safetensors file, as it stores them.
+inline std::vector<CkptTensor> ckpt_tensors(const SafetensorsFile& f) {
+    std::vector<CkptTensor> out;
+    for (const std::string& name : f.names()) {
+        const TensorInfo& ti = f.info(name);
+        out.push_back({name, ti.dtype, ti.shape, std::string(reinterpret_cast<const char*>(f.raw(name)), ti.nbytes)});
+    }
+    return out;
 }
 
 inline const char* ckpt_storage_class(DType d) {

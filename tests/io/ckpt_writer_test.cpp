@@ -15,15 +15,6 @@ using namespace kiln::test;
 
 namespace {
 
-std::vector<CkptTensor> tensors_of(const SafetensorsFile& f) {
-    std::vector<CkptTensor> out;
-    for (const std::string& name : f.names()) {
-        const TensorInfo& ti = f.info(name);
-        out.push_back({name, ti.dtype, ti.shape, std::string(reinterpret_cast<const char*>(f.raw(name)), ti.nbytes)});
-    }
-    return out;
-}
-
 void expect_same_tensors(const SafetensorsFile& a, const SafetensorsFile& b) {
     ASSERT_EQ(a.names(), b.names()) << a.path() << " vs " << b.path();
     for (const std::string& name : a.names()) {
@@ -47,7 +38,7 @@ TEST(CkptWriter, RewritesTorchsFileToTheSameTensors) {
             o.zip64 = zip64;
             o.nest = nest;
             const std::string path = dir.file("rewritten.ckpt");
-            write_bytes(path, ckpt_bytes(tensors_of(torch_file), o));
+            write_bytes(path, ckpt_bytes(ckpt_tensors(torch_file), o));
             const SafetensorsFile ours = SafetensorsFile::open(path);
             expect_same_tensors(torch_file, ours);
             for (const std::string& name : ours.names()) EXPECT_EQ(ours.info(name).offset % 64, 0u) << name;
@@ -63,7 +54,7 @@ TEST_P(CkptFixtureModel, TensorsAreTheSafetensorsFilesTensors) {
     CkptOptions o;
     o.zip64 = GetParam() == "sdxl-mini";  // as torch writes files over 4 GiB, SDXL's
     const std::string path = dir.file(GetParam() + ".ckpt");
-    write_bytes(path, ckpt_bytes(tensors_of(st), o));
+    write_bytes(path, ckpt_bytes(ckpt_tensors(st), o));
     const SafetensorsFile ckpt = SafetensorsFile::open(path);
     EXPECT_TRUE(ckpt.is_torch_checkpoint());
     expect_same_tensors(st, ckpt);

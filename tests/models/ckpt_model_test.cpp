@@ -25,11 +25,10 @@ void expect_identical(const Tensor& a, const Tensor& b, const std::string& what)
 // The fixture's tensors, plus for each UNet tensor an EMA copy named as LDM names them (dots dropped) holding
 // zeros: a loader that took the EMA weights instead would compute something else.
 std::vector<kiln::test::CkptTensor> with_ema(const SafetensorsFile& f) {
-    std::vector<kiln::test::CkptTensor> out;
+    std::vector<kiln::test::CkptTensor> out = kiln::test::ckpt_tensors(f);
     const std::string unet = "model.diffusion_model.";
     for (const std::string& name : f.names()) {
         const TensorInfo& ti = f.info(name);
-        out.push_back({name, ti.dtype, ti.shape, std::string(reinterpret_cast<const char*>(f.raw(name)), ti.nbytes)});
         if (name.rfind(unet, 0) == 0) {
             std::string ema = "model_ema.diffusion_model";
             for (char c : name.substr(unet.size()))
@@ -99,15 +98,8 @@ TEST(CkptModel, DiffusersFolderWithBinWeights) {
         const fs::path bin = fs::path(entry.path()).replace_extension(".bin");
         kiln::test::CkptOptions bare;
         bare.nest = "";
-        {
-            const SafetensorsFile f = SafetensorsFile::open(entry.path().string());
-            std::vector<kiln::test::CkptTensor> tensors;
-            for (const std::string& name : f.names()) {
-                const TensorInfo& ti = f.info(name);
-                tensors.push_back({name, ti.dtype, ti.shape, std::string(reinterpret_cast<const char*>(f.raw(name)), ti.nbytes)});
-            }
-            kiln::test::write_bytes(bin.string(), kiln::test::ckpt_bytes(tensors, bare));
-        }
+        kiln::test::write_bytes(bin.string(),
+                                kiln::test::ckpt_bytes(kiln::test::ckpt_tensors(SafetensorsFile::open(entry.path().string())), bare));
         fs::remove(entry.path());
         ++converted;
     }
