@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     const char* kDeviceHelp = "cpu | cuda[:N] | vulkan[:N] | auto (a GPU when there is one, CUDA before Vulkan; kiln info --devices lists them)";
     const char* kPrecisionHelp = "fp16 | bf16 | fp32: activations on a GPU (default fp16; the CPU computes in fp32)";
     auto add_generation_options = [&](CLI::App* cmd, bool img2img) {
-        cmd->add_option("-m,--model", gen.model, "checkpoint: a .safetensors file or a diffusers folder")->required();
+        cmd->add_option("-m,--model", gen.model, "checkpoint: a .safetensors or .ckpt file, or a diffusers folder")->required();
         cmd->add_option("-p,--prompt", gen.prompt, "what to draw")->required();
         cmd->add_option("-n,--negative-prompt", gen.negative, "what to avoid");
         cmd->add_option("-W,--width", gen.width, "image width in pixels, a multiple of 8 (default: the model's native size)");
