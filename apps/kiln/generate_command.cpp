@@ -2,6 +2,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include "io/safetensors.h"
 #include "kiln/error.h"
 #include "pipeline/generate.h"
+#include "pipeline/lora_selection.h"
 #include "pipeline/memory_plan.h"
 #include "profile_session.h"
 #include "progress_bar.h"
@@ -55,6 +57,22 @@ Tensor batch_item(const Tensor& images, int64_t b) {
     const int64_t size = images.numel() / images.dim(0);
     return Tensor({1, images.dim(1), images.dim(2), images.dim(3)},
                   std::vector<float>(images.data() + b * size, images.data() + (b + 1) * size));
+}
+
+// AUTOMATIC1111's "Lora hashes": "name: hash, ..." per LoRA name (':' and ',' taken out of names), first
+// position kept for a name given twice (extensions-builtin/Lora/extra_networks_lora.py).
+std::string lora_hashes_parameter(const std::vector<LoraApplication>& loras) {
+    std::vector<std::string> names;
+    std::string out;
+    for (const LoraApplication& l : loras) {
+        std::string name;
+        for (char c : l.name)
+            if (c != ':' && c != ',') name += c;
+        if (std::find(names.begin(), names.end(), name) != names.end()) continue;
+        names.push_back(name);
+        out += (out.empty() ? "" : ", ") + name + ": " + lora_hash(l.path);
+    }
+    return out;
 }
 
 // AUTOMATIC1111's "TI hashes": "name: first 12 hex digits of the file's SHA-256, ..." for the embeddings used
@@ -131,6 +149,10 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     require(req.memory_budget < 0 || load.device.is_cpu(), ErrorKind::Unsupported,
             "--memory bounds the memory of a CPU run; a GPU's takes --vram");
     apply_vram_limit(o.vram, load.device);
+    // LoRA: the prompt's tags (AUTOMATIC1111's syntax only; plain prompts are words) and --lora files.
+    if (req.prompt_syntax == PromptSyntax::A1111) load.loras = loras_from_prompt(req.prompt, o.lora_dir);
+    for (const std::string& arg : o.loras) load.loras.push_back(lora_from_argument(arg));
+    load.notice = req.notice;
     StableDiffusionModel model;
     {
         StageScope zone(Stage::Load);
@@ -147,6 +169,7 @@ int run_generate(const GenerateOptions& o, bool img2img) {
             return model_hash(path);
         });
     std::string hash;
+    const std::string lora_hashes = lora_hashes_parameter(model.loras);
     const std::string sampler = req.sampler.empty() ? default_sampler(model) : req.sampler;
     if (!img2img) {  // sizes not given: the model's native size, as diffusers
         if (!o.width) req.width = default_image_size(model);
@@ -182,6 +205,7 @@ int run_generate(const GenerateOptions& o, bool img2img) {
         if (req.clip_skip > 1) params.params.push_back({"Clip skip", std::to_string(req.clip_skip)});
         if (req.rng == "cpu") params.params.push_back({"RNG", "CPU"});
         if (req.timestep_spacing) params.params.push_back({"Timestep spacing", *req.timestep_spacing});
+        if (!lora_hashes.empty()) params.params.push_back({"Lora hashes", lora_hashes});
         if (!result.used_embeddings.empty())
             params.params.push_back({"TI hashes", ti_hashes(embeddings, result.used_embeddings)});
         for (int b = 0; b < req.batch_size; ++b) {

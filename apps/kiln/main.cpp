@@ -62,6 +62,9 @@ int main(int argc, char** argv) {
                         "none: the text as it is, cut at 77 tokens (diffusers)")
             ->check(CLI::IsMember({"a1111", "none"}))
             ->capture_default_str();
+        cmd->add_option("--lora", gen.loras,
+                        "FILE[:WEIGHT]: merge a LoRA .safetensors file into the model (repeatable; docs/LORA.md)");
+        cmd->add_option("--lora-dir", gen.lora_dir, "folder where the prompt's <lora:NAME:WEIGHT> tags find NAME.safetensors");
         cmd->add_option("--embeddings-dir", gen.embeddings_dir,
                         "textual-inversion embeddings (.pt, .safetensors) the prompts name by file name");
         cmd->add_option("--clip-skip", gen.clip_skip, "1 = last text-encoder layer, 2 = penultimate")

@@ -35,7 +35,7 @@ void apply_vram_limit(const std::string& vram, const Device& device) {
     const int64_t bytes = parse_byte_size(vram, "--vram");
     require(!device.is_cpu(), ErrorKind::InvalidArgument, "--vram bounds a GPU's memory; a CPU run takes --memory");
     require(backend_for(device).set_memory_limit(bytes), ErrorKind::Unsupported,
-            "--vram: " + device_name(device) + " cannot cap its memory yet (CUDA can)");
+            "--vram: " + device_name(device) + " cannot cap its memory yet (CUDA and Vulkan can)");
 }
 
 }  // namespace kiln::cli

@@ -1,6 +1,7 @@
 // A Stable Diffusion checkpoint as users have it, loaded: architecture, text encoders with their
 // tokenizers, UNet, VAE, and the scheduler configuration diffusers would use with it.
 #pragma once
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "models/clip/clip_text_model.h"
+#include "models/lora/lora_source.h"
 #include "models/unet/unet.h"
 #include "models/vae/vae.h"
 #include "text/clip_tokenizer.h"
@@ -42,6 +44,11 @@ struct LoadOptions {
     // False leaves the VAE encoder unread (Vae::load's with_encoder): txt2img never encodes, and SD's
     // encoder is 65 MiB in fp16. img2img needs it.
     bool vae_encoder = true;
+    // LoRA files merged into the text encoders' and UNet's weights as they load (docs/LORA.md). Modules that
+    // match no layer of the model are reported through `notice` and skipped, as AUTOMATIC1111 does; a file of
+    // which no module matches is InvalidArgument (a LoRA for another architecture).
+    std::vector<LoraApplication> loras;
+    std::function<void(const std::string&)> notice;
 };
 
 // The dtype a component's weights and activations have on options.device (SDXL's VAE: see above).
@@ -65,6 +72,7 @@ struct StableDiffusionModel {
     // by it, so that a recording never replays another model's weights.
     uint64_t serial = next_model_serial();
     DType precision = DType::F32;         // the UNet's and text encoders' activations there (F32 on the CPU)
+    std::vector<LoraApplication> loras;   // merged into the weights at load (LoadOptions::loras)
 };
 
 StableDiffusionModel load_model(const std::string& path, const LoadOptions& options = {});

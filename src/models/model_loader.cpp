@@ -69,7 +69,13 @@ Source with_weights(Source source, const LoadOptions& options, DType device_dtyp
     return source;
 }
 
-void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const LoadOptions& options) {
+// A UNet tensor's name in the original (LDM) layout, without prefix: LoRA files name modules either way.
+std::function<std::string(const std::string&)> ldm_alias(const UNetConfig& config) {
+    return [config](const std::string& name) { return unet_ldm_name(name, config, ""); };
+}
+
+void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const LoadOptions& options,
+                           std::vector<LoadedLora>& loras) {
     const nlohmann::json index = read_json_file(dir / "model_index.json");
     const fs::path index_path = dir / "model_index.json";
     require(index.is_object(), ErrorKind::InvalidModel, index_path.string() + " must hold a JSON object");
@@ -91,17 +97,21 @@ void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const L
         ClipTokenizer tok = ClipTokenizer::from_folder(tdir.string());
         auto file = open_shared(component_weights(edir, "model"));
         ClipTextConfig config = load_clip_text_config((edir / "config.json").string());
-        m.text_encoders.push_back(TextEncoder{
-            std::move(tok), ClipTextModel::load(with_weights(FileSource(file), options, options.precision), config)});
+        const FileSource src = with_weights(FileSource(file), options, options.precision);
+        const LoraComponent component = suffix.empty() ? LoraComponent::TextEncoder : LoraComponent::TextEncoder2;
+        m.text_encoders.push_back(
+            TextEncoder{std::move(tok), ClipTextModel::load(LoraSource(src, match_lora_modules(src, component, loras)), config)});
     }
     const std::string act = m.text_encoders[0].model.config().act;
     m.arch = xl ? Architecture::SDXL : (act == "gelu" ? Architecture::SD2 : Architecture::SD1);
 
     auto unet_file = open_shared(component_weights(dir / "unet", "diffusion_pytorch_model"));
     const fs::path unet_config_path = dir / "unet" / "config.json";
-    m.unet = std::make_unique<UNet>(
-        UNet::load(with_weights(FileSource(unet_file), options, options.precision),
-                   unet_config_from_json(read_json_file(unet_config_path), unet_config_path.string())));
+    const UNetConfig unet_config = unet_config_from_json(read_json_file(unet_config_path), unet_config_path.string());
+    const FileSource unet_src = with_weights(FileSource(unet_file), options, options.precision);
+    m.unet = std::make_unique<UNet>(UNet::load(
+        LoraSource(unet_src, match_lora_modules(unet_src, LoraComponent::UNet, loras, ldm_alias(unet_config))),
+        unet_config));
     auto vae_file = open_shared(component_weights(dir / "vae", "diffusion_pytorch_model"));
     VaeConfig vae_config = load_vae_config((dir / "vae" / "config.json").string());
     m.vae_scale = vae_config.scaling_factor;
@@ -117,7 +127,8 @@ void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const L
     if (options.prediction) m.scheduler_config["prediction_type"] = *options.prediction;
 }
 
-void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadOptions& options) {
+void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadOptions& options,
+                      std::vector<LoadedLora>& loras) {
     auto file = open_shared(path);
     m.arch = detect_single_file_architecture(*file);
     // Each component's table builder rejects what it cannot place under its own prefix; tensors
@@ -129,7 +140,10 @@ void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadO
             with_weights(MappedSource(file, std::move(clip.table), "text encoder"), options, options.precision);
         ClipTokenizer tok = ClipTokenizer::builtin();
         tok.set_pad_token(pad_token);
-        m.text_encoders.push_back(TextEncoder{std::move(tok), ClipTextModel::load(src, clip.config)});
+        const LoraComponent component =
+            m.text_encoders.empty() ? LoraComponent::TextEncoder : LoraComponent::TextEncoder2;
+        m.text_encoders.push_back(TextEncoder{
+            std::move(tok), ClipTextModel::load(LoraSource(src, match_lora_modules(src, component, loras)), clip.config)});
     };
     // OpenAI CLIP pads with <|endoftext|>, OpenCLIP with "!" (id 0).
     auto add_hf_clip = [&](const char* prefix) { add_clip(clip_hf_layout(*file, prefix), "<|endoftext|>"); };
@@ -168,7 +182,9 @@ void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadO
                          return unet_ldm_name(name, unet_config, "model.diffusion_model.");
                      }),
         options, options.precision);
-    m.unet = std::make_unique<UNet>(UNet::load(unet_src, unet_config));
+    m.unet = std::make_unique<UNet>(UNet::load(
+        LoraSource(unet_src, match_lora_modules(unet_src, LoraComponent::UNet, loras, ldm_alias(unet_config))),
+        unet_config));
 
     m.vae_scale = m.arch == Architecture::SDXL ? 0.13025f : 0.18215f;
     VaeSingleFile vae = ldm_vae_layout(*file, m.vae_scale);
@@ -188,6 +204,28 @@ void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadO
         for (size_t i = 0; i < unknown.size() && i < 8; ++i) list += (i ? ", " : "") + unknown[i];
         if (unknown.size() > 8) list += ", ... (" + std::to_string(unknown.size()) + " in all)";
         fail(ErrorKind::InvalidModel, "unexpected tensors in " + path.string() + ": " + list);
+    }
+}
+
+// A1111 skips the keys of a LoRA file that match no layer and prints them; kiln says so in a notice. A file
+// of which nothing matched is a LoRA for another architecture, and an error here.
+void report_lora_matches(const std::vector<LoadedLora>& loras, const std::function<void(const std::string&)>& notice) {
+    for (const LoadedLora& lora : loras) {
+        std::vector<std::string> skipped = lora.file.unknown_keys;
+        size_t matched = 0;
+        for (size_t i = 0; i < lora.matched.size(); ++i)
+            if (lora.matched[i]) ++matched;
+            else skipped.push_back(lora.file.modules[i].key);
+        require(matched > 0, ErrorKind::InvalidArgument,
+                "LoRA '" + lora.application.name + "' (" + lora.application.path + "): none of its " +
+                    std::to_string(lora.file.modules.size()) + " modules matches a layer of this model (" +
+                    lora.file.modules.front().key + ", ...): a LoRA for another architecture?");
+        if (skipped.empty() || !notice) continue;
+        std::string list;
+        for (size_t i = 0; i < skipped.size() && i < 4; ++i) list += (i ? ", " : "") + skipped[i];
+        if (skipped.size() > 4) list += ", ...";
+        notice("LoRA '" + lora.application.name + "': " + std::to_string(skipped.size()) +
+               " modules or tensors match no layer of this model and are skipped, as AUTOMATIC1111 skips them: " + list);
     }
 }
 
@@ -247,6 +285,13 @@ StableDiffusionModel load_model(const std::string& path, const LoadOptions& opti
                 "prediction type must be epsilon or v_prediction");
     m.device = options.device;
     m.precision = options.device.is_cpu() ? DType::F32 : options.precision;
+    // Read (and checked) before any weight is: a bad LoRA file fails fast.
+    std::vector<LoadedLora> loras;
+    for (const LoraApplication& a : options.loras) {
+        LoraFile file = read_lora_file(a.path);
+        const size_t n = file.modules.size();
+        loras.push_back({a, std::move(file), std::vector<bool>(n, false)});
+    }
     // The component loads below make only weights (memory accounting by category).
     MemoryCategoryScope weights(MemoryCategory::Weights);
     if (fs::is_directory(p)) {
@@ -255,12 +300,14 @@ StableDiffusionModel load_model(const std::string& path, const LoadOptions& opti
         m.layout = FileLayout::DiffusersFolder;
         m.name = fs::absolute(p).lexically_normal().filename().string();
         if (m.name.empty()) m.name = fs::absolute(p).parent_path().filename().string();
-        load_diffusers_folder(m, p, options);
+        load_diffusers_folder(m, p, options, loras);
     } else {
         m.layout = FileLayout::SingleFile;
         m.name = p.stem().string();
-        load_single_file(m, p, options);
+        load_single_file(m, p, options, loras);
     }
+    report_lora_matches(loras, options.notice);
+    m.loras = options.loras;
     return m;
 }
 

@@ -59,19 +59,29 @@ Conditioning zeros_like(const Conditioning& c) {
     return z;
 }
 
-// The positive prompt without its extra-network tags, each reported; the negative's only reported.
-std::string without_network_tags(const std::string& prompt, const std::optional<std::string>& negative,
+// The positive prompt without its extra-network tags. A LoRA tag names a LoRA the model was loaded with
+// (LoadOptions::loras: merged into its weights); the others are reported, and the negative's too.
+std::string without_network_tags(const StableDiffusionModel& model, const std::string& prompt,
+                                 const std::optional<std::string>& negative,
                                  const std::function<void(const std::string&)>& notice) {
     PromptWithoutTags p = remove_extra_network_tags(prompt);
-    if (notice) {
-        for (const ExtraNetworkTag& tag : p.tags)
+    for (const ExtraNetworkTag& tag : p.tags) {
+        if (is_lora_tag(tag)) {
+            const std::string name = parse_lora_tag(tag).name;
+            bool loaded = false;
+            for (const LoraApplication& l : model.loras) loaded = loaded || l.name == name;
+            require(loaded, ErrorKind::InvalidArgument,
+                    tag.text + ": the model was loaded without LoRA '" + name +
+                        "' (kiln merges LoRA into the weights at load: LoadOptions::loras, --lora-dir)");
+        } else if (notice) {
             notice(tag.text + " is not applied: kiln has no " + tag.kind +
                    " support yet; the tag is taken out of the prompt, as AUTOMATIC1111 does");
-        if (negative)
-            for (const ExtraNetworkTag& tag : remove_extra_network_tags(*negative).tags)
-                notice(tag.text + " in the negative prompt is read as words, as AUTOMATIC1111 reads it (it applies "
-                                  "extra networks from the prompt only)");
+        }
     }
+    if (negative && notice)
+        for (const ExtraNetworkTag& tag : remove_extra_network_tags(*negative).tags)
+            notice(tag.text + " in the negative prompt is read as words, as AUTOMATIC1111 reads it (it applies "
+                              "extra networks from the prompt only)");
     return p.prompt;
 }
 
@@ -93,7 +103,7 @@ ConditioningSchedule encode_conditioning_schedule(const StableDiffusionModel& mo
     // One call for both prompts, [negative, positive]: their first chunks go through the encoders as one batch.
     std::vector<std::string> prompts;
     if (encode_negative) prompts.push_back(negative.value_or(""));
-    prompts.push_back(options.syntax == PromptSyntax::A1111 ? without_network_tags(prompt, negative, notice) : prompt);
+    prompts.push_back(options.syntax == PromptSyntax::A1111 ? without_network_tags(model, prompt, negative, notice) : prompt);
     const std::vector<std::vector<ScheduledEncoding>> enc = encode_prompt_schedules(model, prompts, options);
     const std::vector<ScheduledEncoding>& pos = enc.back();
 

@@ -3,7 +3,7 @@
 #include "kiln/error.h"
 
 #ifndef KILN_CLIP_VOCAB_TXT
-#error "KILN_CLIP_VOCAB_TXT (path of the unpacked bpe_simple_vocab_16e6.txt) must be defined by the build"
+#error "KILN_CLIP_VOCAB_TXT (path of the unpacked clip_merges.txt) must be defined by the build"
 #endif
 
 // The assembler copies the file into read-only data at build time (.incbin), which is far cheaper to

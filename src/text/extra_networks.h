@@ -23,4 +23,17 @@ struct PromptWithoutTags {
 // `\w`: ASCII letters, digits, '_', and any non-ASCII byte (Python's Unicode \w, roughly).
 PromptWithoutTags remove_extra_network_tags(std::string_view prompt);
 
+// A LoRA tag as the webui's Lora extension reads it (extra_networks_lora.py): "<lora:name:te:unet>". The
+// text after "lora:" is split at ':'; an item with one '=' is named ("te=0.5", "unet=1"), the others are
+// positional: the name, the text-encoder multiplier (1 without), the UNet multiplier (the text encoder's
+// without). "<lyco:...>" is the same (the webui's alias).
+struct LoraTag {
+    std::string name;
+    double te_multiplier = 1.0, unet_multiplier = 1.0;
+};
+bool is_lora_tag(const ExtraNetworkTag& tag);
+// InvalidArgument for a tag without a name, or with a multiplier that Python's float() rejects or that is
+// not finite (the webui rejects those too).
+LoraTag parse_lora_tag(const ExtraNetworkTag& tag);
+
 }  // namespace kiln

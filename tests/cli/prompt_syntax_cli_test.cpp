@@ -27,22 +27,23 @@ TEST(PromptSyntaxCli, UnknownSyntaxIsOneErrorLine) {
     expect_one_error_line(txt2img(tmp, {"-p", "a cat", "--prompt-syntax", "comfy"}), {"--prompt-syntax"});
 }
 
-TEST(PromptSyntaxCli, LoraTagsAreReportedNotEncoded) {
+// LoRA tags are applied (tests/cli/lora_cli_test.cpp); other extra networks are reported and taken out.
+TEST(PromptSyntaxCli, OtherNetworkTagsAreReportedNotEncoded) {
     TempDir tmp;
-    const ProcessResult r = txt2img(tmp, {"-p", "a cat <lora:film_grain:0.7>", "-n", "ugly <lora:bad:1>"});
+    const ProcessResult r = txt2img(tmp, {"-p", "a cat <hypernet:film_grain:0.7>", "-n", "ugly <lora:bad:1>"});
     expect_success(r);
     bool positive = false, negative = false;
     for (const std::string& line : r.err_lines()) {
-        positive = positive || (line.find("<lora:film_grain:0.7> is not applied") != std::string::npos);
+        positive = positive || (line.find("<hypernet:film_grain:0.7> is not applied") != std::string::npos);
         negative = negative || (line.find("<lora:bad:1> in the negative prompt is read as words") != std::string::npos);
     }
     EXPECT_TRUE(positive) << r.describe();
     EXPECT_TRUE(negative) << r.describe();
     // The PNG keeps the prompt as the user wrote it, tag included, as the webui's infotext does.
     bool found = false;
-    for (const auto& [key, value] : kiln::read_png_text(tmp.file("out.png"))) found = found || value.find("<lora:film_grain:0.7>") != std::string::npos;
+    for (const auto& [key, value] : kiln::read_png_text(tmp.file("out.png"))) found = found || value.find("<hypernet:film_grain:0.7>") != std::string::npos;
     EXPECT_TRUE(found);
-    // Without the syntax the tag is words, and nothing is said.
+    // Without the syntax the tag is words, and nothing is said (a LoRA tag then needs no LoRA folder).
     const ProcessResult plain = txt2img(tmp, {"-p", "a cat <lora:film_grain:0.7>", "--prompt-syntax", "none"});
     expect_success(plain);
     EXPECT_EQ(plain.err.find("not applied"), std::string::npos) << plain.describe();

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -14,10 +16,13 @@
 #include "core/tensor.h"
 #include "kiln/error.h"
 #include "ops/ops.h"
+#include "ops/op_observer.h"
 #include "gpu/linked_backends.h"
+#include "common/op_bounds.h"
 #if KILN_HAS_VULKAN
 #include "backends/vulkan/physical_devices.h"
 #include "backends/vulkan/vulkan_backend.h"
+#include "backends/vulkan/spirv_table.h"
 #include "backends/vulkan/vulkan_kernels.h"
 #endif
 
@@ -230,7 +235,7 @@ TEST(VulkanProducts, TiledAndDirectKernelsAgree) {
 #endif
 
 #if KILN_HAS_VULKAN
-// The matrix-unit build (gemm_coop.glsl, VK_NV_cooperative_matrix) against the direct kernel, both on float16
+// The matrix-unit build (gemm_coop.glsl, VK_KHR_ or VK_NV_cooperative_matrix) against the direct kernel, both on float16
 // tensors, on shapes that cut its 128x128x32 tiles and its 16x16 fragments. Inputs are float16 values, so
 // every product is exact in float32; each side sums K of them in float32 in its own order, the matrix units
 // possibly truncating (2^-23 per addition rather than 2^-24): (K + 2)(2^-24 + 2^-23) S, then each rounds its
@@ -331,6 +336,161 @@ TEST(VulkanProducts, SplitKAgreesWithOneSlice) {
 #endif
 
 #if KILN_HAS_VULKAN
+// Both forms of attention on this device, each against the host's float32 attention under the bound
+// tests/gpu/device_ops_test.cpp derives (scores summed over d, weights over lk keys). The products are the
+// default, so each form is forced here:
+// shapes that cut the flash kernel's 64-query blocks, 64-key tiles and 64-column chunks (d 40, 80, 160),
+// causal masks across tiles, and packed q | k | v read in place.
+TEST(VulkanAttention, FlashKernelAndProductsAgreeWithTheHost) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    using A = vulkan::VulkanBackend::Attention;
+    const A was = vk.attention();
+    struct Case {
+        int b, lq, lk, heads, d;
+        bool causal;
+    };
+    for (DType t : {DType::F32, DType::F16}) {
+        if (t == DType::F16 && !vk.supports(DType::F16)) continue;
+        for (Case c : {Case{2, 70, 129, 2, 40, false}, Case{1, 65, 65, 1, 80, true}, Case{1, 66, 70, 1, 160, false}}) {
+            const int hd = c.heads * c.d;
+            const Tensor q = kiln::test::random_in({c.b, c.lq, hd}, 1, t), k = kiln::test::random_in({c.b, c.lk, hd}, 2, t),
+                         v = kiln::test::random_in({c.b, c.lk, hd}, 3, t);
+            const Tensor ref = ops::attention(q, k, v, c.heads, c.causal);
+            const Tensor scale = ops::attention(q, k, kiln::test::abs_of(v), c.heads, c.causal);
+            const double k_len = (c.d + 2) * std::sqrt(double(c.d)) + c.lk;
+            const std::string tag = std::to_string(c.lq) + "x" + std::to_string(c.lk) + " d" + std::to_string(c.d) +
+                                    (c.causal ? " causal" : "");
+            for (A form : {A::Flash, A::Products}) {
+                vk.set_attention(form);
+                const std::string what = std::string(form == A::Flash ? "flash " : "products ") + tag;
+                kiln::test::expect_close(
+                    ops::attention(q.to_device(vk, t), k.to_device(vk, t), v.to_device(vk, t), c.heads, c.causal).to_host(),
+                    ref, scale, k_len, t, 2, what);
+                if (c.causal || c.lq != c.lk) continue;
+                const Tensor qkv =
+                    ops::concat_channels(ops::concat_channels(q.reshaped({c.b * c.lq, hd, 1}), k.reshaped({c.b * c.lq, hd, 1})),
+                                         v.reshaped({c.b * c.lq, hd, 1}))
+                        .reshaped({c.b, c.lq, 3 * hd});
+                kiln::test::expect_close(ops::attention_qkv(qkv.to_device(vk, t), c.heads).to_host(), ref, scale, k_len, t, 2,
+                                         what + " qkv");
+            }
+        }
+    }
+    vk.set_attention(was);
+}
+#endif
+
+#if KILN_HAS_VULKAN
+// GPU time per op (vulkan_timeline.h): with an observer that wants device spans, each op call on the device
+// gets one span from its timestamps, reported when the host waits; ops of a recorded call too (they run
+// eagerly while spans are wanted). Checks one span per host op call of each kind, top-level spans one after
+// another, and every span inside the host's wall time of the region.
+struct SpanRecorder : ops::OpObserver {
+    std::map<ops::OpKind, int> host_calls;
+    std::vector<ops::DeviceOpSpan> spans;
+    std::string device;
+    void begin(ops::OpKind kind, double) override { ++host_calls[kind]; }
+    void end(ops::OpKind) override {}
+    bool wants_device_spans() const override { return true; }
+    void device_spans(const std::string& d, const std::vector<ops::DeviceOpSpan>& s) override {
+        device = d;
+        spans.insert(spans.end(), s.begin(), s.end());
+    }
+};
+
+TEST(VulkanTimeline, OneSpanPerOpCallInsideTheWallTime) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    const Tensor x = uniform_values({1, 40, 64}, 1).to_device(vk, DType::F32);
+    const Tensor w = uniform_values({48, 64}, 2).to_device(vk, DType::F32);
+    const Tensor w2 = uniform_values({32, 48}, 3).to_device(vk, DType::F32);
+    vk.synchronize();
+    auto now = [] {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+    };
+    SpanRecorder rec;
+    ops::set_op_observer(&rec);
+    const int64_t t0 = now();
+    Tensor y = ops::linear(x, w, nullptr);
+    ops::scale_(y, 0.5f);
+    Tensor a = ops::attention(y, y, y, 4, false);
+    // A recorded call, twice (the second would replay a recording without an observer).
+    for (int i = 0; i < 2; ++i)
+        (void)vk.run_recorded("timeline-test", {&a}, [&](const std::vector<const Tensor*>& in) {
+            return ops::linear(*in[0], w2, nullptr);
+        });
+    vk.synchronize();
+    const int64_t t1 = now();
+    ops::set_op_observer(nullptr);
+    ASSERT_EQ(rec.device, device_name(vk.device()));
+    std::map<ops::OpKind, int> gpu_calls;
+    for (const ops::DeviceOpSpan& s : rec.spans) ++gpu_calls[s.kind];
+    EXPECT_EQ(gpu_calls, rec.host_calls);
+    EXPECT_EQ(gpu_calls[ops::OpKind::Linear], 3);
+    const int64_t slack = 2'000'000;  // 2 ms: the wait's wake-up, by which the spans are placed late
+    int64_t top_end = t0;
+    for (const ops::DeviceOpSpan& s : rec.spans) {
+        EXPECT_GE(s.duration_ns, 0);
+        EXPECT_LE(s.self_ns, s.duration_ns);
+        EXPECT_GE(s.start_ns + slack, t0);
+        EXPECT_LE(s.start_ns + s.duration_ns, t1 + slack);
+        if (s.depth == 0) {
+            EXPECT_GE(s.start_ns, top_end) << "top-level spans overlap";
+            top_end = s.start_ns + s.duration_ns;
+        }
+    }
+}
+#endif
+
+#if KILN_HAS_VULKAN
+// --vram on Vulkan (VulkanMemory::set_limit): what kiln holds stays under the cap, cache included; past it the
+// cached dedicated allocations go back first (so a request that fits once they are gone succeeds), then the
+// request is OutOfMemory naming the cap; lifting the cap lets it through.
+TEST(VulkanMemoryLimit, HoldsAndGivesTheCacheBackFirst) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    vk.synchronize();
+    constexpr int64_t kMiB = int64_t(1) << 20;
+    // Dedicated allocations (8 MiB and more): a cached 24 MiB block, then a cap with room for 16 MiB only.
+    void* cached = vk.allocate(24 * kMiB);
+    vk.deallocate(cached);
+    const int64_t base = vk.reserved_bytes();
+    ASSERT_TRUE(vk.set_memory_limit(base - 24 * kMiB + 16 * kMiB));
+    void* fits = vk.allocate(16 * kMiB);  // only after the cached 24 MiB went back
+    EXPECT_LE(vk.reserved_bytes(), base - 24 * kMiB + 16 * kMiB);
+    try {
+        (void)vk.allocate(16 * kMiB);
+        ADD_FAILURE() << "an allocation past the cap was granted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory);
+        EXPECT_NE(std::string(e.what()).find("--vram"), std::string::npos) << e.what();
+    }
+    ASSERT_TRUE(vk.set_memory_limit(0));
+    void* more = vk.allocate(16 * kMiB);
+    vk.deallocate(more);
+    vk.deallocate(fits);
+    vk.release_cached_memory();
+}
+#endif
+
+#if KILN_HAS_VULKAN
+// The VK_KHR_cooperative_matrix kernels are compiled only where glslang 13 or later was found at configure
+// time. KILN_EXPECT_VULKAN_KHR=1 (set by .ci/run, which installs one) makes their absence a failure, so a CI
+// that lost the compiler cannot go green without compiling them.
+TEST(VulkanMatrixKernels, KhrKernelsEmbeddedWhereExpected) {
+    const char* expect = std::getenv("KILN_EXPECT_VULKAN_KHR");
+    const bool embedded = vulkan::embedded_kernel("matmul_coopk_f16") && vulkan::embedded_kernel("conv2d_coopk_f16") &&
+                          vulkan::embedded_kernel("matmul_scores_coopk_f16") && vulkan::embedded_kernel("matmul_pv_coopk_f16");
+    if (!expect || std::string(expect) != "1") {
+        if (!embedded) GTEST_SKIP() << "built without glslang 13+ (set KILN_EXPECT_VULKAN_KHR=1 to require it)";
+    }
+    EXPECT_TRUE(embedded) << "the VK_KHR_cooperative_matrix kernels are missing from this build (KILN_GLSLANG)";
+}
+#endif
+
+#if KILN_HAS_VULKAN
 // The developer settings for the product kernels: every documented value, and a clear error for any other.
 TEST(VulkanSettings, ProductBuildsAndSplitKFromTheEnvironment) {
     using P = vulkan::VulkanBackend::Products;
@@ -349,6 +509,32 @@ TEST(VulkanSettings, ProductBuildsAndSplitKFromTheEnvironment) {
         } catch (const Error& e) {
             EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
             EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_GEMM"), std::string::npos) << e.what();
+        }
+    }
+    using A = vulkan::VulkanBackend::Attention;
+    EXPECT_EQ(vulkan::attention_from_env(nullptr), A::Products);
+    EXPECT_EQ(vulkan::attention_from_env(""), A::Products);
+    EXPECT_EQ(vulkan::attention_from_env("flash"), A::Flash);
+    EXPECT_EQ(vulkan::attention_from_env("products"), A::Products);
+    for (const char* bad : {"Flash", "matrix", "flash "}) {
+        try {
+            vulkan::attention_from_env(bad);
+            ADD_FAILURE() << bad << " was taken";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_ATTENTION"), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_EQ(vulkan::matrix_extension_from_env(nullptr), "");
+    EXPECT_EQ(vulkan::matrix_extension_from_env("khr"), "khr");
+    EXPECT_EQ(vulkan::matrix_extension_from_env("nv"), "nv");
+    for (const char* bad : {"KHR", "both", "nv "}) {
+        try {
+            vulkan::matrix_extension_from_env(bad);
+            ADD_FAILURE() << bad << " was taken";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_MATRIX"), std::string::npos) << e.what();
         }
     }
     for (const char* bad : {"abc", "-1", "65", "4x", "1.5"}) {

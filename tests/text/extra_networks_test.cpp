@@ -3,6 +3,7 @@
 // run on these strings.
 #include <gtest/gtest.h>
 
+#include "kiln/error.h"
 #include "text/extra_networks.h"
 
 using namespace kiln;
@@ -36,6 +37,32 @@ TEST(ExtraNetworks, TagsAreTakenOutAsTheWebuiDoes) {
         EXPECT_EQ(tags, c.tags) << c.prompt;
     }
     EXPECT_EQ(remove_extra_network_tags("<lora:name:0.5>").tags.at(0).kind, "lora");
+}
+
+// The webui's Lora extension (extra_networks_lora.py): items split at ':', "k=v" items named; te = the second
+// positional item or te=, else 1; unet = the third, else te; or unet=.
+TEST(ExtraNetworks, LoraTagsReadAsTheWebuiReadsThem) {
+    struct Case {
+        std::string tag, name;
+        double te, unet;
+    };
+    const Case cases[] = {
+        {"<lora:film:0.7>", "film", 0.7, 0.7},      {"<lora:film>", "film", 1.0, 1.0},
+        {"<lora:film:0.5:0.25>", "film", 0.5, 0.25}, {"<lora:film:unet=0.3>", "film", 1.0, 0.3},
+        {"<lora:film:te=0.2:0.9>", "film", 0.2, 0.2}, {"<lora:film: 1e-1 :te=2>", "film", 2.0, 2.0},
+        {"<lyco:my film:0.5>", "my film", 0.5, 0.5}, {"<lora:a=b=c:0.5>", "a=b=c", 0.5, 0.5},
+    };
+    for (const Case& c : cases) {
+        const ExtraNetworkTag tag = remove_extra_network_tags(c.tag).tags.at(0);
+        ASSERT_TRUE(is_lora_tag(tag)) << c.tag;
+        const LoraTag t = parse_lora_tag(tag);
+        EXPECT_EQ(t.name, c.name) << c.tag;
+        EXPECT_EQ(t.te_multiplier, c.te) << c.tag;
+        EXPECT_EQ(t.unet_multiplier, c.unet) << c.tag;
+    }
+    EXPECT_FALSE(is_lora_tag(remove_extra_network_tags("<hypernet:x:1>").tags.at(0)));
+    for (const char* bad : {"<lora:film:x>", "<lora:film:1:nan>", "<lora:film:1e999>", "<lora:te=1>"})
+        EXPECT_THROW(parse_lora_tag(remove_extra_network_tags(bad).tags.at(0)), kiln::Error) << bad;
 }
 
 }  // namespace

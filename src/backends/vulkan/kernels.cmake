@@ -4,7 +4,9 @@
 # (A_F16, B_F16, C_F16) for attention, whose scores and probabilities stay float32. Products come in four
 # builds (gemm_build.glsl): 128x128 tiles (gemm_tile.glsl), SMALL 64x64 tiles (gemm_tile_small.glsl), DIRECT,
 # without shared memory (gemm_direct.glsl), for devices that run on the CPU, and, for float16 products, COOP
-# on matrix units through VK_NV_cooperative_matrix (gemm_coop.glsl), made only on devices that have them.
+# on matrix units through VK_NV_cooperative_matrix (gemm_coop.glsl), made only on devices that have them;
+# the "_coopk_" kernels are that build through VK_KHR_cooperative_matrix (COOP_KHR), compiled by glslangValidator
+# 13+ (CMakeLists.txt: KILN_GLSLANG) and left out of builds without one.
 set(KILN_VULKAN_KERNELS
   "convert_f32_f16|convert.comp|DST_F16"
   "convert_f16_f32|convert.comp|SRC_F16"
@@ -30,12 +32,24 @@ set(KILN_VULKAN_KERNELS
   "matmul_scores_coop_f16|matmul.comp|COOP,A_F16,B_F16"
   "matmul_pv_coop_f16|matmul.comp|COOP,B_F16,C_F16"
   "conv2d_coop_f16|conv2d.comp|COOP,T_F16"
+  "matmul_coopk_f16|matmul.comp|COOP,COOP_KHR,A_F16,B_F16,C_F16"
+  "matmul_scores_coopk_f16|matmul.comp|COOP,COOP_KHR,A_F16,B_F16"
+  "matmul_pv_coopk_f16|matmul.comp|COOP,COOP_KHR,B_F16,C_F16"
+  "conv2d_coopk_f16|conv2d.comp|COOP,COOP_KHR,T_F16"
   "group_norm_stats_f32|group_norm_stats.comp"
   "group_norm_stats_f16|group_norm_stats.comp|T_F16"
   "group_norm_apply_f32|group_norm_apply.comp"
   "group_norm_apply_f16|group_norm_apply.comp|T_F16"
   "layer_norm_f32|layer_norm.comp"
   "layer_norm_f16|layer_norm.comp|T_F16"
+  "flash_attention_1_f32|flash_attention.comp|D_CHUNKS=1"
+  "flash_attention_2_f32|flash_attention.comp|D_CHUNKS=2"
+  "flash_attention_3_f32|flash_attention.comp|D_CHUNKS=3"
+  "flash_attention_4_f32|flash_attention.comp|D_CHUNKS=4"
+  "flash_attention_1_f16|flash_attention.comp|D_CHUNKS=1,T_F16"
+  "flash_attention_2_f16|flash_attention.comp|D_CHUNKS=2,T_F16"
+  "flash_attention_3_f16|flash_attention.comp|D_CHUNKS=3,T_F16"
+  "flash_attention_4_f16|flash_attention.comp|D_CHUNKS=4,T_F16"
   "softmax_f32|softmax.comp"
   "softmax_f16|softmax.comp|T_F16"
   "unary_f32|unary.comp"

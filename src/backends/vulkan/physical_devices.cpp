@@ -1,6 +1,10 @@
 #include "backends/vulkan/physical_devices.h"
 
+#include "backends/vulkan/spirv_table.h"
+#include "kiln/error.h"
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace kiln::vulkan {
@@ -37,27 +41,31 @@ bool has_extension(const Api& a, VkPhysicalDevice d, const char* name) {
     return false;
 }
 
-// gemm_coop.glsl needs VK_NV_cooperative_matrix with 16x16x16 float16 products summed in float32 at subgroup
-// scope, 32-wide subgroups (it splits 256 threads into 8 of them), float16 arithmetic types and the Vulkan
-// memory model (its matrix scopes). VK_KHR_cooperative_matrix is newer than Debian 12's glslang.
-bool nv_matrix_products(const Api& a, VkPhysicalDevice h, bool fp16_storage) {
-    if (!fp16_storage || !a.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV ||
-        !has_extension(a, h, "VK_NV_cooperative_matrix"))
-        return false;
-    VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
-    VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
-    f12.pNext = &coop;
-    VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-    features.pNext = &f12;
-    a.vkGetPhysicalDeviceFeatures2(h, &features);
-    if (!coop.cooperativeMatrix || !f12.shaderFloat16 || !f12.vulkanMemoryModel) return false;
-    VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
-    VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
-    props.pNext = &subgroup;
-    a.vkGetPhysicalDeviceProperties2(h, &props);
-    if (subgroup.subgroupSize != 32 || !(subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) ||
-        !(subgroup.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT))
-        return false;
+// gemm_coop.glsl needs 16x16x16 float16 products summed in float32 at subgroup scope, 32-wide subgroups (it
+// splits 256 threads into 8 of them), float16 arithmetic types and the Vulkan memory model (its matrix scopes),
+// through VK_KHR_cooperative_matrix where this build has the shaders for it (compiled by glslang 13 or later:
+// kernels.cmake), else through VK_NV_cooperative_matrix. A device whose default subgroup is not 32 wide
+// qualifies when VK_EXT_subgroup_size_control lets kiln ask for 32 in compute shaders.
+struct MatrixUnits {
+    bool products = false, khr = false, subgroup_32 = false;
+};
+
+bool khr_shape(const Api& a, VkPhysicalDevice h) {
+    if (!a.vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR) return false;
+    uint32_t n = 0;
+    if (a.vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR(h, &n, nullptr) != VK_SUCCESS) return false;
+    std::vector<VkCooperativeMatrixPropertiesKHR> shapes(n, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR});
+    if (a.vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR(h, &n, shapes.data()) != VK_SUCCESS) return false;
+    for (const VkCooperativeMatrixPropertiesKHR& m : shapes)
+        if (m.MSize == 16 && m.NSize == 16 && m.KSize == 16 && m.AType == VK_COMPONENT_TYPE_FLOAT16_KHR &&
+            m.BType == VK_COMPONENT_TYPE_FLOAT16_KHR && m.CType == VK_COMPONENT_TYPE_FLOAT32_KHR &&
+            m.ResultType == VK_COMPONENT_TYPE_FLOAT32_KHR && m.scope == VK_SCOPE_SUBGROUP_KHR && !m.saturatingAccumulation)
+            return true;
+    return false;
+}
+
+bool nv_shape(const Api& a, VkPhysicalDevice h) {
+    if (!a.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV) return false;
     uint32_t n = 0;
     a.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(h, &n, nullptr);
     std::vector<VkCooperativeMatrixPropertiesNV> shapes(n, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
@@ -70,9 +78,53 @@ bool nv_matrix_products(const Api& a, VkPhysicalDevice h, bool fp16_storage) {
     return false;
 }
 
+MatrixUnits matrix_units(const Api& a, VkPhysicalDevice h, bool fp16_storage) {
+    MatrixUnits out;
+    if (!fp16_storage) return out;
+    const std::string only = matrix_extension_from_env(std::getenv("KILN_VULKAN_MATRIX"));
+    const bool khr = only != "nv" && has_extension(a, h, "VK_KHR_cooperative_matrix") && embedded_kernel("matmul_coopk_f16");
+    const bool nv = only != "khr" && has_extension(a, h, "VK_NV_cooperative_matrix");
+    if (!khr && !nv) return out;
+    const bool size_control = has_extension(a, h, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR coop_khr{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV coop_nv{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    VkPhysicalDeviceSubgroupSizeControlFeaturesEXT control{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT};
+    VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    void** next = &f12.pNext;  // chain only the structures of extensions the device has
+    if (khr) *next = &coop_khr, next = &coop_khr.pNext;
+    if (nv) *next = &coop_nv, next = &coop_nv.pNext;
+    if (size_control) *next = &control;
+    VkPhysicalDeviceFeatures2 features{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    features.pNext = &f12;
+    a.vkGetPhysicalDeviceFeatures2(h, &features);
+    if (!f12.shaderFloat16 || !f12.vulkanMemoryModel) return out;
+    VkPhysicalDeviceSubgroupSizeControlPropertiesEXT sizes{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT};
+    VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    if (size_control) subgroup.pNext = &sizes;
+    VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    props.pNext = &subgroup;
+    a.vkGetPhysicalDeviceProperties2(h, &props);
+    if (!(subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) || !(subgroup.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT))
+        return out;
+    const bool can_ask_32 = size_control && control.subgroupSizeControl &&
+                            (sizes.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                            sizes.minSubgroupSize <= 32 && sizes.maxSubgroupSize >= 32;
+    if (khr && coop_khr.cooperativeMatrix && (subgroup.subgroupSize == 32 || can_ask_32) && khr_shape(a, h))
+        return {true, true, can_ask_32};
+    if (nv && coop_nv.cooperativeMatrix && subgroup.subgroupSize == 32 && nv_shape(a, h)) return {true, false, false};
+    return out;
+}
+
 std::string mib(uint64_t bytes) { return std::to_string((bytes + (1 << 19)) >> 20) + " MiB"; }
 
 }  // namespace
+
+std::string matrix_extension_from_env(const char* value) {
+    const std::string s = value ? value : "";
+    require(s.empty() || s == "khr" || s == "nv", ErrorKind::InvalidArgument,
+            "KILN_VULKAN_MATRIX=" + s + ": expected khr or nv");
+    return s;
+}
 
 std::vector<PhysicalDevice> physical_devices(std::string* why) {
     std::string reasons;
@@ -119,9 +171,12 @@ std::vector<PhysicalDevice> physical_devices(std::string* why) {
                 continue;
             }
             d.memory_budget = has_extension(a, h, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
-            d.cooperative_matrix = has_extension(a, h, "VK_NV_cooperative_matrix") ||
-                                   has_extension(a, h, "VK_KHR_cooperative_matrix");
-            d.matrix_products = nv_matrix_products(a, h, d.fp16_storage);
+            d.cooperative_matrix_khr = has_extension(a, h, "VK_KHR_cooperative_matrix");
+            d.cooperative_matrix = d.cooperative_matrix_khr || has_extension(a, h, "VK_NV_cooperative_matrix");
+            const MatrixUnits units = matrix_units(a, h, d.fp16_storage);
+            d.matrix_products = units.products;
+            d.matrix_khr = units.khr;
+            d.matrix_subgroup_32 = units.subgroup_32;
             VkPhysicalDeviceMemoryProperties mem;
             a.vkGetPhysicalDeviceMemoryProperties(h, &mem);
             for (uint32_t i = 0; i < mem.memoryHeapCount; ++i)
@@ -164,7 +219,10 @@ DeviceDescription describe(const PhysicalDevice& d, int index, int64_t held_byte
     out.detail = std::string(type_name(d.properties.deviceType)) + ", Vulkan " + std::to_string(VK_API_VERSION_MAJOR(v)) +
                  "." + std::to_string(VK_API_VERSION_MINOR(v)) + "." + std::to_string(VK_API_VERSION_PATCH(v)) +
                  (d.fp16_storage ? ", fp16 and fp32" : ", fp32 only (no 16-bit storage)") +
-                 (d.matrix_products      ? ", fp16 products on matrix units (VK_NV_cooperative_matrix)"
+                 (d.matrix_products ? (d.matrix_khr ? ", fp16 products on matrix units (VK_KHR_cooperative_matrix)"
+                                                    : ", fp16 products on matrix units (VK_NV_cooperative_matrix)")
+                  : d.cooperative_matrix && !embedded_kernel("matmul_coopk_f16") && d.cooperative_matrix_khr
+                      ? ", matrix units this build has no shaders for (VK_KHR_cooperative_matrix needs glslang 13: docs/VULKAN.md)"
                   : d.cooperative_matrix ? ", cooperative matrices (not of a kind kiln uses)"
                                          : "") + ", heap " + mib(d.heap_bytes);
     out.memory = heap_memory(d, held_bytes);

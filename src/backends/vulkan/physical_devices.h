@@ -17,10 +17,20 @@ struct PhysicalDevice {
     bool fp16_storage = false;            // storageBuffer16BitAccess: float16 tensors
     bool memory_budget = false;           // VK_EXT_memory_budget: the driver's free-memory figure
     bool cooperative_matrix = false;      // VK_NV_cooperative_matrix or VK_KHR_cooperative_matrix offered
+    bool cooperative_matrix_khr = false;  // VK_KHR_cooperative_matrix offered
     bool matrix_products = false;         // kiln's fp16 products on matrix units run here (gemm_coop.glsl)
+    bool matrix_khr = false;              // ... through VK_KHR_cooperative_matrix (else VK_NV_cooperative_matrix)
+    // The matrix kernels' pipelines ask for 32-wide subgroups (VK_EXT_subgroup_size_control), which gemm_coop.glsl
+    // assumes: where the driver's default differs (RDNA's wave64) and wherever the device can be asked.
+    bool matrix_subgroup_32 = false;
     uint32_t device_local_heap = 0;       // the largest device-local heap
     uint64_t heap_bytes = 0;              // its size
 };
+
+// The developer setting KILN_VULKAN_MATRIX: "khr" or "nv" limits the matrix units to that extension (to compare
+// them on a device that has both), "" (unset) takes KHR where this build has its kernels, else NV; another value
+// is an InvalidArgument naming it.
+std::string matrix_extension_from_env(const char* value);
 
 // Usable devices; why collects why the others (or all) are not.
 std::vector<PhysicalDevice> physical_devices(std::string* why);

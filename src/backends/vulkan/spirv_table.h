@@ -1,7 +1,9 @@
-// The SPIR-V of every kernel in kernels.cmake, compiled by glslc at build time and embedded
+// The SPIR-V of every kernel in kernels.cmake, compiled at build time (glslc; glslang for the
+// VK_KHR_cooperative_matrix kernels) and embedded
 // (the build generates spirv_table.cpp).
 #pragma once
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 namespace kiln::vulkan {
@@ -13,5 +15,12 @@ struct SpirvKernel {
 };
 
 const std::vector<SpirvKernel>& spirv_kernels();
+
+// Whether this build embeds the kernel (the VK_KHR_cooperative_matrix ones need glslang 13 at build time).
+inline bool embedded_kernel(const char* name) {
+    for (const SpirvKernel& k : spirv_kernels())
+        if (std::string_view(k.name) == name) return true;
+    return false;
+}
 
 }  // namespace kiln::vulkan

@@ -56,6 +56,8 @@ Api load() {
 #undef KILN_VULKAN_INSTANCE
     a.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
         get(a.instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
+    a.vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR>(
+        get(a.instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"));
     // Registered after the driver's own handlers (made while the instance was), so it runs before them.
     std::atexit(exit_handler);
     return a;  // the instance and the library stay for the process: devices may be used until exit

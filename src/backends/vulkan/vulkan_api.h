@@ -7,6 +7,48 @@
 
 #include <string>
 
+// VK_KHR_cooperative_matrix came with Vulkan headers 1.3.255; Debian 12's are 1.3.239. Where the headers
+// lack it, the few names kiln uses are declared here as the Vulkan registry defines them (the extension's
+// number is 507, so its structure types are 1000506000 + n).
+#ifndef VK_KHR_cooperative_matrix
+#define VK_KHR_cooperative_matrix 1
+typedef enum VkComponentTypeKHR {
+    VK_COMPONENT_TYPE_FLOAT16_KHR = 0,
+    VK_COMPONENT_TYPE_FLOAT32_KHR = 1,
+    VK_COMPONENT_TYPE_MAX_ENUM_KHR = 0x7FFFFFFF
+} VkComponentTypeKHR;
+typedef enum VkScopeKHR {
+    VK_SCOPE_DEVICE_KHR = 1,
+    VK_SCOPE_WORKGROUP_KHR = 2,
+    VK_SCOPE_SUBGROUP_KHR = 3,
+    VK_SCOPE_QUEUE_FAMILY_KHR = 5,
+    VK_SCOPE_MAX_ENUM_KHR = 0x7FFFFFFF
+} VkScopeKHR;
+typedef struct VkCooperativeMatrixPropertiesKHR {
+    VkStructureType sType;
+    void* pNext;
+    uint32_t MSize;
+    uint32_t NSize;
+    uint32_t KSize;
+    VkComponentTypeKHR AType;
+    VkComponentTypeKHR BType;
+    VkComponentTypeKHR CType;
+    VkComponentTypeKHR ResultType;
+    VkBool32 saturatingAccumulation;
+    VkScopeKHR scope;
+} VkCooperativeMatrixPropertiesKHR;
+typedef struct VkPhysicalDeviceCooperativeMatrixFeaturesKHR {
+    VkStructureType sType;
+    void* pNext;
+    VkBool32 cooperativeMatrix;
+    VkBool32 cooperativeMatrixRobustBufferAccess;
+} VkPhysicalDeviceCooperativeMatrixFeaturesKHR;
+typedef VkResult(VKAPI_PTR* PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR)(
+    VkPhysicalDevice physicalDevice, uint32_t* pPropertyCount, VkCooperativeMatrixPropertiesKHR* pProperties);
+#define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR ((VkStructureType)1000506000)
+#define VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR ((VkStructureType)1000506001)
+#endif
+
 namespace kiln::vulkan {
 
 // Functions of the loader itself, then of an instance, then of a device (all resolved through the
@@ -62,7 +104,12 @@ namespace kiln::vulkan {
     X(vkCmdPushConstants)                        \
     X(vkCmdDispatch)                             \
     X(vkCmdCopyBuffer)                           \
-    X(vkCmdPipelineBarrier)
+    X(vkCmdPipelineBarrier)                      \
+    X(vkCreateQueryPool)                         \
+    X(vkDestroyQueryPool)                        \
+    X(vkCmdResetQueryPool)                       \
+    X(vkCmdWriteTimestamp)                       \
+    X(vkGetQueryPoolResults)
 
 struct Api {
 #define KILN_VULKAN_MEMBER(name) PFN_##name name = nullptr;
@@ -71,6 +118,7 @@ struct Api {
 #undef KILN_VULKAN_MEMBER
     // Of an extension: null where the loader does not know it.
     PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV vkGetPhysicalDeviceCooperativeMatrixPropertiesNV = nullptr;
+    PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR = nullptr;
     VkInstance instance = VK_NULL_HANDLE;
     uint32_t instance_version = 0;
 };

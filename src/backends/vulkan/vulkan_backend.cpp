@@ -7,6 +7,7 @@
 #include "backends/vulkan/vulkan_device_ops.h"
 #include "kiln/error.h"
 #include "ops/flop_tally.h"
+#include "ops/op_observer.h"
 
 namespace kiln::vulkan {
 
@@ -47,6 +48,15 @@ int split_k_from_env(const char* value) {
     return int(n);
 }
 
+VulkanBackend::Attention attention_from_env(const char* value) {
+    using A = VulkanBackend::Attention;
+    const std::string v = value ? value : "";
+    if (v.empty()) return A::Products;
+    if (v == "flash") return A::Flash;
+    if (v == "products") return A::Products;
+    fail(ErrorKind::InvalidArgument, "KILN_VULKAN_ATTENTION=" + v + ": expected flash or products");
+}
+
 VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physical_(physical), index_(index) {
     const char* sync = std::getenv("KILN_VULKAN_SYNC_OPS");
     sync_ops_ = sync && std::string(sync) == "1";
@@ -55,6 +65,7 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
     products_ = products_from_env(std::getenv("KILN_VULKAN_GEMM"),
                                   physical_.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU);
     split_k_ = split_k_from_env(std::getenv("KILN_VULKAN_SPLIT_K"));
+    attention_ = attention_from_env(std::getenv("KILN_VULKAN_ATTENTION"));
     const Api& a = api();
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -68,16 +79,31 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
     f11.pNext = &f12;
     VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     info.pNext = &f11;
-    // What gemm_coop.glsl needs, where physical_devices found it all.
-    VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
-    const char* coop_extension = "VK_NV_cooperative_matrix";
+    // What gemm_coop.glsl needs, where physical_devices found it all: one of the two matrix extensions, and
+    // subgroup size control where its pipelines ask for 32-wide subgroups.
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV coop_nv{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR coop_khr{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
+    VkPhysicalDeviceSubgroupSizeControlFeaturesEXT control{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT};
+    std::vector<const char*> extensions;
     if (physical_.matrix_products) {
-        coop.cooperativeMatrix = VK_TRUE;
-        f12.pNext = &coop;
         f12.shaderFloat16 = VK_TRUE;
         f12.vulkanMemoryModel = VK_TRUE;
-        info.enabledExtensionCount = 1;
-        info.ppEnabledExtensionNames = &coop_extension;
+        if (physical_.matrix_khr) {
+            coop_khr.cooperativeMatrix = VK_TRUE;
+            f12.pNext = &coop_khr;
+            extensions.push_back("VK_KHR_cooperative_matrix");
+        } else {
+            coop_nv.cooperativeMatrix = VK_TRUE;
+            f12.pNext = &coop_nv;
+            extensions.push_back("VK_NV_cooperative_matrix");
+        }
+        if (physical_.matrix_subgroup_32) {
+            control.subgroupSizeControl = VK_TRUE;
+            (physical_.matrix_khr ? coop_khr.pNext : coop_nv.pNext) = &control;
+            extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+        }
+        info.enabledExtensionCount = uint32_t(extensions.size());
+        info.ppEnabledExtensionNames = extensions.data();
     }
     info.queueCreateInfoCount = 1;
     info.pQueueCreateInfos = &queue;
@@ -116,7 +142,29 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
 
     memory_ = std::make_unique<VulkanMemory>(device_, physical_, device_name(device()), [this] { synchronize(); });
     kernels_ = std::make_unique<VulkanKernels>(device_, physical_);
+    uint32_t families = 0;
+    a.vkGetPhysicalDeviceQueueFamilyProperties(physical_.handle, &families, nullptr);
+    std::vector<VkQueueFamilyProperties> family(families);
+    a.vkGetPhysicalDeviceQueueFamilyProperties(physical_.handle, &families, family.data());
+    timeline_ = std::make_unique<VulkanTimeline>(device_, device_name(device()), physical_.properties.limits.timestampPeriod,
+                                                 family[physical_.queue_family].timestampValidBits,
+                                                 [this] { submit_and_wait(); });
     ops_ = std::make_unique<VulkanDeviceOps>(*this);
+}
+
+void VulkanBackend::time_begin(ops::OpKind kind, double flops) {
+    record_begin();
+    timeline_->begin(target_, kind, flops);
+}
+
+void VulkanBackend::time_end() noexcept {
+    // The op may have waited for the device inside (a product timing its builds): the stream's buffer is
+    // then reset, and the end's timestamp begins it again. A buffer that cannot begin loses the span.
+    try {
+        record_begin();
+        timeline_->end(target_);
+    } catch (...) {
+    }
 }
 
 VulkanBackend::~VulkanBackend() {
@@ -128,6 +176,7 @@ VulkanBackend::~VulkanBackend() {
     a.vkDeviceWaitIdle(device_);
     recordings_.clear();  // their tensors go back to the memory below; their buffers go with the pool
     ops_.reset();
+    timeline_.reset();
     kernels_.reset();
     memory_.reset();
     a.vkUnmapMemory(device_, staging_memory_);
@@ -173,6 +222,7 @@ void VulkanBackend::submit_and_wait(VkCommandBuffer recorded) {
             check(a.vkQueueSubmit(queue_, 1, &submit, fence_), "vkQueueSubmit");
             check(a.vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
             check(a.vkResetFences(device_, 1, &fence_), "vkResetFences");
+            timeline_->synchronized();
         }
         check(a.vkResetCommandBuffer(commands_, 0), "vkResetCommandBuffer");
         recorded_ = 0;
@@ -279,7 +329,8 @@ Tensor VulkanBackend::run_recorded(const std::string& key, const std::vector<con
     ++r.calls;
     // The first call runs eagerly: it makes the pipelines and uploads what kernels keep (the embedding's
     // frequencies), which a recording cannot.
-    if (!recording_enabled_ || r.failed || r.calls == 1) return fn(inputs);
+    // While a profiler wants GPU time per op, calls run eagerly so that each op writes its timestamps.
+    if (!recording_enabled_ || r.failed || r.calls == 1 || ops::device_spans_wanted()) return fn(inputs);
     const Api& a = api();
     if (r.commands == VK_NULL_HANDLE) {
         submit_and_wait();

@@ -13,6 +13,7 @@
 
 #include "backends/vulkan/physical_devices.h"
 #include "backends/vulkan/vulkan_kernels.h"
+#include "backends/vulkan/vulkan_timeline.h"
 #include "backends/vulkan/vulkan_memory.h"
 #include "core/backend.h"
 #include "ops/op_list.h"
@@ -28,6 +29,11 @@ public:
     DeviceDescription describe() const override { return vulkan::describe(physical_, index_, memory_->reserved_bytes()); }
     DeviceMemoryInfo memory_info() const override { return heap_memory(physical_, memory_->reserved_bytes()); }
     int64_t reserved_bytes() const override { return memory_->reserved_bytes(); }
+    bool set_memory_limit(int64_t bytes) override {
+        memory_->set_limit(bytes);
+        return true;
+    }
+    void release_cached_memory() override { memory_->release_cached(); }
     int64_t max_allocation_bytes() const override { return memory_->max_allocation(); }
     void* allocate(int64_t bytes) override { return memory_->allocate(bytes); }
     void deallocate(void* p) noexcept override { memory_->deallocate(p); }
@@ -69,10 +75,22 @@ public:
     // KILN_VULKAN_SPLIT_K=N sets it; tests switch with set_split_k.
     int split_k() const { return split_k_; }
     void set_split_k(int slices) { split_k_ = slices; }
+    // Attention as two products and a softmax over blocks of queries whose float32 scores stay under 64 MiB
+    // (Products, the default), or in one kernel with no score matrix in memory (Flash, flash_attention.comp:
+    // the least memory, but on the H200 no faster than the products and 10% slower in a whole UNet call;
+    // 20x slower on lavapipe, whose barriers are coroutine switches). Flash takes heads of up to 256
+    // dimensions on devices with its shared memory; other attentions take the products either way.
+    // KILN_VULKAN_ATTENTION=products|flash chooses; tests switch with set_attention.
+    enum class Attention { Flash, Products };
+    Attention attention() const { return attention_; }
+    void set_attention(Attention a) { attention_ = a; }
     // Inside run_recorded's recording nothing may wait for the device (so nothing is timed there).
     bool recording_call() const { return capturing_; }
     // Submits what is recorded and waits for it.
     void finish() { submit_and_wait(); }
+    // GPU timestamps around one op (vulkan_timeline.h), while a profiler wants device spans.
+    void time_begin(ops::OpKind kind, double flops);
+    void time_end() noexcept;
     VulkanKernels& kernels() { return *kernels_; }
 
 private:
@@ -99,6 +117,7 @@ private:
     VkDevice device_ = VK_NULL_HANDLE;
     VkQueue queue_ = VK_NULL_HANDLE;
     VkCommandPool pool_ = VK_NULL_HANDLE;
+    std::unique_ptr<VulkanTimeline> timeline_;
     VkCommandBuffer commands_ = VK_NULL_HANDLE;  // the stream's buffer
     VkCommandBuffer target_ = VK_NULL_HANDLE;    // where commands go: commands_, or a recording's buffer
     bool capturing_ = false;
@@ -109,6 +128,7 @@ private:
     bool sync_ops_ = false;
     Products products_ = Products::Measured;
     int split_k_ = 0;
+    Attention attention_ = Attention::Products;
     int64_t recorded_ = 0;  // commands in the buffer since the last submit
     // Host-visible memory that uploads are staged through and downloads come back in.
     VkBuffer staging_ = VK_NULL_HANDLE;
@@ -124,8 +144,10 @@ private:
 BackendFactory vulkan_backend_factory();
 
 // The developer settings KILN_VULKAN_GEMM (unset: Measured on a GPU, Direct on a device that runs on the CPU)
-// and KILN_VULKAN_SPLIT_K (unset: 0, automatic); a value they do not take is an InvalidArgument naming it.
+// KILN_VULKAN_SPLIT_K (unset: 0, automatic) and KILN_VULKAN_ATTENTION; a value they do not take is an InvalidArgument naming it.
 VulkanBackend::Products products_from_env(const char* value, bool runs_on_cpu);
+// KILN_VULKAN_ATTENTION (unset: Products).
+VulkanBackend::Attention attention_from_env(const char* value);
 int split_k_from_env(const char* value);
 
 }  // namespace kiln::vulkan

@@ -25,6 +25,25 @@ struct MatmulParams {
     uint32_t slices, kslice;  // split-K
 };
 
+// The op's host span (ops::OpScope) and, while a profiler wants device spans, its GPU timestamps.
+class VulkanDeviceOps::Timed {
+public:
+    Timed(VulkanBackend& backend, ops::OpKind kind, double flops = 0.0)
+        : backend_(backend), scope_(kind, flops), gpu_(ops::device_spans_wanted() && !backend.recording_call()) {
+        if (gpu_) backend_.time_begin(kind, flops);
+    }
+    ~Timed() {
+        if (gpu_) backend_.time_end();
+    }
+    Timed(const Timed&) = delete;
+    Timed& operator=(const Timed&) = delete;
+
+private:
+    VulkanBackend& backend_;
+    ops::OpScope scope_;
+    bool gpu_;
+};
+
 namespace {
 
 using ops::bad_device_operands;
@@ -101,6 +120,12 @@ struct GegluParams {
     uint64_t x, y;
     uint32_t n, d;
 };
+struct FlashAttentionParams {
+    uint64_t q, k, v, o;
+    uint32_t lq, lk, d, causal;
+    uint32_t sq, sk, sv, so;
+    float scale;
+};
 struct LayoutParams {
     uint64_t a, b, y;
     uint32_t n, op, c, c2, h, w;
@@ -108,8 +133,15 @@ struct LayoutParams {
 
 
 
-// Attention keeps its float32 scores for one block of queries under this.
-constexpr int64_t kScoreBudgetBytes = int64_t(256) << 20;
+// Attention keeps its float32 scores for one block of queries under this. On the H200 (session 15, SD 1.5 UNet
+// call, fp16) 256 / 128 / 64 / 32 MiB took 125.5 / 126.3 / 127.0 / 130.6 ms with the allocator holding 2784 /
+// 2536 / 2418 / 2300 MiB: 64 MiB gives back 366 MiB for 1.2% of the time.
+constexpr int64_t kScoreBudgetBytes = int64_t(64) << 20;
+
+// flash_attention.comp: 64 queries per workgroup, heads of up to 4 x 64 dimensions, and the shared memory it
+// declares (1600 vec4 and 1024 floats).
+constexpr int64_t kFlashQueries = 64, kFlashMaxHead = 256;
+constexpr uint32_t kFlashSharedBytes = 1600 * 16 + 1024 * 4;
 
 }  // namespace
 
@@ -125,7 +157,10 @@ constexpr int kLarge = 0, kSmall = 1, kMatrix = 2, kDirect = 3;
 void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const ProductRun& run) const {
     using P = VulkanBackend::Products;
     matrix = matrix && backend_.physical().matrix_products;
-    auto go = [&](int b) { run(kBuilds[b].variant, kBuilds[b].tile); };
+    // The matrix build through VK_KHR_cooperative_matrix is the "_coopk" kernel, through the NV extension "_coop".
+    auto go = [&](int b) {
+        run(b == kMatrix && backend_.physical().matrix_khr ? "_coopk" : kBuilds[b].variant, kBuilds[b].tile);
+    };
     switch (backend_.products()) {
         case P::Direct: return go(kDirect);
         case P::Large: return go(kLarge);
@@ -218,7 +253,7 @@ Tensor VulkanDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b
     shape.back() = n;
     Tensor y = Tensor::empty_on(backend_, shape, x.dtype());
     if (y.numel() == 0) return y;
-    ops::OpScope scope(ops::OpKind::Linear, 2.0 * double(m) * double(n) * double(k));
+    Timed scope(backend_, ops::OpKind::Linear, 2.0 * double(m) * double(n) * double(k));
     MatmulParams p{};
     p.a = addr(x), p.b = addr(w), p.c = addr(y), p.bias = addr(b);
     p.m = u32(m, "linear", x), p.n = u32(n, "linear", x), p.k = u32(k, "linear", x);
@@ -268,7 +303,7 @@ Tensor VulkanDeviceOps::group_norm(const Tensor& x, int groups, const Tensor& ga
     require_same_place("group_norm", x, beta, "beta");
     Tensor y = Tensor::empty_on(backend_, x.shape(), x.dtype());
     if (y.numel() == 0) return y;
-    ops::OpScope scope(ops::OpKind::GroupNorm);
+    Timed scope(backend_, ops::OpKind::GroupNorm);
     const Tensor stats = group_norm_stats(x, groups, eps);
     NormApplyParams p{addr(x), addr(y), addr(stats), addr(gamma), addr(beta), u32(x.numel(), "group_norm", x),
                       uint32_t(x.dim(1)), uint32_t(x.numel() / (x.dim(0) * x.dim(1))), uint32_t(groups)};
@@ -293,7 +328,7 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
     const int64_t oh = (h + 2 * padding - kk) / stride + 1, ow = (wd + 2 * padding - kk) / stride + 1;
     Tensor y = Tensor::empty_on(backend_, {n, cout, oh, ow}, x.dtype());
     if (y.numel() == 0) return y;
-    ops::OpScope scope(ops::OpKind::Conv2d, 2.0 * double(n) * double(cout) * double(oh * ow) * double(cin * kk * kk));
+    Timed scope(backend_, ops::OpKind::Conv2d, 2.0 * double(n) * double(cout) * double(oh * ow) * double(cin * kk * kk));
     u32(x.numel(), "conv2d", x), u32(y.numel(), "conv2d", y);
     ConvParams p{addr(x), addr(w), addr(b), addr(y), addr(stats), addr(gamma), addr(beta), 0, uint32_t(cin),
                  uint32_t(h), uint32_t(wd), uint32_t(cout), uint32_t(oh), uint32_t(ow), uint32_t(kk), uint32_t(stride),
@@ -332,7 +367,7 @@ Tensor VulkanDeviceOps::layer_norm(const Tensor& x, const Tensor& gamma, const T
     require_same_place("layer_norm", x, beta, "beta");
     Tensor y = Tensor::empty_on(backend_, x.shape(), x.dtype());
     if (y.numel() == 0) return y;
-    ops::OpScope scope(ops::OpKind::LayerNorm);
+    Timed scope(backend_, ops::OpKind::LayerNorm);
     const int64_t d = x.dim(-1), rows = x.numel() / d;
     LayerNormParams p{addr(x), addr(y), addr(gamma), addr(beta), u32(rows, "layer_norm", x), uint32_t(d), eps};
     u32(x.numel(), "layer_norm", x);
@@ -344,13 +379,31 @@ Tensor VulkanDeviceOps::layer_norm(const Tensor& x, const Tensor& gamma, const T
 Tensor VulkanDeviceOps::softmax_lastdim(const Tensor& x) const {
     Tensor y = Tensor::empty_on(backend_, x.shape(), x.dtype());
     if (y.numel() == 0 || x.rank() == 0) return y;
-    ops::OpScope scope(ops::OpKind::SoftmaxLastdim);
+    Timed scope(backend_, ops::OpKind::SoftmaxLastdim);
     const int64_t len = x.dim(-1), rows = x.numel() / len;
     SoftmaxParams p{addr(x), addr(y), u32(rows, "softmax_lastdim", x), uint32_t(len), 1.0f, 0, 1, 0};
     u32(x.numel(), "softmax_lastdim", x);
     const RowGrid g = row_grid(rows);
     backend_.dispatch(kernel("softmax", x).c_str(), p, g.x, g.y);
     return y;
+}
+
+bool VulkanDeviceOps::flash_attention_fits(int64_t head_dim) const {
+    return backend_.attention() == VulkanBackend::Attention::Flash && head_dim <= kFlashMaxHead &&
+           backend_.physical().properties.limits.maxComputeSharedMemorySize >= kFlashSharedBytes;
+}
+
+void VulkanDeviceOps::flash_attention(const AttentionOperands& a, Tensor& out, int heads, bool causal) const {
+    const int64_t lq = out.dim(1), hd = out.dim(2), d = hd / heads;
+    FlashAttentionParams p{};
+    p.q = a.q, p.k = a.k, p.v = a.v, p.o = addr(out);
+    p.lq = uint32_t(lq), p.lk = uint32_t(a.lk), p.d = uint32_t(d), p.causal = causal ? 1u : 0u;
+    p.sq = uint32_t(a.sq), p.sk = uint32_t(a.sk), p.sv = uint32_t(a.sv), p.so = uint32_t(hd);
+    p.scale = 1.0f / std::sqrt(float(d));
+    const std::string name = "flash_attention_" + std::to_string((d + 63) / 64) +
+                             (out.dtype() == DType::F16 ? "_f16" : "_f32");
+    backend_.dispatch(name.c_str(), p, uint32_t((lq + kFlashQueries - 1) / kFlashQueries), uint32_t(heads),
+                      uint32_t(out.dim(0)));
 }
 
 Tensor VulkanDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal) const {
@@ -363,8 +416,12 @@ Tensor VulkanDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor
     const int64_t batch = q.dim(0), lq = q.dim(1), lk = k.dim(1), hd = q.dim(2), d = hd / heads;
     Tensor out = Tensor::empty_on(backend_, q.shape(), q.dtype());
     if (out.numel() == 0 || lk == 0) return out;
-    ops::OpScope scope(ops::OpKind::Attention, 4.0 * double(batch) * double(lq) * double(lk) * double(hd));
+    Timed scope(backend_, ops::OpKind::Attention, 4.0 * double(batch) * double(lq) * double(lk) * double(hd));
     u32(q.numel(), "attention", q), u32(k.numel(), "attention", k);
+    if (flash_attention_fits(d)) {
+        flash_attention({addr(q), addr(k), addr(v), lk, hd, hd, hd}, out, heads, causal);
+        return out;
+    }
     // Queries per block: the float32 scores of every head for one block stay under the budget.
     const int64_t block = std::clamp<int64_t>(kScoreBudgetBytes / (4 * heads * lk), 1, lq);
     Tensor scores = Tensor::empty_on(backend_, {int64_t(heads), block, lk}, DType::F32);
@@ -398,18 +455,46 @@ Tensor VulkanDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor
     return out;
 }
 
+Tensor VulkanDeviceOps::attention_qkv(const Tensor& qkv, int heads) const {
+    const int64_t w = qkv.rank() == 3 ? qkv.dim(2) : 0, c = w / 3;
+    if (qkv.rank() != 3 || w % 3 != 0 || heads < 1 || c % heads != 0 || !flash_attention_fits(c / heads))
+        return DeviceOps::attention_qkv(qkv, heads);
+    const int64_t batch = qkv.dim(0), l = qkv.dim(1);
+    Tensor out = Tensor::empty_on(backend_, {batch, l, c}, qkv.dtype());
+    if (out.numel() == 0) return out;
+    Timed scope(backend_, ops::OpKind::Attention, 4.0 * double(batch) * double(l) * double(l) * double(c));
+    u32(qkv.numel(), "attention", qkv);
+    flash_attention({addr(qkv), addr(qkv, c), addr(qkv, 2 * c), l, w, w, w}, out, heads, false);
+    return out;
+}
+
+Tensor VulkanDeviceOps::attention_kv(const Tensor& q, const Tensor& kv, int heads, int64_t at) const {
+    const int64_t c = q.rank() == 3 ? q.dim(2) : 0;
+    if (q.rank() != 3 || kv.rank() != 3 || heads < 1 || c % heads != 0 || kv.dim(0) != q.dim(0) || at < 0 ||
+        at + 2 * c > kv.dim(2) || !flash_attention_fits(c / heads))
+        return DeviceOps::attention_kv(q, kv, heads, at);
+    require_same_place("attention", q, kv, "kv");
+    const int64_t batch = q.dim(0), lq = q.dim(1), lk = kv.dim(1), w = kv.dim(2);
+    Tensor out = Tensor::empty_on(backend_, q.shape(), q.dtype());
+    if (out.numel() == 0 || lk == 0) return DeviceOps::attention_kv(q, kv, heads, at);
+    Timed scope(backend_, ops::OpKind::Attention, 4.0 * double(batch) * double(lq) * double(lk) * double(c));
+    u32(q.numel(), "attention", q), u32(kv.numel(), "attention", kv);
+    flash_attention({addr(q), addr(kv, at), addr(kv, at + c), lk, c, w, w}, out, heads, false);
+    return out;
+}
+
 void VulkanDeviceOps::activation_(Tensor& x, ops::DeviceActivation f) const {
     if (x.numel() == 0) return;
     static constexpr ops::OpKind kinds[] = {ops::OpKind::Silu, ops::OpKind::Gelu, ops::OpKind::GeluTanh,
                                             ops::OpKind::QuickGelu};
-    ops::OpScope scope(kinds[int(f)]);
+    Timed scope(backend_, kinds[int(f)]);
     UnaryParams p{addr(x), u32(x.numel(), "activation", x), uint32_t(f), 1.0f};
     backend_.dispatch(kernel("unary", x).c_str(), p, element_groups(x.numel()));
 }
 
 void VulkanDeviceOps::scale_(Tensor& x, float s) const {
     if (x.numel() == 0) return;
-    ops::OpScope scope(ops::OpKind::Scale);
+    Timed scope(backend_, ops::OpKind::Scale);
     UnaryParams p{addr(x), u32(x.numel(), "scale_", x), 4u, s};
     backend_.dispatch(kernel("unary", x).c_str(), p, element_groups(x.numel()));
 }
@@ -420,7 +505,7 @@ Tensor VulkanDeviceOps::geglu(const Tensor& x) const {
     shape.back() = d;
     Tensor y = Tensor::empty_on(backend_, shape, x.dtype());
     if (y.numel() == 0) return y;
-    ops::OpScope scope(ops::OpKind::Geglu);
+    Timed scope(backend_, ops::OpKind::Geglu);
     GegluParams p{addr(x), addr(y), u32(y.numel(), "geglu", x), uint32_t(d)};
     u32(x.numel(), "geglu", x);
     backend_.dispatch(kernel("geglu", x).c_str(), p, element_groups(y.numel()));
@@ -431,7 +516,7 @@ void VulkanDeviceOps::add_(Tensor& a, const Tensor& b) const {
     require_same_place("add_", a, b, "b");
     if (a.numel() != b.numel()) bad_device_operands("add_", a, device_operand("a", a) + " and " + device_operand("b", b));
     if (a.numel() == 0) return;
-    ops::OpScope scope(ops::OpKind::Add);
+    Timed scope(backend_, ops::OpKind::Add);
     BinaryParams p{addr(a), addr(b), u32(a.numel(), "add_", a), 1};
     backend_.dispatch(kernel("binary", a).c_str(), p, element_groups(a.numel()));
 }
@@ -439,7 +524,7 @@ void VulkanDeviceOps::add_(Tensor& a, const Tensor& b) const {
 void VulkanDeviceOps::add_channel_bias_(Tensor& x, const Tensor& bias_nc) const {
     require_same_place("add_channel_bias_", x, bias_nc, "bias");
     if (x.numel() == 0) return;
-    ops::OpScope scope(ops::OpKind::AddChannelBias);
+    Timed scope(backend_, ops::OpKind::AddChannelBias);
     BinaryParams p{addr(x), addr(bias_nc), u32(x.numel(), "add_channel_bias_", x),
                    uint32_t(x.numel() / (x.dim(0) * x.dim(1)))};
     backend_.dispatch(kernel("binary", x).c_str(), p, element_groups(x.numel()));
@@ -455,7 +540,7 @@ void VulkanDeviceOps::layout(int op, const Tensor& a, const Tensor* b, Tensor& y
 
 Tensor VulkanDeviceOps::upsample_nearest2x(const Tensor& x) const {
     Tensor y = Tensor::empty_on(backend_, {x.dim(0), x.dim(1), 2 * x.dim(2), 2 * x.dim(3)}, x.dtype());
-    ops::OpScope scope(ops::OpKind::UpsampleNearest2x);
+    Timed scope(backend_, ops::OpKind::UpsampleNearest2x);
     layout(0, x, nullptr, y, 0, 0, x.dim(2), x.dim(3));
     return y;
 }
@@ -465,7 +550,7 @@ Tensor VulkanDeviceOps::concat_channels(const Tensor& a, const Tensor& b) const 
     Shape shape = a.shape();
     shape[1] += b.dim(1);
     Tensor y = Tensor::empty_on(backend_, shape, a.dtype());
-    ops::OpScope scope(ops::OpKind::ConcatChannels);
+    Timed scope(backend_, ops::OpKind::ConcatChannels);
     const int64_t planes = a.dim(0) * a.dim(1), spatial = planes > 0 ? a.numel() / planes : 0;
     layout(1, a, &b, y, a.dim(1), b.dim(1), spatial, 1);
     return y;
@@ -473,14 +558,14 @@ Tensor VulkanDeviceOps::concat_channels(const Tensor& a, const Tensor& b) const 
 
 Tensor VulkanDeviceOps::nchw_to_nlc(const Tensor& x) const {
     Tensor y = Tensor::empty_on(backend_, {x.dim(0), x.dim(2) * x.dim(3), x.dim(1)}, x.dtype());
-    ops::OpScope scope(ops::OpKind::NchwToNlc);
+    Timed scope(backend_, ops::OpKind::NchwToNlc);
     layout(2, x, nullptr, y, x.dim(1), 0, x.dim(2) * x.dim(3), 1);
     return y;
 }
 
 Tensor VulkanDeviceOps::nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) const {
     Tensor y = Tensor::empty_on(backend_, {x.dim(0), x.dim(2), h, w}, x.dtype());
-    ops::OpScope scope(ops::OpKind::NlcToNchw);
+    Timed scope(backend_, ops::OpKind::NlcToNchw);
     layout(3, x, nullptr, y, x.dim(2), 0, h * w, 1);
     return y;
 }
@@ -504,7 +589,7 @@ Tensor VulkanDeviceOps::timestep_embedding(const Tensor& timesteps, int dim, boo
             "ops::timestep_embedding: half - shift = 0");
     Tensor y = Tensor::empty_on(backend_, {timesteps.numel(), int64_t(dim)}, out_type);
     if (y.numel() == 0) return y;
-    ops::OpScope scope(ops::OpKind::TimestepEmbedding);
+    Timed scope(backend_, ops::OpKind::TimestepEmbedding);
     const auto key = std::tuple{half, downscale_freq_shift, max_period};
     auto it = frequencies_.find(key);
     if (it == frequencies_.end()) {

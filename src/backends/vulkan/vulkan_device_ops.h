@@ -26,6 +26,9 @@ public:
     Tensor group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps) const override;
     Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) const override;
     Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal) const override;
+    // Packed q | k | v and k | v are read in place by the flash kernel (no column copies).
+    Tensor attention_qkv(const Tensor& qkv, int heads) const override;
+    Tensor attention_kv(const Tensor& q, const Tensor& kv, int heads, int64_t at) const override;
     void activation_(Tensor& x, ops::DeviceActivation f) const override;
     Tensor geglu(const Tensor& x) const override;
     Tensor upsample_nearest2x(const Tensor& x) const override;
@@ -41,9 +44,18 @@ public:
                               float max_period, DType out_type) const override;
 
 private:
+    class Timed;
     Tensor conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding, const Tensor* stats,
                 const Tensor* gamma, const Tensor* beta, int groups) const;
     Tensor group_norm_stats(const Tensor& x, int groups, float eps) const;  // F32 [N, groups, 2]
+    // Attention's operands for flash_attention.comp: device addresses of head 0 of batch entry 0, the keys'
+    // count and each operand's row stride in elements (the packed forms read q, k and v as columns in place).
+    struct AttentionOperands {
+        uint64_t q, k, v;
+        int64_t lk, sq, sk, sv;
+    };
+    bool flash_attention_fits(int64_t head_dim) const;
+    void flash_attention(const AttentionOperands& a, Tensor& out, int heads, bool causal) const;
     void layout(int op, const Tensor& a, const Tensor* b, Tensor& y, int64_t c, int64_t c2, int64_t h, int64_t w) const;
     // Runs a product through run(variant, tile): variant "" (128x128 tiles), "_small" (64x64), "_direct" or
     // "_coop" (matrix units, 128x128; only where `matrix` says the kernel has that build and the device can

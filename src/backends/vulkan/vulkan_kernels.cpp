@@ -30,7 +30,8 @@ std::string VulkanKernels::cache_directory() {
     return "";
 }
 
-VulkanKernels::VulkanKernels(VkDevice device, const PhysicalDevice& physical) : device_(device) {
+VulkanKernels::VulkanKernels(VkDevice device, const PhysicalDevice& physical)
+    : device_(device), matrix_subgroup_32_(physical.matrix_subgroup_32) {
     const Api& a = api();
     VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushConstantBytes};
     VkPipelineLayoutCreateInfo layout{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
@@ -85,6 +86,11 @@ VkPipeline VulkanKernels::pipeline(const std::string& kernel) {
     info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
     info.stage.module = module;
     info.stage.pName = "main";
+    // gemm_coop.glsl splits its 256 threads into 8 subgroups of 32.
+    VkPipelineShaderStageRequiredSubgroupSizeCreateInfoEXT subgroup_32{
+        VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO_EXT};
+    subgroup_32.requiredSubgroupSize = 32;
+    if (matrix_subgroup_32_ && kernel.find("_coop") != std::string::npos) info.stage.pNext = &subgroup_32;
     info.layout = layout_;
     VkPipeline p = VK_NULL_HANDLE;
     const VkResult r = a.vkCreateComputePipelines(device_, cache_, 1, &info, nullptr, &p);

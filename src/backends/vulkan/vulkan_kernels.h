@@ -34,6 +34,7 @@ public:
 
 private:
     VkDevice device_;
+    bool matrix_subgroup_32_;  // PhysicalDevice::matrix_subgroup_32: the matrix kernels ask for 32-wide subgroups
     VkPipelineLayout layout_ = VK_NULL_HANDLE;
     VkPipelineCache cache_ = VK_NULL_HANDLE;
     std::string cache_file_;

@@ -44,6 +44,12 @@ VulkanMemory::~VulkanMemory() {
 uint64_t VulkanMemory::new_chunk(int64_t size, bool slab) {
     if (max_allocation_ > 0 && size > max_allocation_)
         out_of_memory(size, "; the driver allows at most " + mib(max_allocation_) + " in one allocation");
+    if (limit_ > 0 && reserved_ + size > limit_) {
+        release_free_chunks();
+        if (reserved_ + size > limit_)
+            fail(ErrorKind::OutOfMemory, name_ + ": the memory limit of " + mib(limit_) + " (--vram) is reached: asked for " +
+                                             mib(size) + ", kiln holds " + mib(reserved_));
+    }
     const Api& a = api();
     VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
     info.size = static_cast<VkDeviceSize>(size);

@@ -38,6 +38,11 @@ public:
     Location locate(const void* address) const;
 
     int64_t reserved_bytes() const { return reserved_; }
+    // Caps what is held from the device, slabs and cache included (--vram; 0: no cap): past it the cached
+    // dedicated allocations go back to the driver first, then the request is OutOfMemory naming the cap.
+    void set_limit(int64_t bytes) { limit_ = bytes; }
+    // Dedicated allocations no block uses go back to the driver (slabs stay: their blocks are cached).
+    void release_cached() noexcept { release_free_chunks(); }
     int64_t max_allocation() const { return max_allocation_; }
 
     int new_pool();
@@ -73,6 +78,7 @@ private:
     int current_ = 0;
     uint64_t slab_next_ = 0, slab_end_ = 0;  // the unused end of the newest slab
     int64_t reserved_ = 0;
+    int64_t limit_ = 0;
 };
 
 }  // namespace kiln::vulkan

@@ -1,16 +1,15 @@
 // One 128x128 tile of a product C[m, n] = sum_k A(m, k) B(k, n) on the matrix units (tensor cores) through
-// VK_NV_cooperative_matrix: float16 operands, float32 sums. Same interface as gemm_micro.glsl: the including
+// VK_KHR_cooperative_matrix or VK_NV_cooperative_matrix (below): float16 operands, float32 sums. Same interface as gemm_micro.glsl: the including
 // shader defines load_a(m, k), load_b(k, n) and store_c(m, n, sum) first, and may define HAS_LOAD8 with
 // load_a8(m, k, v) / load_b8(k, n, k_fast, v): 8 float16 values along k (along n for B when !k_fast) as one
 // 16-byte load, returning false where it cannot (then the values are read one by one).
-// Used only where the host found the extension with 16x16x16 float16 x float16 + float32 matrices and
+// Used only where the host found an extension with 16x16x16 float16 x float16 + float32 matrices and
 // 32-wide subgroups (physical_devices.cpp): the 256 threads are 8 subgroups, 2 x 4 over the tile, each owning
 // a 64x32 block as 4 x 2 accumulators. Operands are rounded to float16 into shared memory, 8 to a uvec4 (the
 // matrix loads' natural unit), and multiplied from there; float32 operands (attention's probabilities) are
 // rounded too, as the CUDA path rounds them. Shared rows are padded by 16 bytes against bank conflicts.
 // Each accumulator is staged through shared memory for the epilogue, so bounds, strides, bias and the output
 // type are the including shader's, as in the other builds.
-#extension GL_NV_cooperative_matrix : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -25,8 +24,28 @@ shared uvec4 sh_a[TILE * K_ROW];  // A(m, k) at row m
 shared uvec4 sh_b[TILE * K_ROW];
 shared float staged[8u * 256u];  // one 16x16 accumulator per subgroup, for the epilogue
 
-#define F16x16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
-#define F32x16 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+// COOP_KHR builds it on VK_KHR_cooperative_matrix (AMD RDNA3's WMMA, Intel's XMX, NVIDIA), which needs
+// glslang 13 or later; otherwise on VK_NV_cooperative_matrix (NVIDIA only), which Debian 12's glslc compiles.
+// The two differ in names only: matrices of A, B and sums; loads with a row- or column-major layout; stores.
+#ifdef COOP_KHR
+#extension GL_KHR_cooperative_matrix : require
+#define MatA coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define MatB coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#define MatSum coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#define load_row_major(m, buf, at, stride) coopMatLoad(m, buf, at, stride, gl_CooperativeMatrixLayoutRowMajor)
+#define load_column_major(m, buf, at, stride) coopMatLoad(m, buf, at, stride, gl_CooperativeMatrixLayoutColumnMajor)
+#define mul_add(a, b, c) coopMatMulAdd(a, b, c)
+#define store_row_major(m, buf, at, stride) coopMatStore(m, buf, at, stride, gl_CooperativeMatrixLayoutRowMajor)
+#else
+#extension GL_NV_cooperative_matrix : require
+#define MatA fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define MatB fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define MatSum fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+#define load_row_major(m, buf, at, stride) coopMatLoadNV(m, buf, at, stride, false)
+#define load_column_major(m, buf, at, stride) coopMatLoadNV(m, buf, at, stride, true)
+#define mul_add(a, b, c) coopMatMulAddNV(a, b, c)
+#define store_row_major(m, buf, at, stride) coopMatStoreNV(m, buf, at, stride, false)
+#endif
 
 float a_or_0(uint m, uint k, uint M, uint K) { return (m < M && k < K) ? load_a(m, k) : 0.0; }
 float b_or_0(uint k, uint n, uint N, uint K) { return (n < N && k < K) ? load_b(k, n) : 0.0; }
@@ -86,9 +105,9 @@ void stash(bool b_k_fast) {
 void gemm(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_fast, bool b_k_fast) {
     const uint sg = gl_SubgroupID;
     const uint wm = (sg >> 2) * 64u, wn = (sg & 3u) * 32u;  // this subgroup's block of the tile
-    F32x16 acc[4][2];
+    MatSum acc[4][2];
     [[unroll]] for (uint i = 0u; i < 4u; ++i)
-        [[unroll]] for (uint j = 0u; j < 2u; ++j) acc[i][j] = F32x16(0.0);
+        [[unroll]] for (uint j = 0u; j < 2u; ++j) acc[i][j] = MatSum(0.0);
     fetch(m0, n0, k_begin, M, N, K, b_k_fast);
     for (uint k0 = k_begin; k0 < K; k0 += TILE_K) {
         barrier();  // the previous step's matrix loads are done with shared memory
@@ -96,24 +115,25 @@ void gemm(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_fast,
         barrier();
         if (k0 + TILE_K < K) fetch(m0, n0, k0 + TILE_K, M, N, K, b_k_fast);
         [[unroll]] for (uint kk = 0u; kk < TILE_K; kk += 16u) {
-            F16x16 a[4], b[2];
+            MatA a[4];
+            MatB b[2];
             [[unroll]] for (uint i = 0u; i < 4u; ++i)
-                coopMatLoadNV(a[i], sh_a, (wm + 16u * i) * K_ROW + kk / 8u, K_ROW, false);
+                load_row_major(a[i], sh_a, (wm + 16u * i) * K_ROW + kk / 8u, K_ROW);
             if (b_k_fast) {
                 [[unroll]] for (uint j = 0u; j < 2u; ++j)
-                    coopMatLoadNV(b[j], sh_b, (wn + 16u * j) * K_ROW + kk / 8u, K_ROW, true);
+                    load_column_major(b[j], sh_b, (wn + 16u * j) * K_ROW + kk / 8u, K_ROW);
             } else {
                 [[unroll]] for (uint j = 0u; j < 2u; ++j)
-                    coopMatLoadNV(b[j], sh_b, kk * N_ROW + (wn + 16u * j) / 8u, N_ROW, false);
+                    load_row_major(b[j], sh_b, kk * N_ROW + (wn + 16u * j) / 8u, N_ROW);
             }
             [[unroll]] for (uint i = 0u; i < 4u; ++i)
-                [[unroll]] for (uint j = 0u; j < 2u; ++j) acc[i][j] = coopMatMulAddNV(a[i], b[j], acc[i][j]);
+                [[unroll]] for (uint j = 0u; j < 2u; ++j) acc[i][j] = mul_add(a[i], b[j], acc[i][j]);
         }
     }
     const uint base = sg * 256u;
     [[unroll]] for (uint i = 0u; i < 4u; ++i)
         [[unroll]] for (uint j = 0u; j < 2u; ++j) {
-            coopMatStoreNV(acc[i][j], staged, base, 16u, false);
+            store_row_major(acc[i][j], staged, base, 16u);
             subgroupMemoryBarrierShared();
             subgroupBarrier();
             for (uint e = gl_SubgroupInvocationID; e < 256u; e += gl_SubgroupSize) {

@@ -1,0 +1,170 @@
+// Attention without a score matrix in memory (the "flash" form): out = softmax(scale Q K^T) V for one head
+// of one batch entry per workgroup column, 64 queries per workgroup. Keys are taken 64 at a time; each tile's
+// scores live in registers, the running row maxima and sums rescale the output as a larger maximum arrives,
+// and the probabilities pass through shared memory into the product with V. Float32 arithmetic throughout,
+// plain FMAs (so it runs on GPUs without matrix units, the RX 580 among them), shared memory for every
+// reduction (no subgroup operations: common.glsl says why).
+//
+// Q(i, c) = q[b lq sq + i sq + h d + c], K and V likewise with lk rows and their own row strides, so the
+// packed q|k|v of self-attention and k|v of cross-attention are read in place. D_CHUNKS (1-4) is how many
+// 64-column chunks of the head dimension a thread's accumulators cover (d <= 64 D_CHUNKS).
+//
+// 256 threads: ty = t / 16 owns rows 4 ty .. 4 ty + 3 of the query block; tx = t % 16 owns keys tx + 16 j of
+// each key tile (j = 0..3; interleaved so the probabilities' stores spread over the banks) and output columns
+// 4 tx .. 4 tx + 3 of each 64-column chunk.
+#version 450
+#include "common.glsl"
+#extension GL_EXT_control_flow_attributes : require
+layout(local_size_x = 256) in;
+layout(push_constant) uniform Params {
+    Ts q;
+    Ts k;
+    Ts v;
+    Ts o;
+    uint lq, lk, d, causal;
+    uint sq, sk, sv, so;  // row strides, in elements
+    float scale;
+} p;
+
+#define BR 64u   // queries per workgroup
+#define BC 64u   // keys per tile
+#define DK 32u   // head dimensions per step of the scores' product
+#define P_ROW 17u  // vec4 per key row of the probabilities (16 + 1 of padding against bank conflicts)
+
+// One shared array, used in two phases of each key tile:
+//   scores: [0, 512) Q^T, [c][row / 4] (4 rows of column c per vec4); [512, 1024) K^T, [c][key % 16] (keys
+//           key % 16 + 16 j as component j);
+//   output: [0, 1088) probabilities^T, [key][row / 4], P_ROW per key; [1088, 1600) V, [key][col / 4], 32 keys.
+shared vec4 sh[1600];
+#define SH_K 512u
+#define SH_V 1088u
+shared vec4 sh_red[BR * 4u];  // per row, the partial maxima or sums of its row group's 16 threads, 4 per vec4
+
+// The maximum (max_not_sum) or sum over a row group's 16 threads of each of this thread's 4 rows.
+vec4 row_reduce(vec4 x, uint ty, uint tx, bool max_not_sum) {
+    [[unroll]] for (uint r = 0u; r < 4u; ++r) sh_red[(4u * ty + r) * 4u + (tx >> 2)][tx & 3u] = x[r];
+    barrier();
+    vec4 y;
+    [[unroll]] for (uint r = 0u; r < 4u; ++r) {
+        const uint row = (4u * ty + r) * 4u;
+        const vec4 a = sh_red[row], b = sh_red[row + 1u], c = sh_red[row + 2u], d = sh_red[row + 3u];
+        if (max_not_sum) {
+            const vec4 m = max(max(a, b), max(c, d));
+            y[r] = max(max(m.x, m.y), max(m.z, m.w));
+        } else {
+            const vec4 t = (a + b) + (c + d);
+            y[r] = (t.x + t.y) + (t.z + t.w);
+        }
+    }
+    barrier();
+    return y;
+}
+
+void main() {
+    const uint t = gl_LocalInvocationIndex, ty = t >> 4, tx = t & 15u;
+    const uint q0 = gl_WorkGroupID.x * BR, h = gl_WorkGroupID.y, b = gl_WorkGroupID.z;
+    const uint qb = b * p.lq * p.sq + h * p.d, kb = b * p.lk * p.sk + h * p.d, vb = b * p.lk * p.sv + h * p.d;
+    const uint ob = b * p.lq * p.so + h * p.d;
+    // Keys past the last query of the block are all masked when causal: their tiles are skipped.
+    const uint keys = p.causal != 0u ? min(p.lk, q0 + BR) : p.lk;
+
+    vec4 row_max = vec4(-3.402823466e38), row_sum = vec4(0.0);
+    vec4 acc[D_CHUNKS][4];
+    [[unroll]] for (uint cc = 0u; cc < D_CHUNKS; ++cc)
+        [[unroll]] for (uint r = 0u; r < 4u; ++r) acc[cc][r] = vec4(0.0);
+
+    for (uint j0 = 0u; j0 < keys; j0 += BC) {
+        // Scores of this thread's 4 rows x 4 keys, over the head dimension DK at a time.
+        vec4 s[4];
+        [[unroll]] for (uint r = 0u; r < 4u; ++r) s[r] = vec4(0.0);
+        for (uint c0 = 0u; c0 < p.d; c0 += DK) {
+            // 64 rows x 32 columns of Q and of K: each thread reads 4 columns of one row, twice per operand;
+            // consecutive threads take consecutive rows, so the transposed stores hit distinct banks.
+            [[unroll]] for (uint i = 0u; i < 2u; ++i) {
+                const uint e = t + 256u * i, row = e & 63u, cg = (e >> 6) * 4u;
+                const uint qi = q0 + row, kj = j0 + row;
+                [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+                    const uint col = c0 + cg + c;
+                    const bool in_d = col < p.d;
+                    sh[(cg + c) * 16u + (row >> 2)][row & 3u] =
+                        (in_d && qi < p.lq) ? ld(p.q, qb + qi * p.sq + col) : 0.0;
+                    sh[SH_K + (cg + c) * 16u + (row & 15u)][row >> 4] =
+                        (in_d && kj < p.lk) ? ld(p.k, kb + kj * p.sk + col) : 0.0;
+                }
+            }
+            barrier();
+            // Columns past d were stored as zeros: whole groups of 8, unrolled (the loads' latency overlaps).
+            const uint cn = min(DK, p.d - c0);
+            for (uint c8 = 0u; c8 < cn; c8 += 8u)
+                [[unroll]] for (uint c = c8; c < c8 + 8u; ++c) {
+                    const vec4 qv = sh[c * 16u + ty], kv = sh[SH_K + c * 16u + tx];
+                    [[unroll]] for (uint r = 0u; r < 4u; ++r) s[r] += qv[r] * kv;
+                }
+            barrier();
+        }
+
+        // Scale, mask (keys past lk; with causal, keys after the query), and the online softmax update.
+        vec4 tile_max = vec4(-3.402823466e38);
+        [[unroll]] for (uint r = 0u; r < 4u; ++r) {
+            const uint qi = q0 + 4u * ty + r;
+            [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                const uint kj = j0 + tx + 16u * j;
+                const bool masked = kj >= p.lk || (p.causal != 0u && kj > qi);
+                s[r][j] = masked ? -3.402823466e38 : p.scale * s[r][j];
+                tile_max[r] = max(tile_max[r], s[r][j]);
+            }
+        }
+        const vec4 new_max = max(row_max, row_reduce(tile_max, ty, tx, true));
+        const vec4 rescale = exp(row_max - new_max);
+        vec4 tile_sum = vec4(0.0);
+        [[unroll]] for (uint r = 0u; r < 4u; ++r)
+            [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                s[r][j] = s[r][j] > -3.0e38 ? exp(s[r][j] - new_max[r]) : 0.0;
+                tile_sum[r] += s[r][j];
+            }
+        row_sum = row_sum * rescale + row_reduce(tile_sum, ty, tx, false);
+        row_max = new_max;
+        [[unroll]] for (uint cc = 0u; cc < D_CHUNKS; ++cc)
+            [[unroll]] for (uint r = 0u; r < 4u; ++r) acc[cc][r] *= rescale[r];
+
+        // The probabilities, transposed: key tx + 16 j's 4 rows of row group ty as one vec4.
+        [[unroll]] for (uint j = 0u; j < 4u; ++j)
+            sh[(tx + 16u * j) * P_ROW + ty] = vec4(s[0][j], s[1][j], s[2][j], s[3][j]);
+
+        // out += P V, 32 keys x one 64-column chunk of V at a time.
+        const uint kn = min(BC, keys - j0);
+        [[unroll]] for (uint cc = 0u; cc < D_CHUNKS; ++cc)
+            for (uint k0 = 0u; k0 < kn; k0 += 32u) {
+                barrier();  // the probabilities are stored; the previous chunk's V is read
+                [[unroll]] for (uint i = 0u; i < 2u; ++i) {
+                    const uint e = t + 256u * i, key = e >> 4, cg = (e & 15u) * 4u, kj = j0 + k0 + key;
+                    vec4 x = vec4(0.0);
+                    [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+                        const uint col = cc * 64u + cg + c;
+                        if (col < p.d && kj < p.lk) x[c] = ld(p.v, vb + kj * p.sv + col);
+                    }
+                    sh[SH_V + key * 16u + (e & 15u)] = x;
+                }
+                barrier();
+                // Keys past kn have probability 0 and V rows of zeros: whole groups of 8, unrolled.
+                const uint n = min(32u, kn - k0);
+                for (uint k8 = 0u; k8 < n; k8 += 8u)
+                    [[unroll]] for (uint key = k8; key < k8 + 8u; ++key) {
+                        const vec4 pv = sh[(k0 + key) * P_ROW + ty], vv = sh[SH_V + key * 16u + tx];
+                        [[unroll]] for (uint r = 0u; r < 4u; ++r) acc[cc][r] += pv[r] * vv;
+                    }
+            }
+        barrier();  // before the next tile's Q and K overwrite the probabilities
+    }
+
+    [[unroll]] for (uint r = 0u; r < 4u; ++r) {
+        const uint qi = q0 + 4u * ty + r;
+        if (qi >= p.lq) continue;
+        const float inv = 1.0 / row_sum[r];
+        [[unroll]] for (uint cc = 0u; cc < D_CHUNKS; ++cc)
+            [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+                const uint col = cc * 64u + 4u * tx + c;
+                if (col < p.d) st(p.o, ob + qi * p.so + col, acc[cc][r][c] * inv);
+            }
+    }
+}
