@@ -37,6 +37,7 @@ struct GenerateOptions {
     std::string prompt_syntax = "a1111";  // --prompt-syntax a1111|none
     std::vector<std::string> loras;       // --lora FILE[:WEIGHT], repeatable
     std::string lora_dir;                 // --lora-dir DIR: where the prompt's <lora:NAME:W> tags are found
+    std::string embeddings_dir;  // --embeddings-dir DIR: textual-inversion embeddings named by file
 };
 
 struct BenchOptions {

@@ -75,6 +75,21 @@ std::string lora_hashes_parameter(const std::vector<LoraApplication>& loras) {
     return out;
 }
 
+// AUTOMATIC1111's "TI hashes": "name: first 12 hex digits of the file's SHA-256, ..." for the embeddings used
+// (the names without ':' and ',').
+std::string ti_hashes(const std::vector<TextualInversion>& embeddings, const std::vector<std::string>& used) {
+    std::string out;
+    for (const std::string& name : used)
+        for (const TextualInversion& ti : embeddings) {
+            if (ti.name != name) continue;
+            std::string clean;
+            for (char c : name)
+                if (c != ':' && c != ',') clean += c;
+            out += (out.empty() ? "" : ", ") + clean + ": " + sha256_file_hex(ti.path).substr(0, 12);
+        }
+    return out;
+}
+
 }  // namespace
 
 int run_generate(const GenerateOptions& o, bool img2img) {
@@ -117,6 +132,11 @@ int run_generate(const GenerateOptions& o, bool img2img) {
         req.init_image = &init;
     }
     validate_request(req);  // before the (slow) model load
+    std::vector<TextualInversion> embeddings;
+    if (!o.embeddings_dir.empty()) {
+        embeddings = load_embeddings_dir(o.embeddings_dir, req.notice);
+        req.embeddings = &embeddings;
+    }
 
     ProfileSession session(o.profile, o.trace);
     LoadOptions load;
@@ -186,6 +206,8 @@ int run_generate(const GenerateOptions& o, bool img2img) {
         if (req.rng == "cpu") params.params.push_back({"RNG", "CPU"});
         if (req.timestep_spacing) params.params.push_back({"Timestep spacing", *req.timestep_spacing});
         if (!lora_hashes.empty()) params.params.push_back({"Lora hashes", lora_hashes});
+        if (!result.used_embeddings.empty())
+            params.params.push_back({"TI hashes", ti_hashes(embeddings, result.used_embeddings)});
         for (int b = 0; b < req.batch_size; ++b) {
             GenerationParameters image_params = params;
             if (req.batch_size > 1) {  // AUTOMATIC1111's keys; every image of the batch has the batch's seed

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     const char* kDeviceHelp = "cpu | cuda[:N] | vulkan[:N] | auto (a GPU when there is one, CUDA before Vulkan; kiln info --devices lists them)";
     const char* kPrecisionHelp = "fp16 | bf16 | fp32: activations on a GPU (default fp16; the CPU computes in fp32)";
     auto add_generation_options = [&](CLI::App* cmd, bool img2img) {
-        cmd->add_option("-m,--model", gen.model, "checkpoint: a .safetensors file or a diffusers folder")->required();
+        cmd->add_option("-m,--model", gen.model, "checkpoint: a .safetensors or .ckpt file, or a diffusers folder")->required();
         cmd->add_option("-p,--prompt", gen.prompt, "what to draw")->required();
         cmd->add_option("-n,--negative-prompt", gen.negative, "what to avoid");
         cmd->add_option("-W,--width", gen.width, "image width in pixels, a multiple of 8 (default: the model's native size)");
@@ -67,6 +67,8 @@ int main(int argc, char** argv) {
         cmd->add_option("--lora", gen.loras,
                         "FILE[:WEIGHT]: merge a LoRA .safetensors file into the model (repeatable; docs/LORA.md)");
         cmd->add_option("--lora-dir", gen.lora_dir, "folder where the prompt's <lora:NAME:WEIGHT> tags find NAME.safetensors");
+        cmd->add_option("--embeddings-dir", gen.embeddings_dir,
+                        "textual-inversion embeddings (.pt, .safetensors) the prompts name by file name");
         cmd->add_option("--clip-skip", gen.clip_skip, "1 = last text-encoder layer, 2 = penultimate")
             ->capture_default_str();
         cmd->add_option("--prediction", gen.prediction, "eps | v: what an SD 2.x single file predicts")

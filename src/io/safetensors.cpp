@@ -6,6 +6,8 @@
 
 #include "core/dtype_convert.h"
 #include "io/gguf.h"
+#include "io/torch_checkpoint.h"
+#include "io/zip_archive.h"
 #include "kiln/error.h"
 
 namespace kiln {
@@ -19,6 +21,12 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
         file.gguf_ = true;
         file.layout_.tensors = std::move(gguf.tensors);
         for (auto& [key, value] : gguf.metadata) file.layout_.metadata.emplace(key, std::move(value.text));
+        return file;
+    }
+    if (is_zip(file.file_.data(), file.file_.size()) ||
+        is_legacy_torch_checkpoint(file.file_.data(), file.file_.size())) {
+        file.layout_ = parse_torch_checkpoint_layout(file.file_.data(), file.file_.size(), path);
+        file.torch_ = true;
         return file;
     }
     file.layout_ = parse_safetensors_layout(file.file_.data(), file.file_.size(), path);

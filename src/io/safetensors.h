@@ -19,7 +19,9 @@ namespace kiln {
 // open() also reads GGUF files (io/gguf.h), recognised by their magic: their tensors are byte ranges
 // of the mapping too, with PyTorch-order shapes and the same names as the checkpoint they were
 // converted from, so every loader of single files reads them unchanged. Their blocks (Q8_0 ... Q6_K)
-// decode to float32 in load(); load_stored() keeps them as blocks. (The class keeps its name for now;
+// decode to float32 in load(); load_stored() keeps them as blocks. PyTorch checkpoints (.ckpt/.pt, zip or
+// legacy format: io/torch_checkpoint.h) are recognised by their magic too; their tensors are byte ranges of
+// the mapping as well (storages shared between tensors overlap, which only they may). (The class keeps its name for now;
 // "TensorFile" would describe it better.)
 class SafetensorsFile {
 public:
@@ -40,6 +42,7 @@ public:
     // safetensors' "__metadata__", or a GGUF file's metadata values as text.
     const std::map<std::string, std::string>& metadata() const { return layout_.metadata; }
     bool is_gguf() const { return gguf_; }
+    bool is_torch_checkpoint() const { return torch_; }
 
     SafetensorsFile(SafetensorsFile&&) noexcept = default;
     SafetensorsFile& operator=(SafetensorsFile&&) noexcept = default;
@@ -53,6 +56,7 @@ private:
     MappedFile file_;
     SafetensorsLayout layout_;
     bool gguf_ = false;
+    bool torch_ = false;
 };
 
 // Writes the tensors (in the given order) converted to `dtype` (F32, F16 or BF16) with the given

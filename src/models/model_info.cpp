@@ -1,5 +1,6 @@
 #include "models/model_info.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -44,9 +45,14 @@ ModelInfo inspect_model(const std::string& path) {
         for (const std::string comp : {"text_encoder", "text_encoder_2", "unet", "vae"}) {
             const fs::path dir = p / comp;
             if (!fs::is_directory(dir)) continue;
-            for (const auto& entry : fs::directory_iterator(dir)) {
-                if (entry.path().extension() != ".safetensors") continue;
-                SafetensorsFile f = SafetensorsFile::open(entry.path().string());
+            // The weights file the loader takes: a .safetensors one, else a PyTorch .bin.
+            std::vector<fs::path> files;
+            for (const auto& entry : fs::directory_iterator(dir))
+                if (entry.path().extension() == ".safetensors" || entry.path().extension() == ".bin")
+                    files.push_back(entry.path());
+            std::stable_partition(files.begin(), files.end(), [](const fs::path& f) { return f.extension() == ".safetensors"; });
+            for (const fs::path& file : files) {
+                SafetensorsFile f = SafetensorsFile::open(file.string());
                 ComponentInfo c;
                 c.name = comp;
                 for (const std::string& n : f.names()) count(c, f, n);

@@ -48,12 +48,12 @@ std::shared_ptr<const SafetensorsFile> open_shared(const fs::path& p) {
     return std::make_shared<const SafetensorsFile>(SafetensorsFile::open(p.string()));
 }
 
-// A component's weights in a diffusers folder; the fp16 variant is accepted when it is the only one.
+// A component's weights in a diffusers folder; the fp16 variant is accepted when it is the only one, and
+// PyTorch's .bin (read by the safe pickle reader, io/torch_checkpoint.h) when there is no safetensors file.
 fs::path component_weights(const fs::path& dir, const std::string& stem) {
-    for (const std::string& name : {stem + ".safetensors", stem + ".fp16.safetensors"})
+    for (const std::string& name : {stem + ".safetensors", stem + ".fp16.safetensors", stem + ".bin", stem + ".fp16.bin"})
         if (fs::exists(dir / name)) return dir / name;
-    fail(ErrorKind::InvalidModel, "no " + stem + ".safetensors in " + dir.string() +
-                                      " (kiln reads safetensors weights only; .bin/.ckpt pickles are not loaded)");
+    fail(ErrorKind::InvalidModel, "no " + stem + ".safetensors (or .bin) in " + dir.string());
 }
 
 // A weight source that hands out matrices in the precision the options ask for, on their device.
@@ -266,7 +266,10 @@ Architecture detect_single_file_architecture(const SafetensorsFile& file) {
         return Architecture::SDXL;
     }
     if (file.has("cond_stage_model.model.ln_final.weight")) return Architecture::SD2;
-    if (file.has("cond_stage_model.transformer.text_model.final_layer_norm.weight")) return Architecture::SD1;
+    // Early SD 1.x checkpoints (.ckpt saved with transformers before 4.21) lack the "text_model." level.
+    if (file.has("cond_stage_model.transformer.text_model.final_layer_norm.weight") ||
+        file.has("cond_stage_model.transformer.final_layer_norm.weight"))
+        return Architecture::SD1;
     if (file.has("model.diffusion_model.input_blocks.0.0.weight"))
         fail(ErrorKind::InvalidModel, file.path() + " has a UNet but no text encoder kiln knows");
     // ComfyUI-GGUF's files hold the UNet alone, its keys without the "model.diffusion_model." prefix.

@@ -145,6 +145,9 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     prompt_options.syntax = r.prompt_syntax;
     prompt_options.clip_skip = r.clip_skip;
     prompt_options.schedule_steps = a1111_schedule_steps(sampling.sampler, r.steps);
+    prompt_options.embeddings = r.embeddings;
+    std::vector<std::string> used_embeddings;
+    prompt_options.used_embeddings = &used_embeddings;
     // Prompt editing makes the conditioning change with the model call (conditioning.h).
     const ConditioningSchedule schedule = encode_conditioning_schedule(
         model, r.prompt, r.negative_prompt, cfg, prompt_options, r.width, r.height, r.notice);
@@ -212,6 +215,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     // Host RAM; a GPU reports its own out-of-memory.
     if (!gpu) check_memory_for(model, r.width, r.height, n, r.vae_tiling != VaeTiling::Off);
     GenerationResult result;
+    result.used_embeddings = used_embeddings;
     if (!r.init_image) {
         Tensor noise = rng->randn(latent_shape);
         result.final_latent = sample_latents(sampling, model.scheduler_config, noise, *rng, denoise, r.progress);

@@ -35,6 +35,8 @@ struct GenerationRequest {
     // A bound on the process's resident set in bytes for CPU runs (--memory; < 0: none): the weights' pages
     // are then streamed and the decode banded as far as needed (memory_plan.h).
     int64_t memory_budget = -1;
+    // Textual-inversion embeddings the prompts may name (A1111 syntax; prompt_encoding.h). Not owned.
+    const std::vector<TextualInversion>* embeddings = nullptr;
     std::function<void(int step, int total)> progress;
     std::function<void(const std::string&)> notice;  // one line when kiln changes course (e.g. a tiled decode)
 };
@@ -42,6 +44,7 @@ struct GenerationRequest {
 struct GenerationResult {
     Tensor final_latent;    // [batch_size, 4, H/8, W/8], before VAE scaling
     Tensor image;           // [batch_size, 3, H, W] in [0, 1]
+    std::vector<std::string> used_embeddings;  // the embeddings the prompts named, in order of first use
 };
 
 // Checks what can be checked before a model is loaded; throws InvalidArgument naming the problem.

@@ -45,6 +45,8 @@ namespace {
 // One prompt's texts (its schedule) and, per encoder, their chunks.
 struct PromptTexts {
     std::vector<ScheduledPrompt> schedule;
+    std::vector<std::vector<const Tensor*>> embedding_vectors;  // [encoder][embedding of the chunks' fixes]
+    std::vector<const TextualInversion*> embeddings;            // the same embeddings
     std::vector<std::vector<std::vector<PromptChunk>>> chunks;  // [encoder][text][chunk]
     std::vector<int> chunk_count;                               // [encoder]: the most of any text
 };
@@ -62,12 +64,32 @@ PromptChunk empty_chunk(const ClipTokenizer& tokenizer) {
     return chunk_prompt({WeightedText{"", 1.0}}, tokenizer).chunks.at(0);
 }
 
+// The embeddings every text encoder of the model can take (SDXL: clip_l to the first, clip_g to the second).
+void usable_embeddings(const StableDiffusionModel& model, const PromptEncodingOptions& options, PromptTexts& p) {
+    p.embedding_vectors.assign(model.text_encoders.size(), {});
+    if (!options.embeddings || options.syntax != PromptSyntax::A1111) return;
+    for (const TextualInversion& ti : *options.embeddings) {
+        std::vector<const Tensor*> per_encoder;
+        for (size_t e = 0; e < model.text_encoders.size(); ++e) {
+            const std::string key = model.arch == Architecture::SDXL ? (e == 0 ? "clip_l" : "clip_g") : "";
+            per_encoder.push_back(ti.vectors_for(key, model.text_encoders[e].model.config().hidden));
+        }
+        if (std::find(per_encoder.begin(), per_encoder.end(), nullptr) != per_encoder.end()) continue;
+        p.embeddings.push_back(&ti);
+        for (size_t e = 0; e < per_encoder.size(); ++e) p.embedding_vectors[e].push_back(per_encoder[e]);
+    }
+}
+
 PromptTexts read_prompt(const std::string& prompt, const StableDiffusionModel& model,
                         const PromptEncodingOptions& options) {
     PromptTexts p;
+    usable_embeddings(model, options, p);
     p.schedule = options.syntax == PromptSyntax::A1111 ? prompt_schedule(prompt, options.schedule_steps)
                                                        : std::vector<ScheduledPrompt>{{options.schedule_steps, prompt}};
     for (const TextEncoder& te : model.text_encoders) {
+        std::vector<PromptEmbedding> embeddings;
+        for (const TextualInversion* ti : p.embeddings)
+            embeddings.push_back({embedding_name_ids(ti->name, te.tokenizer), ti->vectors});
         std::vector<std::vector<PromptChunk>> per_text;
         int most = 0;
         for (const ScheduledPrompt& s : p.schedule) {
@@ -77,7 +99,7 @@ PromptTexts read_prompt(const std::string& prompt, const StableDiffusionModel& m
                 for (const WeightedText& w : parsed)
                     require(std::isfinite(w.weight), ErrorKind::InvalidArgument,
                             "the weight of \"" + w.text + "\" in the prompt is not a finite number");
-                chunks = chunk_prompt(parsed, te.tokenizer).chunks;
+                chunks = chunk_prompt(parsed, te.tokenizer, embeddings).chunks;
             } else {
                 chunks.push_back(plain_chunk(s.prompt, te.tokenizer));
             }
@@ -145,14 +167,26 @@ std::vector<std::vector<ScheduledEncoding>> encode_prompt_schedules(const Stable
         for (int k = 0; k < most_chunks; ++k) {
             // Chunk k of every text of every prompt that has one, in one batch through the encoder.
             std::vector<std::vector<int>> ids;
+            std::vector<TokenVectors> vectors;  // the embeddings' fixes (textual inversion)
             std::vector<std::pair<size_t, size_t>> groups;  // prompt, first row
             for (size_t p = 0; p < texts.size(); ++p) {
                 if (texts[p].chunk_count[e] <= k) continue;
                 groups.emplace_back(p, ids.size());
-                for (const std::vector<PromptChunk>& chunks : texts[p].chunks[e])
-                    ids.push_back(k < static_cast<int>(chunks.size()) ? chunks[static_cast<size_t>(k)].ids : empty.ids);
+                for (const std::vector<PromptChunk>& chunks : texts[p].chunks[e]) {
+                    const PromptChunk& c = k < static_cast<int>(chunks.size()) ? chunks[static_cast<size_t>(k)] : empty;
+                    for (const EmbeddingFix& fix : c.fixes) {
+                        vectors.push_back({static_cast<int64_t>(ids.size()), fix.offset + 1,
+                                           texts[p].embedding_vectors[e][static_cast<size_t>(fix.embedding)]});
+                        const std::string& name = texts[p].embeddings[static_cast<size_t>(fix.embedding)]->name;
+                        if (options.used_embeddings && std::find(options.used_embeddings->begin(),
+                                                                 options.used_embeddings->end(), name) ==
+                                                           options.used_embeddings->end())
+                            options.used_embeddings->push_back(name);
+                    }
+                    ids.push_back(c.ids);
+                }
             }
-            const ClipTextOutput out = te.model.encode(ids, options.clip_skip);
+            const ClipTextOutput out = te.model.encode(ids, options.clip_skip, vectors);
             const Tensor z = context_of(model, out);
             for (const auto& [p, first] : groups) {
                 const size_t count = texts[p].schedule.size();

@@ -12,6 +12,7 @@
 
 #include "core/tensor.h"
 #include "models/model.h"
+#include "text/textual_inversion.h"
 
 namespace kiln {
 
@@ -27,6 +28,11 @@ struct PromptEncodingOptions {
     PromptSyntax syntax = PromptSyntax::A1111;
     int clip_skip = 1;           // as GenerationRequest::clip_skip
     int schedule_steps = 20;     // the step count the prompt-editing schedule is built over (>= 1)
+    // Textual-inversion embeddings the prompts may name (A1111 syntax; those that do not fit the model's
+    // encoders are read as words, as the webui skips them). Not owned.
+    const std::vector<TextualInversion>* embeddings = nullptr;
+    // Filled with the names of the embeddings the prompts used, in order of first use (for "TI hashes").
+    std::vector<std::string>* used_embeddings = nullptr;
 };
 
 // One prompt's conditioning for the model calls up to `end_step` (the webui's ScheduledPromptConditioning).

@@ -78,7 +78,8 @@ ClipTextOutput ClipTextModel::encode(const std::vector<int>& ids, int skip) cons
     return encode(std::vector<std::vector<int>>{ids}, skip);
 }
 
-ClipTextOutput ClipTextModel::encode(const std::vector<std::vector<int>>& ids, int skip) const {
+ClipTextOutput ClipTextModel::encode(const std::vector<std::vector<int>>& ids, int skip,
+                                     const std::vector<TokenVectors>& replace) const {
     const int64_t batch = static_cast<int64_t>(ids.size());
     require(batch > 0, ErrorKind::InvalidArgument, "CLIP text encoder: no token rows given");
     const int64_t len = static_cast<int64_t>(ids[0].size());
@@ -107,6 +108,20 @@ ClipTextOutput ClipTextModel::encode(const std::vector<std::vector<int>>& ids, i
             const float* pos = position_embedding_.data() + t * h;
             for (int64_t c = 0; c < h; ++c) dst[c] += pos[c];
             if (id > ids[b][eos[b]]) eos[b] = t;  // first position of the largest id, as torch.argmax
+        }
+    }
+
+    for (const TokenVectors& r : replace) {
+        require(r.vectors && r.vectors->rank() == 2 && r.vectors->dim(1) == h && r.row >= 0 && r.row < batch &&
+                    r.position >= 0 && r.position < len,
+                ErrorKind::InvalidArgument, "CLIP text encoder: token vectors that do not fit its rows");
+        const int64_t n = std::min(r.vectors->dim(0), len - r.position);
+        for (int64_t i = 0; i < n; ++i) {
+            const int64_t t = r.position + i;
+            float* dst = x.data() + (r.row * len + t) * h;
+            const float* v = r.vectors->data() + i * h;
+            const float* pos = position_embedding_.data() + t * h;
+            for (int64_t c = 0; c < h; ++c) dst[c] = v[c] + pos[c];
         }
     }
 

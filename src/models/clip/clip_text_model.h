@@ -25,6 +25,15 @@ struct ClipTextOutput {
     Tensor pooled;
 };
 
+// Vectors that take the place of row `row`'s token embeddings from `position` on (textual inversion: the
+// webui's EmbeddingsWithFixes), as many rows of `vectors` ([n, hidden], float32) as fit before the row ends;
+// the position embeddings are added to them as to token embeddings.
+struct TokenVectors {
+    int64_t row = 0;
+    int64_t position = 0;
+    const Tensor* vectors = nullptr;
+};
+
 class ClipTextModel {
 public:
     // Reads every tensor by its diffusers/transformers name (text_model.*, text_projection.weight),
@@ -37,7 +46,8 @@ public:
 
     // ids: B rows of token ids, each 1..max_positions long (all rows the same length, normally 77).
     // skip (>= 1, <= layers) picks hidden_states[-skip] as above. Bad ids or skip: InvalidArgument.
-    ClipTextOutput encode(const std::vector<std::vector<int>>& ids, int skip = 1) const;
+    ClipTextOutput encode(const std::vector<std::vector<int>>& ids, int skip = 1,
+                          const std::vector<TokenVectors>& replace = {}) const;
     ClipTextOutput encode(const std::vector<int>& ids, int skip = 1) const;  // one row, B = 1
 
 private:
