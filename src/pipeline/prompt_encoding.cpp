@@ -224,10 +224,13 @@ std::vector<std::vector<ScheduledEncoding>> encode_prompt_schedules(const Stable
                         dst += d;
                     }
                 }
-            for (int64_t i = 0; i < context.numel(); ++i)
-                require(std::isfinite(context.data()[i]), ErrorKind::InvalidArgument,
-                        "the prompt's weights make its conditioning infinite or NaN (a weight too large?): \"" +
-                            texts[p].schedule[s].prompt + "\"");
+            // The message is built only on failure: require()'s argument would be made for every value (~10 ms
+            // of string building per SD 1.5 prompt, 7% of a 512x512 txt2img on an H200).
+            const float* values = context.data();
+            const bool finite = std::all_of(values, values + context.numel(), [](float v) { return std::isfinite(v); });
+            if (!finite)
+                fail(ErrorKind::InvalidArgument, "the prompt's weights make its conditioning infinite or NaN (a weight too large?): \"" +
+                                                     texts[p].schedule[s].prompt + "\"");
             ScheduledEncoding enc;
             enc.end_step = texts[p].schedule[s].end_step;
             enc.context = std::move(context);

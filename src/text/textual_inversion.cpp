@@ -60,8 +60,8 @@ TextualInversion load_textual_inversion(const std::string& path) {
             path + ": an embedding of " + std::to_string(ti.vectors) + " vectors (1 to " + std::to_string(kMaxVectors) +
                 " fit a prompt chunk)");
     for (const auto& [key, t] : ti.parts)
-        for (int64_t i = 0; i < t.numel(); ++i)
-            require(std::isfinite(t.data()[i]), ErrorKind::InvalidModel, path + ": the embedding holds NaN or infinity");
+        if (!std::all_of(t.data(), t.data() + t.numel(), [](float v) { return std::isfinite(v); }))
+            fail(ErrorKind::InvalidModel, path + ": the embedding holds NaN or infinity");  // message made only then
     return ti;
 }
 
