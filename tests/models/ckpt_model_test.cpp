@@ -9,6 +9,7 @@
 #include "io/ckpt_test_writer.h"
 #include "io/io_test_util.h"
 #include "io/safetensors.h"
+#include "models/fixture_unet_call.h"
 #include "models/model.h"
 
 using namespace kiln;
@@ -17,10 +18,7 @@ using kiln::test::data_path;
 
 namespace {
 
-void expect_identical(const Tensor& a, const Tensor& b, const std::string& what) {
-    ASSERT_EQ(a.shape(), b.shape()) << what;
-    for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a[i], b[i]) << what << " value " << i;
-}
+using kiln::test::expect_identical;
 
 // The fixture's tensors, plus for each UNet tensor an EMA copy named as LDM names them (dots dropped) holding
 // zeros: a loader that took the EMA weights instead would compute something else.
@@ -51,13 +49,8 @@ TEST(CkptModel, LoadsAndComputesAsItsSafetensors) {
     EXPECT_EQ(a.arch, Architecture::SD1);
     EXPECT_EQ(a.name, "sd15-mini");
 
-    const SafetensorsFile ref = SafetensorsFile::open(data_path("sd15-mini/modules.safetensors"));
-    const Tensor sample = ref.load("unet.sq.sample"), context = ref.load("unet.sq.context"),
-                 timestep = ref.load("unet.sq.timestep");
-    UNetInputs in;
-    in.sample = &sample;
-    in.context = &context;
-    in.timesteps = &timestep;
+    const kiln::test::FixtureUNetCall call;
+    const UNetInputs in = call.inputs();
     expect_identical(a.unet->forward(in), b.unet->forward(in), "UNet");
     Tensor latents({1, 4, 8, 8});
     for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = float((i * 37) % 19) / 9.0f - 1.0f;
@@ -105,13 +98,8 @@ TEST(CkptModel, DiffusersFolderWithBinWeights) {
     }
     EXPECT_EQ(converted, 3);
     const StableDiffusionModel a = load_model(dst.string()), b = load_model(src.string());
-    const SafetensorsFile ref = SafetensorsFile::open(data_path("sd15-mini/modules.safetensors"));
-    const Tensor sample = ref.load("unet.sq.sample"), context = ref.load("unet.sq.context"),
-                 timestep = ref.load("unet.sq.timestep");
-    UNetInputs in;
-    in.sample = &sample;
-    in.context = &context;
-    in.timesteps = &timestep;
+    const kiln::test::FixtureUNetCall call;
+    const UNetInputs in = call.inputs();
     expect_identical(a.unet->forward(in), b.unet->forward(in), "UNet");
     const std::vector<int> ids = b.text_encoders[0].tokenizer.encode_padded("a red circle", 49407);
     expect_identical(a.text_encoders[0].model.encode(ids).last_hidden_state,

@@ -9,6 +9,7 @@
 #include "common/fixtures.h"
 #include "io/io_test_util.h"
 #include "kiln/error.h"
+#include "models/fixture_unet_call.h"
 #include "models/gguf_convert.h"
 #include "models/model.h"
 #include "models/unet/unet_config.h"
@@ -17,6 +18,8 @@ using namespace kiln;
 using kiln::test::data_path;
 
 namespace {
+
+using kiln::test::expect_identical;
 
 std::vector<uint8_t> bytes_of(const SafetensorsFile& f, const std::string& name) {
     return std::vector<uint8_t>(f.raw(name), f.raw(name) + f.info(name).nbytes);
@@ -68,11 +71,6 @@ void expect_unet_as_quantized_at_load(const std::string& input, const std::strin
     EXPECT_GT(kept, 0) << dtype_name(w);  // 3x3 convolutions of whole-block rows
 }
 
-void expect_identical(const Tensor& a, const Tensor& b, const std::string& what) {
-    ASSERT_EQ(a.shape(), b.shape()) << what;
-    for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a[i], b[i]) << what << " value " << i;
-}
-
 }  // namespace
 
 class GgufConvert : public ::testing::TestWithParam<DType> {};
@@ -86,10 +84,8 @@ TEST_P(GgufConvert, Sd15MiniLoadsAsTheOriginalWithTheSameWeightsOption) {
     LoadOptions options;
     options.weights = w;
     const StableDiffusionModel a = load_model(out, options), b = load_model(input, options);
-    const SafetensorsFile ref = SafetensorsFile::open(data_path("sd15-mini/modules.safetensors"));
-    const Tensor x = ref.load("unet.sq.sample"), c = ref.load("unet.sq.context"), t = ref.load("unet.sq.timestep");
-    UNetInputs in;
-    in.sample = &x, in.context = &c, in.timesteps = &t;
+    const kiln::test::FixtureUNetCall call;
+    const UNetInputs in = call.inputs();
     expect_identical(a.unet->forward(in), b.unet->forward(in), "UNet");
     Tensor latents({1, 4, 8, 8});
     for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = float((i * 37) % 19) / 9.0f - 1.0f;

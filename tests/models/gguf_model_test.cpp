@@ -11,6 +11,7 @@
 #include <functional>
 
 #include "common/fixtures.h"
+#include "models/fixture_unet_call.h"
 #include "core/dtype_convert.h"
 #include "io/gguf_test_util.h"
 #include "io/io_test_util.h"
@@ -21,6 +22,9 @@ using namespace kiln;
 using kiln::test::data_path;
 
 namespace {
+
+using kiln::test::expect_identical;
+using kiln::test::FixtureUNetCall;
 
 bool ends_with(const std::string& s, const std::string& tail) {
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -85,28 +89,6 @@ Converted convert(const SafetensorsFile& src, DType q, const std::string& path) 
     return out;
 }
 
-void expect_identical(const Tensor& a, const Tensor& b, const std::string& what) {
-    ASSERT_EQ(a.shape(), b.shape()) << what;
-    for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a[i], b[i]) << what << " value " << i;
-}
-
-// sd15-mini's fixture UNet call ("sq"), as UNetInputs.
-struct FixtureUNetCall {
-    Tensor sample, context, timestep;
-    FixtureUNetCall() {
-        const SafetensorsFile ref = SafetensorsFile::open(data_path("sd15-mini/modules.safetensors"));
-        sample = ref.load("unet.sq.sample");
-        context = ref.load("unet.sq.context");
-        timestep = ref.load("unet.sq.timestep");
-    }
-    UNetInputs inputs() const {
-        UNetInputs in;
-        in.sample = &sample;
-        in.context = &context;
-        in.timesteps = &timestep;
-        return in;
-    }
-};
 
 }  // namespace
 
