@@ -165,6 +165,12 @@ std::string ggml_type_name(uint32_t type) {
     return e ? e->name : "type " + std::to_string(type);
 }
 
+uint32_t ggml_type_code(DType dtype) {
+    for (const TypeEntry& e : kTypes)
+        if (e.dtype == dtype) return e.code;
+    fail(ErrorKind::Unsupported, std::string("GGUF has no type for ") + dtype_name(dtype) + " tensors");
+}
+
 GgufLayout parse_gguf_layout(const uint8_t* file, uint64_t size, const std::string& path) {
     require(is_gguf(file, size), ErrorKind::InvalidModel, path + ": not a GGUF file (no 'GGUF' magic)");
     Cursor c(file, size, path);

@@ -48,5 +48,7 @@ GgufLayout parse_gguf_layout(const uint8_t* file, uint64_t size, const std::stri
 
 // The name ggml gives a tensor type code ("Q4_K", ...), or "type N" for codes it does not define.
 std::string ggml_type_name(uint32_t type);
+// ggml's type code of a DType (the reader's table read backwards); Unsupported for one GGUF cannot hold.
+uint32_t ggml_type_code(DType dtype);
 
 }  // namespace kiln

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "io/gguf.h"
 #include "io/safetensors_header.h"  // quote_name
 #include "io/temp_file.h"
 
@@ -21,28 +22,6 @@ void put_string(std::string& out, const std::string& s) {
 uint64_t padded(uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 
 }  // namespace
-
-uint32_t ggml_type_code(DType dtype) {
-    switch (dtype) {
-        case DType::F32: return 0;
-        case DType::F16: return 1;
-        case DType::Q4_0: return 2;
-        case DType::Q4_1: return 3;
-        case DType::Q5_0: return 6;
-        case DType::Q5_1: return 7;
-        case DType::Q8_0: return 8;
-        case DType::Q4_K: return 12;
-        case DType::Q5_K: return 13;
-        case DType::Q6_K: return 14;
-        case DType::I8: return 24;
-        case DType::I16: return 25;
-        case DType::I32: return 26;
-        case DType::I64: return 27;
-        case DType::F64: return 28;
-        case DType::BF16: return 30;
-        default: fail(ErrorKind::Unsupported, std::string("GGUF has no type for ") + dtype_name(dtype) + " tensors");
-    }
-}
 
 void write_gguf(const std::string& path, const std::vector<GgufWriteSpec>& tensors,
                 const std::function<void(size_t index, const GgufBytes& write)>& produce,

@@ -16,9 +16,6 @@ struct GgufWriteSpec {
     DType dtype;  // not U8/BOOL; a block format needs an innermost dimension of whole blocks (ggml's rule)
 };
 
-// The ggml type code of a dtype (F32 0, F16 1, Q4_0 2, ...); U8 and BOOL: Unsupported.
-uint32_t ggml_type_code(DType dtype);
-
 // `produce(i, write)` hands over tensor i's bytes (dtype_storage_bytes), in one or more calls to write, one
 // tensor at a time (a model larger than memory streams through). The file is written under a temporary name
 // beside `path` and renamed over it at the end. InvalidArgument for empty or repeated names, specs GGUF cannot
