@@ -473,10 +473,10 @@ Tensor VulkanDeviceOps::attention_kv(const Tensor& q, const Tensor& kv, int head
     if (q.rank() != 3 || kv.rank() != 3 || heads < 1 || c % heads != 0 || kv.dim(0) != q.dim(0) || at < 0 ||
         at + 2 * c > kv.dim(2) || !flash_attention_fits(c / heads))
         return DeviceOps::attention_kv(q, kv, heads, at);
-    require_same_place("attention", q, kv, "kv");
     const int64_t batch = q.dim(0), lq = q.dim(1), lk = kv.dim(1), w = kv.dim(2);
+    if (q.numel() == 0 || lk == 0) return DeviceOps::attention_kv(q, kv, heads, at);
+    require_same_place("attention", q, kv, "kv");
     Tensor out = Tensor::empty_on(backend_, q.shape(), q.dtype());
-    if (out.numel() == 0 || lk == 0) return DeviceOps::attention_kv(q, kv, heads, at);
     Timed scope(backend_, ops::OpKind::Attention, 4.0 * double(batch) * double(lq) * double(lk) * double(c));
     u32(q.numel(), "attention", q), u32(kv.numel(), "attention", kv);
     flash_attention({addr(q), addr(kv, at), addr(kv, at + c), lk, c, w, w}, out, heads, false);
