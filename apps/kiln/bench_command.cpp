@@ -1,5 +1,6 @@
 // `kiln bench`: the standard suites on a synthetic full-size model (or a real one with -m), as a
 // table on stdout and optionally JSON; `kiln bench --compare OLD.json NEW.json`: ratios new/old.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -39,7 +40,7 @@ int run_bench(const BenchOptions& o) {
     if (!o.compare.empty()) return run_compare(o);
 
     const Placement placement = resolve_placement(o.device, o.precision);
-    apply_vram_limit(o.vram, placement.device);
+    const int64_t vram_budget = apply_vram_limit(o.vram, placement.device);
     require(!o.suites.empty(), ErrorKind::InvalidArgument,
             "name the suites to run with --suite (unet, text, vae-decode, vae-decode-tiled, vae-encode, txt2img)");
     require(o.arch.empty() || o.model.empty(), ErrorKind::InvalidArgument,
@@ -49,12 +50,16 @@ int run_bench(const BenchOptions& o) {
     const bool synthetic = o.model.empty();
     const SyntheticArch arch = parse_synthetic_arch(o.arch.empty() ? "sd15" : o.arch);
     if (o.threads != 0) set_cpu_threads(o.threads);
-    SuiteSettings settings{o.width, o.height, o.batch, o.steps, o.warmup, o.repeats, o.vae_park};
+    SuiteSettings settings{o.width, o.height, o.batch, o.steps, o.warmup, o.repeats, o.vae_park, vram_budget};
     if (!o.json.empty()) {  // find out now rather than after a long run
         std::ofstream probe(o.json, std::ios::binary | std::ios::app);
         require(probe.good(), ErrorKind::IO, "cannot write " + o.json);
     }
 
+    // txt2img loads under --vram with the weights off the device, for the plan to place (gpu_memory_plan.h); the
+    // other suites run the components as they are, so there the weights stay resident.
+    const bool offload = vram_budget >= 0 && std::all_of(suites.begin(), suites.end(),
+                                                         [](BenchSuite b) { return b == BenchSuite::Txt2img; });
     ProfileSession session(o.profile, o.trace);
     StableDiffusionModel model;
     {
@@ -64,6 +69,7 @@ int run_bench(const BenchOptions& o) {
             parts.weights = weights_option(o.weights);
             parts.device = placement.device;
             parts.precision = placement.precision;
+            parts.offload_weights = offload;
             model = make_synthetic_model(arch, parts);
         } else {
             LoadOptions load;
@@ -72,6 +78,7 @@ int run_bench(const BenchOptions& o) {
             load.device = placement.device;
             load.precision = placement.precision;
             load.vae_encoder = parts_for(suites).vae_encoder;
+            load.offload_weights = offload;
             model = load_model(o.model, load);
         }
     }

@@ -157,6 +157,7 @@ SuiteRun make_txt2img_run(const StableDiffusionModel& m, const SuiteSettings& s,
     req.height = s.height;
     req.steps = s.steps;
     req.seed = 42;
+    req.vram_budget = s.vram_budget;
     validate_request(req);
     return {"txt2img " + size_str(s.width, s.height) + ", " + std::to_string(s.steps) + " steps of " +
                 default_sampler(m) + " with guidance 7.5 (UNet batch 2), text encode and VAE decode",

@@ -23,6 +23,7 @@ struct SuiteSettings {
     int steps = 20;                 // txt2img
     int warmup = 2, repeats = 10;
     std::string vae_park = "auto";  // vae-decode-tiled: auto | host | device (where the activations wait)
+    int64_t vram_budget = -1;       // txt2img: GenerationRequest::vram_budget (--vram)
 };
 
 // Checks the settings for this suite (InvalidArgument naming the option), makes the inputs, runs

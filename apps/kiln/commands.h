@@ -64,7 +64,8 @@ Placement resolve_placement(const std::string& device, const std::string& precis
 
 // --vram SIZE (empty: none) as a cap on what the device's backend holds (Backend::set_memory_limit); before the
 // model loads, so that the weights count. InvalidArgument on the CPU, Unsupported where the backend cannot cap.
-void apply_vram_limit(const std::string& vram, const Device& device);
+// Returns the cap in bytes (-1: none), the budget generation plans with (GenerationRequest::vram_budget).
+int64_t apply_vram_limit(const std::string& vram, const Device& device);
 
 // --weights as a dtype: empty (keep the file's) gives none; CLI11 has checked the spelling.
 inline std::optional<DType> weights_option(const std::string& s) {

@@ -30,12 +30,13 @@ Placement resolve_placement(const std::string& device, const std::string& precis
     return p;
 }
 
-void apply_vram_limit(const std::string& vram, const Device& device) {
-    if (vram.empty()) return;
+int64_t apply_vram_limit(const std::string& vram, const Device& device) {
+    if (vram.empty()) return -1;
     const int64_t bytes = parse_byte_size(vram, "--vram");
     require(!device.is_cpu(), ErrorKind::InvalidArgument, "--vram bounds a GPU's memory; a CPU run takes --memory");
     require(backend_for(device).set_memory_limit(bytes), ErrorKind::Unsupported,
             "--vram: " + device_name(device) + " cannot cap its memory yet (CUDA and Vulkan can)");
+    return bytes;
 }
 
 }  // namespace kiln::cli

@@ -1,22 +1,34 @@
 // `kiln plan`.
 #include "plan_command.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstdio>
+#include <functional>
 
 #include "kiln/error.h"
 #include "pipeline/generate.h"
+#include "pipeline/gpu_memory_plan.h"
 #include "pipeline/memory_plan.h"
+#include "commands.h"
+#include "core/backend.h"
 
 namespace kiln::cli {
 
 CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
     CLI::App* cmd = app.add_subcommand(
-        "plan", "how a CPU generation would hold its memory within --memory, and the predicted peak of each stage");
+        "plan", "how a generation would hold its memory within --memory (CPU) or --vram (GPU), the predicted peak "
+                "of each stage, and the largest batch that fits");
     cmd->add_option("-m,--model", o.model, "checkpoint: a .safetensors file or a diffusers folder")->required();
     cmd->add_option("-W,--width", o.width, "image width in pixels (default: the model's native size)");
     cmd->add_option("-H,--height", o.height, "image height in pixels (default: the model's native size)");
     cmd->add_option("--batch-size", o.batch_size, "images sampled together")->capture_default_str();
-    cmd->add_option("--memory", o.memory, "SIZE (e.g. 1.6G): the budget for the process's resident memory");
+    cmd->add_option("--memory", o.memory, "SIZE (e.g. 1.6G): the budget for a CPU run's resident memory");
+    cmd->add_option("--vram", o.vram, "SIZE (e.g. 1G): the budget for kiln's device memory on a GPU (--device)");
+    cmd->add_option("--device", o.device, "cpu (the default here), cuda, cuda:N, vulkan, vulkan:N or auto")
+        ->capture_default_str();
+    cmd->add_option("--precision", o.precision, "fp16 | bf16 | fp32 on a GPU, as txt2img takes it")
+        ->check(CLI::IsMember({"fp16", "bf16", "fp32"}));
     cmd->add_option("--vae-tiling", o.vae_tiling, "auto | on | off, as txt2img takes it")
         ->check(CLI::IsMember({"auto", "on", "off"}))
         ->capture_default_str();
@@ -24,19 +36,57 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
 }
 
 int run_plan(const PlanOptions& o) {
-    const int64_t budget = o.memory.empty() ? -1 : parse_byte_size(o.memory, "--memory");
     const VaeTiling tiling = parse_vae_tiling(o.vae_tiling);
+    const Placement placement = resolve_placement(o.device, o.precision);
+    const bool gpu = !placement.device.is_cpu();
+    require(gpu || o.vram.empty(), ErrorKind::InvalidArgument, "--vram plans a GPU run: name one with --device");
+    require(!gpu || o.memory.empty(), ErrorKind::InvalidArgument, "--memory plans a CPU run; a GPU's takes --vram");
+    const int64_t budget = !o.memory.empty() ? parse_byte_size(o.memory, "--memory")
+                           : !o.vram.empty() ? parse_byte_size(o.vram, "--vram")
+                                             : -1;
     LoadOptions load;
     load.vae_encoder = false;
+    load.device = placement.device;
+    load.precision = placement.precision;
+    load.offload_weights = gpu;  // only their sizes are needed: none stays on the device
     const StableDiffusionModel model = load_model(o.model, load);
     GenerationRequest r;
     r.width = o.width.value_or(default_image_size(model));
     r.height = o.height.value_or(default_image_size(model));
     r.batch_size = o.batch_size;
     validate_request(r);
-    const MemoryPlan plan = plan_cpu_memory(model, r.width, r.height, r.batch_size, budget, tiling);
-    std::printf("%s %dx%d, batch %d, CPU%s:\n%s", o.model.c_str(), r.width, r.height, r.batch_size,
-                budget < 0 ? ", no budget" : (", --memory " + format_mib(budget)).c_str(), plan.describe().c_str());
+    const std::string where = gpu ? device_name(placement.device) : "CPU";
+    const std::string limit = budget < 0 ? ", no budget" : (gpu ? ", --vram " : ", --memory ") + format_mib(budget);
+    std::string described;
+    std::function<int64_t(int)> leanest;  // the leanest plan's peak for a batch
+    if (gpu) {
+        described = plan_gpu_memory(model, r.width, r.height, r.batch_size, budget, tiling).describe();
+        leanest = [&](int batch) {
+            int64_t least = INT64_MAX;
+            for (const GpuMemoryPlan& p : gpu_memory_plans(model, r.width, r.height, batch, tiling))
+                least = std::min(least, p.peak());
+            return least;
+        };
+    } else {
+        described = plan_cpu_memory(model, r.width, r.height, r.batch_size, budget, tiling).describe();
+        const int64_t fixed = measure_fixed_bytes(model);
+        leanest = [&, fixed](int batch) {
+            int64_t least = INT64_MAX;
+            for (const MemoryPlan& p : cpu_memory_plans(model, r.width, r.height, batch, tiling, fixed))
+                least = std::min(least, p.peak());
+            return least;
+        };
+    }
+    std::printf("%s %dx%d, batch %d, %s%s:\n%s", o.model.c_str(), r.width, r.height, r.batch_size, where.c_str(),
+                limit.c_str(), described.c_str());
+    if (budget >= 0) {
+        int largest = 0;  // peaks grow with the batch: the first that does not fit ends the search
+        while (largest < 64 && leanest(largest + 1) <= budget) ++largest;
+        std::printf("  largest batch that fits %s: %d%s\n", format_mib(budget).c_str(), largest,
+                    largest == 64 ? " (kiln's limit)" : "");
+    }
+    if (gpu)
+        std::printf("  (kiln's own allocations; the driver's context and libraries come on top: docs/MEMORY.md)\n");
     return 0;
 }
 

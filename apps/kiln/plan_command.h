@@ -1,5 +1,6 @@
-// `kiln plan`: how a generation would hold its memory under a budget (which weights stream, whether the VAE
-// decodes in bands) and the predicted resident set of each stage, without generating anything.
+// `kiln plan`: how a generation would hold its memory under a budget (which weights stream or leave the GPU
+// between stages, whether the VAE decodes in bands), the predicted peak of each stage, and the largest batch
+// that fits, without generating anything.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <optional>
@@ -11,7 +12,10 @@ struct PlanOptions {
     std::string model;
     std::optional<int> width, height;
     int batch_size = 1;
-    std::string memory;  // --memory SIZE
+    std::string memory;  // --memory SIZE (CPU)
+    std::string vram;    // --vram SIZE (GPU)
+    std::string device = "cpu";
+    std::string precision;
     std::string vae_tiling = "auto";
 };
 

@@ -1,6 +1,7 @@
 #include "core/backend.h"
 
 #include <map>
+#include <new>
 #include <mutex>
 
 #include "core/dtype_convert.h"
@@ -26,8 +27,44 @@ DeviceBuffer::DeviceBuffer(Backend& backend, int64_t bytes)
       bytes_(bytes),
       lease_(bytes, current_memory_category(), memory_device(device_name(backend.device()))) {}
 
+void* Backend::allocate_host(int64_t bytes) { return ::operator new(size_t(bytes), std::nothrow); }
+void Backend::deallocate_host(void* p) noexcept { ::operator delete(p); }
+
 DeviceBuffer::~DeviceBuffer() {
     if (data_) backend_->deallocate(data_);
+    if (host_) backend_->deallocate_host(host_);
+}
+
+void* DeviceBuffer::data() const {
+    if (offloaded_)
+        fail(ErrorKind::InvalidArgument, "a weight of " + std::to_string(bytes_) + " bytes was used on " +
+                                             device_name(backend_->device()) +
+                                             " while offloaded to the host (restore it first: models/device_weights.h)");
+    return data_;
+}
+
+void DeviceBuffer::offload() {
+    if (offloaded_ || bytes_ == 0) return;
+    if (!host_ && host_vector_.empty()) {
+        host_ = backend_->allocate_host(bytes_);
+        if (!host_) host_vector_.resize(size_t(bytes_));
+        backend_->download(host_ ? host_ : host_vector_.data(), data_, bytes_);
+        host_lease_ = MemoryLease(bytes_, lease_.category());
+    }
+    backend_->deallocate(data_);
+    data_ = nullptr;
+    lease_.release();
+    offloaded_ = true;
+}
+
+void DeviceBuffer::restore() {
+    if (!offloaded_) return;
+    const MemoryCategory category = host_lease_.category();
+    data_ = backend_->allocate(bytes_);  // OutOfMemory leaves the buffer offloaded
+    if (host_) backend_->upload_async(data_, host_, bytes_);
+    else backend_->upload(data_, host_vector_.data(), bytes_);
+    lease_ = MemoryLease(bytes_, category, memory_device(device_name(backend_->device())));
+    offloaded_ = false;
 }
 
 namespace {

@@ -60,6 +60,14 @@ public:
     // Copies, ordered on the backend's stream. upload returns once src may be reused; download once dst holds
     // the bytes (it waits for the work queued before it).
     virtual void upload(void* dst, const void* src, int64_t bytes) = 0;
+    // Host memory for bytes that go to the device again and again (weights offloaded under a budget): page-locked
+    // where the backend has it, so that upload_async copies straight from it. Null when the host has none to
+    // give (then use ordinary memory and upload). Default: ordinary memory.
+    virtual void* allocate_host(int64_t bytes);
+    virtual void deallocate_host(void* p) noexcept;
+    // dst (device) = the bytes at src, memory from allocate_host that stays unchanged until the stream has run
+    // the copy: it may return before (CUDA: one DMA transfer, no staging). Default: upload.
+    virtual void upload_async(void* dst, const void* src, int64_t bytes) { upload(dst, src, bytes); }
     virtual void download(void* dst, const void* src, int64_t bytes) = 0;
     virtual void copy(void* dst, const void* src, int64_t bytes) = 0;
     // `count` runs of `bytes`: run i from src + i * src_pitch to dst + i * dst_pitch (the channels of a band of
@@ -82,6 +90,9 @@ public:
     // Whether float32 products may use faster reduced-mantissa arithmetic (TF32 on NVIDIA); off by default.
     virtual void set_fast_float32(bool) {}
 
+    // Forgets the recorded calls whose keys start with `key_prefix` (their weights moved: DeviceBuffer::restore),
+    // giving their memory back; the next call with such a key runs eagerly, then records again.
+    virtual void forget_recordings(const std::string& key_prefix) { (void)key_prefix; }
     // Runs fn(inputs) as a recorded call: the first call with a key runs it eagerly; the second records it
     // (on CUDA: stream capture into a graph with its own memory pool) and later calls copy the inputs into
     // the recording's buffers and replay it. Inputs must be on this device with the shapes and dtypes the key
@@ -92,6 +103,9 @@ public:
 };
 
 // Device storage of a tensor: freed through its backend when the last tensor using it goes.
+// A weight's storage may leave the device and come back when a memory budget asks (models/device_weights.h):
+// offload() keeps its bytes in host memory and gives the device memory back; restore() takes device memory
+// again (at another address: recorded calls that used the old one must be forgotten) and uploads them.
 class DeviceBuffer {
 public:
     DeviceBuffer(Backend& backend, int64_t bytes);
@@ -99,14 +113,26 @@ public:
     DeviceBuffer(const DeviceBuffer&) = delete;
     DeviceBuffer& operator=(const DeviceBuffer&) = delete;
     Backend& backend() const { return *backend_; }
-    void* data() const { return data_; }
+    // The device address; an offloaded buffer's is an InvalidArgument error (a weight used while away).
+    void* data() const;
     int64_t bytes() const { return bytes_; }
+    bool resident() const { return !offloaded_; }
+    // No-ops when already there. offload() downloads the bytes only the first time: weights do not change on
+    // the device (a backend may keep them in another layout, which download undoes).
+    void offload();
+    void restore();
 
 private:
     Backend* backend_;
     void* data_;
     int64_t bytes_;
     MemoryLease lease_;
+    bool offloaded_ = false;
+    // The bytes, once offloaded (kept while resident again): from backend_->allocate_host, or in host_vector_
+    // where it had none.
+    void* host_ = nullptr;
+    std::vector<uint8_t> host_vector_;
+    MemoryLease host_lease_;
 };
 
 // ---- registry ----

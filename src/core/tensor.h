@@ -90,6 +90,9 @@ public:
     Backend& backend() const;  // a host tensor: InvalidArgument
     void* device_data();
     const void* device_data() const;
+    // The device storage itself (null for a host tensor), shared: a weight store moves it off the device and
+    // back (DeviceBuffer::offload, models/device_weights.h).
+    const std::shared_ptr<DeviceBuffer>& device_buffer() const { return device_; }
     // The values on `backend`'s device, rounded to `dtype` (from the host or from another dtype there).
     Tensor to_device(Backend& backend, DType dtype) const;
     // The values on the host as float32 (a copy; a host float32 tensor is returned as is).

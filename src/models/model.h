@@ -44,6 +44,10 @@ struct LoadOptions {
     // False leaves the VAE encoder unread (Vae::load's with_encoder): txt2img never encodes, and SD's
     // encoder is 65 MiB in fp16. img2img needs it.
     bool vae_encoder = true;
+    // On a GPU: every weight leaves the device once loaded (WeightSource::offload_weights), for a memory
+    // budget (--vram) to bring back by stage or block (pipeline/gpu_memory_plan.h). Loading then holds one
+    // weight of device memory at a time.
+    bool offload_weights = false;
     // LoRA files merged into the text encoders' and UNet's weights as they load (docs/LORA.md). Modules that
     // match no layer of the model are reported through `notice` and skipped, as AUTOMATIC1111 does; a file of
     // which no module matches is InvalidArgument (a LoRA for another architecture).
@@ -55,6 +59,9 @@ struct LoadOptions {
 DType device_precision(const LoadOptions& options, Architecture arch, bool is_vae);
 
 uint64_t next_model_serial();
+struct StableDiffusionModel;
+// "unet of model N ": the start of the keys of the model's recorded UNet calls (pipeline/generate.cpp).
+std::string unet_recording_key_prefix(const StableDiffusionModel& model);
 
 struct StableDiffusionModel {
     Architecture arch = Architecture::SD1;

@@ -63,6 +63,7 @@ Source with_weights(Source source, const LoadOptions& options, DType device_dtyp
     if (!options.device.is_cpu()) {
         source.device = &backend_for(options.device);
         source.device_dtype = device_dtype;
+        source.offload_weights = options.offload_weights;
         // Float32 on the GPU only because the VAE is upcast: products on TF32, as PyTorch's convolutions.
         source.device->set_fast_float32(options.precision != DType::F32);
     }
@@ -231,6 +232,10 @@ void report_lora_matches(const std::vector<LoadedLora>& loras, const std::functi
 
 }  // namespace
 
+std::string unet_recording_key_prefix(const StableDiffusionModel& model) {
+    return "unet of model " + std::to_string(model.serial) + " ";
+}
+
 uint64_t next_model_serial() {
     static std::atomic<uint64_t> next{1};
     return next++;
@@ -314,6 +319,7 @@ StableDiffusionModel load_model(const std::string& path, const LoadOptions& opti
     }
     report_lora_matches(loras, options.notice);
     m.loras = options.loras;
+    if (m.unet) m.unet->set_recording_prefix(unet_recording_key_prefix(m));
     return m;
 }
 

@@ -210,6 +210,7 @@ StableDiffusionModel make_synthetic_model(SyntheticArch arch, const SyntheticPar
         if (parts.device.is_cpu()) return;
         src.device = &backend_for(parts.device);
         src.device_dtype = device_precision(placement, a.arch, is_vae);
+        src.offload_weights = parts.offload_weights;
         src.device->set_fast_float32(parts.precision != DType::F32);  // as the loader (model_loader.cpp)
     };
     MemoryCategoryScope weights(MemoryCategory::Weights);
@@ -225,6 +226,7 @@ StableDiffusionModel make_synthetic_model(SyntheticArch arch, const SyntheticPar
         SyntheticSource src("unet", seed, a.unet_conv_projections);
         place(src, false);
         m.unet = std::make_unique<UNet>(UNet::load(src, a.unet));
+        m.unet->set_recording_prefix(unet_recording_key_prefix(m));
     }
     if (parts.vae) {
         SyntheticSource src("vae", seed, false);

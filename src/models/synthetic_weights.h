@@ -38,6 +38,7 @@ struct SyntheticParts {
     Device device;                 // where the model runs (LoadOptions::device)
     DType precision = DType::F16;  // activations and weights there (LoadOptions::precision)
     bool vae_encoder = true;       // with the VAE: its encoder too (Vae::load's with_encoder)
+    bool offload_weights = false;  // LoadOptions::offload_weights
 };
 
 // A model of `arch` whose weights are made from `seed` (the same seed gives the same bits). Parts left

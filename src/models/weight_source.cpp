@@ -189,17 +189,22 @@ Tensor WeightReader::read(const std::string& name, const Shape* expected, bool m
     }
 }
 
-Tensor WeightReader::place(Tensor t) const {
+Tensor WeightReader::place(Tensor t, std::vector<std::string> names) {
     if (!source_.device) return t;
-    return t.to_device(*source_.device, source_.device_dtype);  // the host copy goes when t does
+    Tensor placed = t.to_device(*source_.device, source_.device_dtype);  // the host copy goes when t does
+    device_weights_.add(std::move(names), placed.device_buffer());
+    if (source_.offload_weights && placed.device_buffer()) placed.device_buffer()->offload();
+    return placed;
 }
 
-Tensor WeightReader::get(const std::string& name, const Shape& expected) { return place(read(name, &expected, false)); }
-Tensor WeightReader::get(const std::string& name) { return place(read(name, nullptr, false)); }
-Tensor WeightReader::get_matrix(const std::string& name, const Shape& expected) {
-    return place(read(name, &expected, true));
+Tensor WeightReader::get(const std::string& name, const Shape& expected) {
+    return place(read(name, &expected, false), {name});
 }
-Tensor WeightReader::get_matrix(const std::string& name) { return place(read(name, nullptr, true)); }
+Tensor WeightReader::get(const std::string& name) { return place(read(name, nullptr, false), {name}); }
+Tensor WeightReader::get_matrix(const std::string& name, const Shape& expected) {
+    return place(read(name, &expected, true), {name});
+}
+Tensor WeightReader::get_matrix(const std::string& name) { return place(read(name, nullptr, true), {name}); }
 Tensor WeightReader::get_matrix_stack(const std::vector<std::string>& names, const Shape& each) {
     require(each.size() == 2, ErrorKind::InvalidArgument, "get_matrix_stack: needs a 2D shape");
     return stack(names, each, true);
@@ -227,19 +232,19 @@ Tensor WeightReader::stack(const std::vector<std::string>& names, const Shape& e
         std::vector<float> all;
         all.reserve(size_t(n) * parts.size());
         for (const Tensor& p : parts) all.insert(all.end(), p.data(), p.data() + n);  // a source may give views
-        return place(Tensor(shape, std::move(all)));
+        return place(Tensor(shape, std::move(all)), names);
     }
     if (is_block_quantized(type)) {  // each part is rows of whole blocks, so the stack is too
         std::vector<uint8_t> all;
         const int64_t bytes = dtype_storage_bytes(type, n);
         all.reserve(size_t(bytes) * parts.size());
         for (const Tensor& p : parts) all.insert(all.end(), p.blocks(), p.blocks() + bytes);
-        return place(Tensor::from_blocks(shape, type, std::move(all)));
+        return place(Tensor::from_blocks(shape, type, std::move(all)), names);
     }
     std::vector<uint16_t> all;
     all.reserve(size_t(n) * parts.size());
     for (const Tensor& p : parts) all.insert(all.end(), p.bits16(), p.bits16() + n);
-    return place(Tensor::from_bits16(shape, type, std::move(all)));
+    return place(Tensor::from_bits16(shape, type, std::move(all)), names);
 }
 
 Tensor WeightReader::get_host(const std::string& name, const Shape& expected) { return read(name, &expected, false); }

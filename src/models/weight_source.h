@@ -13,6 +13,7 @@
 
 #include "core/tensor.h"
 #include "io/safetensors.h"
+#include "models/device_weights.h"
 #include "models/weight_pages.h"
 
 namespace kiln {
@@ -71,6 +72,9 @@ public:
     // is moved there in device_dtype, the precision the backend computes in.
     Backend* device = nullptr;
     DType device_dtype = DType::F16;
+    // Each weight leaves the device as soon as it is there (DeviceBuffer::offload), so that loading holds one
+    // weight of device memory at a time: a memory budget (--vram) brings them back by stage or block.
+    bool offload_weights = false;
 
 protected:
     // Whether a matrix the file stores as `stored` is handed out as stored, on the host. Then file sources
@@ -151,6 +155,8 @@ public:
     // The file pages of the views handed out so far (when the source's views are file pages), for the
     // component to keep: it drops them when a memory budget asks (weight_pages.h).
     WeightPages take_pages() { return std::move(pages_); }
+    // The device storage of the weights handed out so far (when the source has a device), likewise.
+    DeviceWeights take_device_weights() { return std::move(device_weights_); }
     // Throws InvalidModel listing the tensors of the source that were never read (ignoring those
     // for which `ignore` returns true). Call after loading the whole component.
     void check_all_used(const std::function<bool(const std::string&)>& ignore = nullptr) const;
@@ -158,12 +164,13 @@ public:
 private:
     Tensor read(const std::string& name, const Shape* expected, bool matrix, bool copied = false);
     Tensor stack(const std::vector<std::string>& names, const Shape& each, bool matrix);
-    Tensor place(Tensor t) const;
+    Tensor place(Tensor t, std::vector<std::string> names);
 
     const WeightSource& source_;
     std::set<std::string> used_;
     int64_t parameters_ = 0;
     WeightPages pages_;
+    DeviceWeights device_weights_;
 };
 
 }  // namespace kiln

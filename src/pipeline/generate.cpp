@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "kiln/error.h"
 #include "core/backend.h"
 #include "pipeline/conditioning.h"
+#include "pipeline/gpu_memory_plan.h"
 #include "pipeline/memory_check.h"
 #include "pipeline/memory_plan.h"
 #include "rng/noise_generator_factory.h"
@@ -114,8 +117,11 @@ std::string default_sampler(const StableDiffusionModel& model) {
     fail(ErrorKind::Unsupported, "the model's scheduler " + cls + " (choose one with --sampler)");
 }
 
-GenerationResult generate(const StableDiffusionModel& model, const GenerationRequest& r) {
-    validate_request(r);
+namespace {
+
+// One generation with the weights placed by `gpu_plan` on a GPU (ignored on the CPU).
+GenerationResult generate_with(const StableDiffusionModel& model, const GenerationRequest& r,
+                               const GpuMemoryPlan& gpu_plan) {
     require(!r.init_image || model.vae->has_encoder(), ErrorKind::InvalidArgument,
             "img2img needs the VAE encoder, and the model was loaded without it (LoadOptions::vae_encoder)");
     SamplingRequest sampling;
@@ -129,6 +135,30 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     Backend* gpu = model.device.is_cpu() ? nullptr : &backend_for(model.device);
     const MemoryPlan plan =
         gpu ? MemoryPlan{} : plan_cpu_memory(model, r.width, r.height, r.batch_size, r.memory_budget, r.vae_tiling);
+    const bool stream_on_gpu = gpu && gpu_plan.weights == GpuWeightPlacement::Streamed;
+    // KILN_PLAN_CHECK=1: each stage's measured peak of kiln's device tensors beside the plan's figure, on stderr
+    // (to check the estimates in gpu_memory_plan.cpp).
+    const bool plan_check = gpu && std::getenv("KILN_PLAN_CHECK") != nullptr;
+    const MemoryDevice device_memory = gpu ? memory_device(device_name(model.device)) : kCpuDevice;
+    std::string last_stage;
+    auto report_stage = [&] {
+        if (!plan_check || last_stage.empty()) return;
+        int64_t predicted = -1;
+        for (const StageEstimate& e : gpu_plan.stages)
+            if (e.stage == last_stage) predicted = e.total(0);
+        std::fprintf(stderr, "kiln plan check: %s (%s): measured %s, predicted %s\n", last_stage.c_str(),
+                     gpu_weight_placement_name(gpu_plan.weights), format_mib(memory_window_peak(device_memory)).c_str(),
+                     predicted < 0 ? "-" : format_mib(predicted).c_str());
+    };
+    auto place_for = [&](const char* stage) {
+        if (!gpu) return;
+        report_stage();
+        place_weights_for_stage(model, gpu_plan, stage);
+        last_stage = stage;
+        if (plan_check) reset_memory_window(device_memory);
+    };
+    const std::function<void(const std::string&)> bring_block = [&](const std::string& b) { model.unet->stream_in(b); };
+    const std::function<void(const std::string&)> send_block = [&](const std::string& b) { model.unet->stream_out(b); };
     const std::function<void(const std::string&)> drop_block = [&](const std::string& block) {
         model.unet->pages().drop(block);
     };
@@ -149,6 +179,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     std::vector<std::string> used_embeddings;
     prompt_options.used_embeddings = &used_embeddings;
     // Prompt editing makes the conditioning change with the model call (conditioning.h).
+    place_for("text_encode");
     const ConditioningSchedule schedule = encode_conditioning_schedule(
         model, r.prompt, r.negative_prompt, cfg, prompt_options, r.width, r.height, r.notice);
     for (const TextEncoder& te : model.text_encoders) te.model.pages().drop();
@@ -190,13 +221,18 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         const Tensor timesteps = to_model(Tensor({x.dim(0)}, std::vector<float>(x.dim(0), t)), DType::F32);
         UNetInputs in{&input, &timesteps, &c.context};
         if (plan.stream_unet) in.after_block = &drop_block;
+        if (stream_on_gpu) {
+            in.before_block = &bring_block;
+            in.after_block = &send_block;
+        }
         if (sdxl) {
             in.text_embeds = &c.text_embeds;
             in.time_ids = &c.time_ids;
         }
         if (!gpu) return model.unet->forward(in);
+        if (stream_on_gpu) return model.unet->forward(in).to_host();  // weights move inside it: not recordable
         const std::vector<const Tensor*> inputs = in.list();
-        const std::string key = "unet of model " + std::to_string(model.serial) + " " + shape_str(input.shape()) +
+        const std::string key = unet_recording_key_prefix(model) + shape_str(input.shape()) +
                                 " context " + shape_str(c.context.shape());
         return gpu->run_recorded(key, inputs, unet_call).to_host();
     };
@@ -217,6 +253,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     GenerationResult result;
     result.used_embeddings = used_embeddings;
     if (!r.init_image) {
+        place_for("denoise");
         Tensor noise = rng->randn(latent_shape);
         result.final_latent = sample_latents(sampling, model.scheduler_config, noise, *rng, denoise, r.progress);
     } else {
@@ -232,6 +269,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         // diffusers draws the posterior sample first, then the noise added at the first timestep.
         Vae::Posterior posterior = [&] {
             StageScope zone(Stage::VaeEncode);
+            place_for("vae_encode");
             Vae::Posterior p = model.vae->encode(scaled);
             model.vae->pages().drop();
             return p;
@@ -244,6 +282,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         // added at the first timestep is then drawn for the whole batch.
         Tensor init_latents = repeat_rows(one_latent, n);
         sampling.img2img = true;
+        place_for("denoise");
         sampling.strength = r.strength;
         result.final_latent =
             sample_latents(sampling, model.scheduler_config, init_latents, *rng, denoise, r.progress);
@@ -265,8 +304,16 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         // diffusers divides (latents / scaling_factor); times the rounded reciprocal is 1 ulp off in
         // about one element in five.
         for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = latents[i] / model.vae_scale;
-        Tensor decoded = decode_latents(model, latents, plan.vae_tiled ? VaeTiling::On : r.vae_tiling, r.notice);
+        place_for("vae_decode");
+        // Under a --vram budget the bands share what the VAE's weights leave of it (parked on the host).
+        const int64_t band = gpu && r.vram_budget > 0
+                                 ? std::clamp<int64_t>((r.vram_budget - model.vae->device_weights().bytes()) / 3,
+                                                       int64_t(8) << 20, default_vae_band_bytes(true))
+                                 : 0;
+        Tensor decoded = decode_latents(model, latents, plan.vae_tiled || gpu_plan.vae_tiled ? VaeTiling::On : r.vae_tiling,
+                                        r.notice, band);
         model.vae->pages().drop();
+        if (gpu) report_stage();
         // A reduced-precision VAE that overflowed gives NaN or infinity, which would be a black picture.
         // (SDXL's VAE, the one known to overflow fp16, runs in bfloat16 or float32: their range is float32's.)
         // (The message is built once, after the scan: built per pixel it cost 75 ms of a 512x512 image.)
@@ -289,6 +336,60 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         result.image = std::move(decoded);
     }
     return result;
+}
+
+void notice_plan(const GenerationRequest& r, const GpuMemoryPlan& p) {
+    if (r.notice && r.vram_budget >= 0 &&
+        (p.weights != GpuWeightPlacement::Resident || (p.vae_tiled && r.vae_tiling == VaeTiling::Auto)))
+        r.notice("--vram " + format_mib(r.vram_budget) + ": " + gpu_weight_placement_name(p.weights) +
+                 (p.vae_tiled ? "; the VAE decodes in bands" : "") + " (predicted peak " + format_mib(p.peak()) + ")");
+}
+
+}  // namespace
+
+GenerationResult generate(const StableDiffusionModel& model, const GenerationRequest& r) {
+    validate_request(r);
+    if (model.device.is_cpu()) return generate_with(model, r, GpuMemoryPlan{});
+    // On a GPU, a --vram budget decides where the weights are at each stage (gpu_memory_plan.h).
+    if (!r.gpu_weights.empty())
+        return generate_with(model, r,
+                             gpu_memory_plan_with(model, r.width, r.height, r.batch_size,
+                                                  parse_gpu_weight_placement(r.gpu_weights), r.vae_tiling));
+    GpuMemoryPlan plan = plan_gpu_memory(model, r.width, r.height, r.batch_size, r.vram_budget, r.vae_tiling);
+    // A placement that ran out of memory before is not tried again for the same call (--batch-count, a bench):
+    // the leaner one that worked is remembered (only the first call of a shape picks algorithms, which takes
+    // more memory than the plan counts, so later calls could fit again, but would pay for a failed try each).
+    static std::map<std::string, GpuMemoryPlan> worked;
+    const std::string key = std::to_string(model.serial) + " " + std::to_string(r.width) + "x" +
+                            std::to_string(r.height) + " " + std::to_string(r.batch_size) + " " +
+                            std::to_string(r.vram_budget) + " " + vae_tiling_name(r.vae_tiling);
+    if (auto it = worked.find(key); it != worked.end()) plan = it->second;
+    notice_plan(r, plan);
+    // The plan's figures are estimates: where the device runs out under the budget all the same, the generation
+    // runs again (from the same seed, so to the same image) with each leaner placement in turn.
+    for (;;) {
+        try {
+            GenerationResult result = generate_with(model, r, plan);
+            if (r.vram_budget >= 0) worked[key] = plan;
+            return result;
+        } catch (const Error& e) {
+            if (e.kind() != ErrorKind::OutOfMemory || r.vram_budget < 0) throw;
+            const std::vector<GpuMemoryPlan> plans =
+                gpu_memory_plans(model, r.width, r.height, r.batch_size, r.vae_tiling);
+            const GpuMemoryPlan* next = nullptr;
+            for (const GpuMemoryPlan& p : plans)
+                if (p.weights > plan.weights || (p.weights == plan.weights && p.vae_tiled && !plan.vae_tiled)) {
+                    next = &p;
+                    break;
+                }
+            if (!next) throw;
+            if (r.notice)
+                r.notice(std::string("out of device memory with ") + gpu_weight_placement_name(plan.weights) +
+                         (plan.vae_tiled ? ", the VAE in bands" : "") + " (" + e.what() + "); trying " +
+                         gpu_weight_placement_name(next->weights) + (next->vae_tiled ? ", the VAE in bands" : ""));
+            plan = *next;
+        }
+    }
 }
 
 }  // namespace kiln

@@ -35,6 +35,14 @@ struct GenerationRequest {
     // A bound on the process's resident set in bytes for CPU runs (--memory; < 0: none): the weights' pages
     // are then streamed and the decode banded as far as needed (memory_plan.h).
     int64_t memory_budget = -1;
+    // The same for kiln's device memory on a GPU (--vram; < 0: none): the weights then leave the device
+    // between stages, or stream through it block by block, and the decode runs in bands as far as needed
+    // (gpu_memory_plan.h). The model should be loaded with LoadOptions::offload_weights, so that loading fits too;
+    // the backend's own cap (Backend::set_memory_limit) is what holds every allocation to it.
+    int64_t vram_budget = -1;
+    // Where the weights are by stage, chosen rather than planned from vram_budget (tests, and kiln bench's
+    // --weights-placement to time each): "resident", "stages", "each_stage" or "streamed".
+    std::string gpu_weights;
     // Textual-inversion embeddings the prompts may name (A1111 syntax; prompt_encoding.h). Not owned.
     const std::vector<TextualInversion>* embeddings = nullptr;
     std::function<void(int step, int total)> progress;

@@ -89,9 +89,9 @@ bool tiled_decode_fits_device(const StableDiffusionModel& model, int width, int 
 }
 
 Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
-                      const std::function<void(const std::string&)>& notice) {
+                      const std::function<void(const std::string&)>& notice, int64_t band_bytes) {
     const bool gpu = !model.device.is_cpu();
-    const int64_t band = default_vae_band_bytes(gpu);
+    const int64_t band = band_bytes > 0 ? band_bytes : default_vae_band_bytes(gpu);
     if (tiling == VaeTiling::On) return model.vae->decode_tiled(latents, band);
     if (tiling == VaeTiling::Off) return model.vae->decode(latents).to_host();
     const int f = model.vae->config().downsample_factor();

@@ -34,7 +34,8 @@ bool tiled_decode_fits_device(const StableDiffusionModel& model, int width, int 
 
 // The decoded image [N, 3, H, W] on the host (float32, about [-1, 1]) of raw latents (already divided by the VAE
 // scale). `notice` hears one line when Auto falls back to bands after the GPU ran out of memory.
+// band_bytes > 0 sizes the bands (a --vram budget's plan), else default_vae_band_bytes.
 Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
-                      const std::function<void(const std::string&)>& notice);
+                      const std::function<void(const std::string&)>& notice, int64_t band_bytes = 0);
 
 }  // namespace kiln

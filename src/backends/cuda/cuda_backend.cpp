@@ -127,6 +127,26 @@ void CudaBackend::upload(void* dst, const void* src, int64_t bytes) {
     staging_.upload(dst, src, bytes, stream_);  // src (the caller's) may go; the copy itself may still run
 }
 
+void* CudaBackend::allocate_host(int64_t bytes) {
+    DeviceScope scope(index_);
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, size_t(bytes), cudaHostAllocDefault) != cudaSuccess) {
+        (void)cudaGetLastError();  // the host may cap page-locked memory: the caller falls back to ordinary memory
+        return nullptr;
+    }
+    return p;
+}
+
+void CudaBackend::deallocate_host(void* p) noexcept {
+    if (p) (void)cudaFreeHost(p);
+}
+
+void CudaBackend::upload_async(void* dst, const void* src, int64_t bytes) {
+    if (!channels_last_.empty()) channels_last_.erase(dst);  // new values, in the tensor's own layout
+    DeviceScope scope(index_);
+    if (bytes > 0) KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, stream_));
+}
+
 void CudaBackend::deallocate(void* p) noexcept {
     if (!channels_last_.empty()) channels_last_.erase(p);
     allocator_.deallocate(p);
@@ -253,6 +273,26 @@ Tensor CudaBackend::run_recorded(const std::string& key, const std::vector<const
     timeline_->before_replay(r.spans);  // each launch records the graph's op events again
     KILN_CUDA_CHECK(cudaGraphLaunch(r.exec, stream_));
     return Tensor(*r.output);  // a copy in the ordinary pool: the next replay overwrites the recording's
+}
+
+void CudaBackend::forget_recordings(const std::string& key_prefix) {
+    bool synced = false;
+    for (auto it = recordings_.begin(); it != recordings_.end();) {
+        if (it->first.compare(0, key_prefix.size(), key_prefix) != 0) {
+            ++it;
+            continue;
+        }
+        Recording& r = it->second;
+        if (r.exec) {
+            if (!synced) KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));  // a replay may still read the pool
+            synced = true;
+            cudaGraphExecDestroy(r.exec);
+            r.inputs.clear();
+            r.output.reset();
+            allocator_.release_pool(r.pool);  // a failed recording's went when it failed
+        }
+        it = recordings_.erase(it);
+    }
 }
 
 BackendFactory cuda_backend_factory() {

@@ -58,6 +58,10 @@ public:
         return t != DType::BF16 || cc_major_ >= 8;
 #endif
     }
+    void forget_recordings(const std::string& key_prefix) override;
+    void* allocate_host(int64_t bytes) override;  // page-locked (cudaHostAlloc); null where the host refuses
+    void deallocate_host(void* p) noexcept override;
+    void upload_async(void* dst, const void* src, int64_t bytes) override;
     Tensor run_recorded(const std::string& key, const std::vector<const Tensor*>& inputs,
                         const RecordedFn& fn) override;
 

@@ -76,9 +76,21 @@ void CudnnConv::run(const ConvShape& s, const void* x, const void* w, void* y, c
         // cuDNN times its algorithms on these very buffers (y is overwritten; it is an output anyway).
         cudnnConvolutionFwdAlgoPerf_t perf[8];
         int found = 0;
-        void* ws = workspace(kMaxWorkspace);
+        // Under a --vram cap the search may not get its 512 MiB: then it chooses among the algorithms that need
+        // 32 MiB, or none.
+        size_t ws_bytes = kMaxWorkspace;
+        void* ws = nullptr;
+        for (;;) {
+            try {
+                ws = ws_bytes ? workspace(ws_bytes) : nullptr;
+                break;
+            } catch (const Error& e) {
+                if (e.kind() != ErrorKind::OutOfMemory || ws_bytes == 0) throw;
+                ws_bytes = ws_bytes > (size_t(32) << 20) ? size_t(32) << 20 : 0;
+            }
+        }
         KILN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(impl_->handle, p.x, x, p.w, w, p.conv, p.y, y, 8,
-                                                                &found, perf, ws, kMaxWorkspace));
+                                                                &found, perf, ws, ws_bytes));
         int pick = -1;
         for (int i = 0; i < found && pick < 0; ++i)
             if (perf[i].status == CUDNN_STATUS_SUCCESS &&

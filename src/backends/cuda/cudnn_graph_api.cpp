@@ -59,7 +59,12 @@ bool choose_cudnn_plan(cudnnHandle_t handle, const Desc& graph, cudaStream_t str
         if (p.workspace < 0 || size_t(p.workspace) > kCudnnMaxWorkspace) continue;
         ++tried;
         if (p.workspace > ws_bytes) {
-            ws = workspace(size_t(p.workspace));
+            try {
+                ws = workspace(size_t(p.workspace));
+            } catch (const Error& e) {
+                if (e.kind() != ErrorKind::OutOfMemory) throw;
+                continue;  // more than a --vram cap leaves: an engine that needs less may still do
+            }
             ws_bytes = p.workspace;
         }
         float ms = 0.0f;

@@ -390,6 +390,26 @@ Tensor VulkanBackend::run_recorded(const std::string& key, const std::vector<con
     return Tensor(*r.output);  // a copy in the ordinary pool: the next replay overwrites the recording's
 }
 
+void VulkanBackend::forget_recordings(const std::string& key_prefix) {
+    bool waited = false;
+    for (auto it = recordings_.begin(); it != recordings_.end();) {
+        if (it->first.compare(0, key_prefix.size(), key_prefix) != 0) {
+            ++it;
+            continue;
+        }
+        Recording& r = it->second;
+        if (r.commands != VK_NULL_HANDLE) {
+            if (!waited) submit_and_wait();  // nothing may still run the commands
+            waited = true;
+            api().vkFreeCommandBuffers(device_, pool_, 1, &r.commands);
+            r.inputs.clear();
+            r.output.reset();
+            memory_->release_pool(r.pool);  // a failed recording's went when it failed
+        }
+        it = recordings_.erase(it);
+    }
+}
+
 BackendFactory vulkan_backend_factory() {
     BackendFactory f;
     f.list = [](std::string* why) {

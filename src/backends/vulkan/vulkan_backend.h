@@ -49,6 +49,7 @@ public:
     // The second call with a key records fn into a command buffer (its memory from a pool of its own); later
     // calls copy the inputs in and resubmit it. A call that needs the host inside (an upload or download)
     // cannot be recorded and runs eagerly from then on. KILN_VULKAN_RECORD=0 runs every call eagerly.
+    void forget_recordings(const std::string& key_prefix) override;
     Tensor run_recorded(const std::string& key, const std::vector<const Tensor*>& inputs,
                         const RecordedFn& fn) override;
 

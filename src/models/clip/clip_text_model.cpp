@@ -53,6 +53,8 @@ ClipTextModel ClipTextModel::load(const WeightSource& source, const ClipTextConf
                (config.projection_dim == 0 && name == "text_projection.weight");
     });
     m.pages_ = r.take_pages();
+    m.device_weights_ = r.take_device_weights();
+    m.device_weights_.set_recording_prefix(m.recording_key_prefix());
     return m;
 }
 
@@ -156,7 +158,7 @@ ClipTextOutput ClipTextModel::encode(const std::vector<std::vector<int>>& ids, i
     };
     const Tensor stacked =
         x.on_device() ? x.backend()
-                            .run_recorded("clip text encoder " + std::to_string(serial_) + " at " +
+                            .run_recorded(recording_key_prefix() + "at " +
                                               std::to_string(reinterpret_cast<uintptr_t>(final_ln_w_.device_data())) +
                                               " skip " + std::to_string(skip) + " " + shape_str(x.shape()),
                                           {&x}, layers)

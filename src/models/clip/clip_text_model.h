@@ -43,6 +43,8 @@ public:
     const ClipTextConfig& config() const { return config_; }
     // The weights' pages in the mapped file (empty unless they are views of it: on the CPU).
     const WeightPages& pages() const { return pages_; }
+    // The weights' device storage (empty on the CPU), which a --vram budget moves off the device and back.
+    const DeviceWeights& device_weights() const { return device_weights_; }
 
     // ids: B rows of token ids, each 1..max_positions long (all rows the same length, normally 77).
     // skip (>= 1, <= layers) picks hidden_states[-skip] as above. Bad ids or skip: InvalidArgument.
@@ -52,12 +54,15 @@ public:
 
 private:
     WeightPages pages_;
+    DeviceWeights device_weights_;
     struct Layer {
         Tensor ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, out_w, out_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
     };
     Tensor run_layer(const Layer& layer, const Tensor& x) const;
 
     ClipTextConfig config_;
+    // "clip text encoder N ": the start of its recorded calls' keys.
+    std::string recording_key_prefix() const { return "clip text encoder " + std::to_string(serial_) + " "; }
     uint64_t serial_ = 0;  // keys this model's recorded call (Backend::run_recorded), with its weights' address
     Tensor token_embedding_, position_embedding_, final_ln_w_, final_ln_b_, projection_;
     std::vector<Layer> layers_;

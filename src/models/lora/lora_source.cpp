@@ -58,6 +58,7 @@ LoraSource::LoraSource(const WeightSource& inner, std::map<std::string, std::vec
     weights_dtype = inner.weights_dtype;
     device = inner.device;
     device_dtype = inner.device_dtype;
+    offload_weights = inner.offload_weights;
 }
 
 Tensor LoraSource::merged(const std::string& name, Tensor base) const {

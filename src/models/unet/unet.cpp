@@ -192,6 +192,7 @@ UNet UNet::load(const WeightSource& source, const UNetConfig& c) {
     r.check_all_used();
     u.parameters_ = r.parameters_read();
     u.pages_ = r.take_pages();
+    u.device_weights_ = r.take_device_weights();
     return u;
 }
 
@@ -222,27 +223,87 @@ void UNet::for_each_cross_attention(Fn fn) {
             each(up_[i].attentions[j], "up_blocks." + std::to_string(i) + ".attentions." + std::to_string(j));
 }
 
-int64_t UNet::streamed_page_bytes() const {
-    // A block's weights share their first name parts, as forward reports them ("up_blocks.1.attentions.0",
-    // "mid_block.resnets.0"); conv_in and conv_out are blocks of their own; what else there is stays.
+namespace {
+
+// The block a weight belongs to, by the prefix forward reports ("up_blocks.1.attentions.0.",
+// "mid_block.resnets.0.", "conv_in."), or "" for what no block owns (the time embedding, the output norm).
+std::string block_of(const std::string& n) {
+    if (n.rfind("down_blocks.", 0) == 0 || n.rfind("up_blocks.", 0) == 0 || n.rfind("mid_block.", 0) == 0) {
+        const int parts = n.rfind("mid_block.", 0) == 0 ? 3 : 4;  // mid_block.resnets.0.
+        size_t end = 0;
+        for (int dots = 0; dots < parts && end != std::string::npos; ++dots) end = n.find('.', dots == 0 ? 0 : end + 1);
+        return end == std::string::npos ? "" : n.substr(0, end + 1);
+    }
+    if (n.rfind("conv_in.", 0) == 0 || n.rfind("conv_out.", 0) == 0) return n.substr(0, n.find('.') + 1);
+    return "";
+}
+
+// What streaming holds at once: what no block owns, and the largest block. `block` names the block of an item
+// ("" for none).
+template <class Items, class BlockOf, class BytesOf>
+int64_t streamed_bytes(const Items& items, BlockOf block, BytesOf bytes) {
     std::map<std::string, int64_t> blocks;
     int64_t kept = 0;
-    for (const WeightPages::Range& r : pages_.ranges()) {
-        const std::string& n = r.name;
-        if (n.rfind("down_blocks.", 0) == 0 || n.rfind("up_blocks.", 0) == 0 || n.rfind("mid_block.", 0) == 0) {
-            const int parts = n.rfind("mid_block.", 0) == 0 ? 3 : 4;  // mid_block.resnets.0.
-            size_t end = 0;
-            for (int dots = 0; dots < parts && end != std::string::npos; ++dots) end = n.find('.', dots == 0 ? 0 : end + 1);
-            blocks[n.substr(0, end)] += r.bytes;
-        } else if (n.rfind("conv_in.", 0) == 0 || n.rfind("conv_out.", 0) == 0) {
-            blocks[n.substr(0, n.find('.'))] += r.bytes;
-        } else {
-            kept += r.bytes;
-        }
+    for (const auto& item : items) {
+        const std::string b = block(item);
+        (b.empty() ? kept : blocks[b]) += bytes(item);
     }
     int64_t largest = 0;
-    for (const auto& [name, bytes] : blocks) largest = std::max(largest, bytes);
+    for (const auto& [name, n] : blocks) largest = std::max(largest, n);
     return kept + largest;
+}
+
+}  // namespace
+
+int64_t UNet::streamed_page_bytes() const {
+    return streamed_bytes(
+        pages_.ranges(), [](const WeightPages::Range& r) { return block_of(r.name); },
+        [](const WeightPages::Range& r) { return r.bytes; });
+}
+
+// The stacked k|v and time projections are read at the start of a call, before any block: they stay, even
+// where a stack holds the weights of one block only (a level of one resnet).
+std::string UNet::streamed_block(const DeviceWeights::Entry& e) const {
+    for (const Tensor& t : kv_projections_)
+        if (t.device_buffer() == e.buffer) return "";
+    for (const Linear& p : time_projections_)
+        if (p.weight.device_buffer() == e.buffer || p.bias.device_buffer() == e.buffer) return "";
+    const std::string b = block_of(e.names.front());
+    for (const std::string& n : e.names)
+        if (block_of(n) != b) return "";
+    return b;
+}
+
+int64_t UNet::streamed_device_bytes() const {
+    return streamed_bytes(
+        device_weights_.entries(), [this](const DeviceWeights::Entry& e) { return streamed_block(e); },
+        [](const DeviceWeights::Entry& e) { return e.buffer->bytes(); });
+}
+
+void UNet::place_for_streaming() const {
+    streamed_blocks_.clear();
+    bool moved = false;
+    for (const DeviceWeights::Entry& e : device_weights_.entries()) {
+        const std::string block = streamed_block(e);
+        if (!block.empty()) {
+            e.buffer->offload();
+            streamed_blocks_[block].push_back(e.buffer.get());
+        } else if (!e.buffer->resident()) {
+            e.buffer->restore();
+            moved = true;
+        }
+    }
+    if (moved) device_weights_.forget_recordings();
+}
+
+void UNet::stream_in(const std::string& block) const {
+    if (auto it = streamed_blocks_.find(block); it != streamed_blocks_.end())
+        for (DeviceBuffer* b : it->second) b->restore();
+}
+
+void UNet::stream_out(const std::string& block) const {
+    if (auto it = streamed_blocks_.find(block); it != streamed_blocks_.end())
+        for (DeviceBuffer* b : it->second) b->offload();
 }
 
 Tensor UNet::forward(const UNetInputs& in) const {
@@ -295,54 +356,68 @@ Tensor UNet::forward(const UNetInputs& in) const {
     auto done = [&](const std::string& block) {
         if (in.after_block) (*in.after_block)(block);
     };
+    auto start = [&](const std::string& block) {
+        if (in.before_block) (*in.before_block)(block);
+    };
     auto part = [](const char* level, size_t i, const char* kind, size_t j) {
         return std::string(level) + "." + std::to_string(i) + "." + kind + "." + std::to_string(j) + ".";
     };
 
     std::vector<Tensor> skips;
+    start("conv_in.");
     skips.push_back(conv_in_(x));
     done("conv_in.");
     for (size_t i = 0; i < down_.size(); ++i) {
         const DownLevel& level = down_[i];
         for (size_t j = 0; j < level.resnets.size(); ++j) {
+            start(part("down_blocks", i, "resnets", j));
             Tensor h = resnet(level.resnets[j], skips.back());
             done(part("down_blocks", i, "resnets", j));
             if (!level.attentions.empty()) {
+                start(part("down_blocks", i, "attentions", j));
                 level.attentions[j].add_to(h, kv);
                 done(part("down_blocks", i, "attentions", j));
             }
             skips.push_back(std::move(h));
         }
         if (level.has_downsampler) {
+            start(part("down_blocks", i, "downsamplers", 0));
             Tensor h = level.downsampler(skips.back());
             done(part("down_blocks", i, "downsamplers", 0));
             skips.push_back(std::move(h));
         }
     }
+    start("mid_block.resnets.0.");
     Tensor h = resnet(mid_resnet_0_, skips.back());
     done("mid_block.resnets.0.");
+    start("mid_block.attentions.0.");
     mid_attention_.add_to(h, kv);
     done("mid_block.attentions.0.");
+    start("mid_block.resnets.1.");
     h = resnet(mid_resnet_1_, h);
     done("mid_block.resnets.1.");
     for (size_t i = 0; i < up_.size(); ++i) {
         const UpLevel& level = up_[i];
         for (size_t j = 0; j < level.resnets.size(); ++j) {
+            start(part("up_blocks", i, "resnets", j));
             h = resnet(level.resnets[j], ops::concat_channels(h, skips.back()));
             done(part("up_blocks", i, "resnets", j));
             skips.pop_back();
             if (!level.attentions.empty()) {
+                start(part("up_blocks", i, "attentions", j));
                 level.attentions[j].add_to(h, kv);
                 done(part("up_blocks", i, "attentions", j));
             }
         }
         if (level.has_upsampler) {
+            start(part("up_blocks", i, "upsamplers", 0));
             h = upsample_then_conv(h, skips.back().dim(2), skips.back().dim(3), level.upsampler);
             done(part("up_blocks", i, "upsamplers", 0));
         }
     }
     h = norm_out_(h);
     ops::silu_(h);
+    start("conv_out.");
     h = conv_out_(h);
     done("conv_out.");
     return h;

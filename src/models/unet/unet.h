@@ -3,6 +3,7 @@
 // (ops::on_device_of), so a call can be recorded and replayed (Backend::run_recorded).
 #pragma once
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,9 @@ struct UNetInputs {
     // block's pages there (WeightPages::drop), so that a call holds one block's pages at a time. Not part of
     // a recorded call's inputs (list()).
     const std::function<void(const std::string&)>* after_block = nullptr;
+    // Likewise before each block runs, with the same prefix: a --vram budget brings the block's weights back
+    // to the device there (DeviceWeights::restore), when the UNet is streamed.
+    const std::function<void(const std::string&)>* before_block = nullptr;
 
     // As a flat list, the form a recorded call takes (Backend::run_recorded): sample, timesteps, context,
     // then text_embeds and time_ids when set.
@@ -37,9 +41,22 @@ public:
     int64_t parameter_count() const { return parameters_; }
     // The weights' pages in the mapped file (empty unless the weights are views of it: on the CPU).
     const WeightPages& pages() const { return pages_; }
+    // The weights' device storage (empty on the CPU), which a --vram budget moves off the device and back.
+    const DeviceWeights& device_weights() const { return device_weights_; }
+    // The start of the keys its calls are recorded under (Backend::run_recorded), forgotten when its weights move.
+    void set_recording_prefix(std::string prefix) { device_weights_.set_recording_prefix(std::move(prefix)); }
     // The most of them a call holds when each block's pages are dropped after it (UNetInputs::after_block):
     // the largest block's, and those no block owns (the time embedding's, the output norm's).
     int64_t streamed_page_bytes() const;
+    // The same for its device storage (streamed under --vram): the largest block's and what no block owns.
+    int64_t streamed_device_bytes() const;
+    // Before a streamed call: every block's weights off the device (each comes back just before its block runs,
+    // through UNetInputs::before_block), and what no block owns on it.
+    void place_for_streaming() const;
+    // In a streamed call: a block's weights to the device before it runs, and off it after
+    // (UNetInputs::before_block / after_block).
+    void stream_in(const std::string& block) const;
+    void stream_out(const std::string& block) const;
 
 private:
     struct DownLevel {
@@ -58,6 +75,7 @@ private:
     UNetConfig config_;
     int64_t parameters_ = 0;
     WeightPages pages_;
+    DeviceWeights device_weights_;
     Linear time_linear_1_, time_linear_2_;
     Linear add_linear_1_, add_linear_2_;
     Conv2d conv_in_, conv_out_;
@@ -74,7 +92,11 @@ private:
     // the context is the same for every block, so they are made at the start of a call with one product per
     // width (SD 1.5: 3 instead of 16 products of 154 rows).
     std::vector<Tensor> kv_projections_;
+    // By block prefix, the device storage a streamed call moves (place_for_streaming fills it).
+    mutable std::map<std::string, std::vector<DeviceBuffer*>> streamed_blocks_;
 
+    // The block prefix a streamed call brings the entry's weights in at, or "" for those that stay.
+    std::string streamed_block(const DeviceWeights::Entry& e) const;
     template <class Fn>
     void for_each_resnet(Fn fn);  // fn(block, its weights' name prefix), in the order they run
     template <class Fn>

@@ -59,6 +59,7 @@ Vae Vae::load(const WeightSource& source, const VaeConfig& config, bool with_enc
         return !with_encoder && (name.rfind("encoder.", 0) == 0 || name.rfind("quant_conv.", 0) == 0);
     });
     v.pages_ = r.take_pages();
+    v.device_weights_ = r.take_device_weights();
     return v;
 }
 

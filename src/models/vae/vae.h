@@ -28,6 +28,8 @@ public:
     Tensor decode(const Tensor& latents) const;
     // The weights' pages in the mapped file (empty unless they are views of it: on the CPU).
     const WeightPages& pages() const { return pages_; }
+    // The weights' device storage (empty on the CPU), which a --vram budget moves off the device and back.
+    const DeviceWeights& device_weights() const { return device_weights_; }
 
     // decode() a band of rows at a time from the mid block on, each GroupNorm with the whole image's statistics:
     // the same image up to float rounding, with the device (or, on the CPU, the scratch) holding one band's
@@ -46,6 +48,7 @@ public:
 
 private:
     WeightPages pages_;
+    DeviceWeights device_weights_;
     // The decoder up to and with its mid block (whole in both decodes: latent size, global attention), after
     // checking the latents' shape.
     Tensor decode_to_mid_block(const Tensor& latents) const;

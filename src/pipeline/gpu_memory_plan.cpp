@@ -1,0 +1,152 @@
+#include "pipeline/gpu_memory_plan.h"
+
+#include <algorithm>
+
+#include "kiln/error.h"
+#include "pipeline/memory_check.h"
+
+namespace kiln {
+
+const char* gpu_weight_placement_name(GpuWeightPlacement p) {
+    switch (p) {
+        case GpuWeightPlacement::Resident: return "every weight resident";
+        case GpuWeightPlacement::Stages: return "text encoders and VAE on the device only in their stage, UNet resident";
+        case GpuWeightPlacement::EachStage: return "each component on the device only in its stage";
+        case GpuWeightPlacement::Streamed:
+            return "each component on the device only in its stage, the UNet's blocks streamed in each call";
+    }
+    return "?";
+}
+
+GpuWeightPlacement parse_gpu_weight_placement(const std::string& name) {
+    if (name == "resident") return GpuWeightPlacement::Resident;
+    if (name == "stages") return GpuWeightPlacement::Stages;
+    if (name == "each_stage") return GpuWeightPlacement::EachStage;
+    if (name == "streamed") return GpuWeightPlacement::Streamed;
+    fail(ErrorKind::InvalidArgument,
+         "unknown weight placement '" + name + "' (resident, stages, each_stage or streamed)");
+}
+
+int64_t GpuMemoryPlan::peak() const {
+    int64_t most = 0;
+    for (const StageEstimate& s : stages) most = std::max(most, s.total(0));
+    return most;
+}
+
+std::string GpuMemoryPlan::describe() const {
+    std::string out = "  weights: " + std::string(gpu_weight_placement_name(weights)) +
+                      "; VAE decode: " + (vae_tiled ? "in bands" : "whole") + "\n";
+    for (const StageEstimate& s : stages)
+        out += "  " + s.stage + ": " + format_mib(s.total(0)) + " (weights on the device " + format_mib(s.pages) +
+               ", activations " + format_mib(s.activations) + ")\n";
+    out += "  predicted peak of kiln's device memory: " + format_mib(peak()) + "\n";
+    return out;
+}
+
+namespace {
+
+int64_t text_encoder_bytes(const StableDiffusionModel& model) {
+    int64_t sum = 0;
+    for (const TextEncoder& te : model.text_encoders) sum += te.model.device_weights().bytes();
+    return sum;
+}
+
+// The CPU estimates (memory_check.h, vae_tiling.h) are of float32 activations plus the CPU ops' scratch; on
+// a GPU the activations are in the component's dtype, and the scratch is the backends' (attention's score
+// blocks, a convolution's workspace). The scratch figures are from SD 1.5 at 512x512 on an H200 with
+// KILN_PLAN_CHECK=1 (docs/MEMORY.md): the text encoders held 2 MiB beside their weights, a streamed UNet call
+// about 105 MiB (the estimate gives 70 of activations), the whole VAE decode 543 MiB with its weights (the
+// estimate 256 of activations). A shape's first call, which picks the algorithms, holds more (the plan does
+// not count it; generate() falls back to a leaner placement when it does not fit).
+constexpr int64_t kMiB = int64_t(1) << 20;
+constexpr int64_t kTextScratch = 16 * kMiB, kUNetScratch = 128 * kMiB, kVaeScratch = 192 * kMiB;
+
+int64_t in_dtype(int64_t cpu_estimate, DType dtype, int64_t scratch) {
+    const int64_t activations = std::max<int64_t>(0, cpu_estimate - ops_scratch_bytes());
+    return activations / 4 * int64_t(dtype_size(dtype)) + scratch;
+}
+
+GpuMemoryPlan make_plan(const StableDiffusionModel& model, int width, int height, int batch,
+                        GpuWeightPlacement weights, bool vae_tiled) {
+    GpuMemoryPlan p;
+    p.weights = weights;
+    p.vae_tiled = vae_tiled;
+    const int64_t text = text_encoder_bytes(model);
+    const int64_t unet = model.unet ? model.unet->device_weights().bytes() : 0;
+    const int64_t vae = model.vae ? model.vae->device_weights().bytes() : 0;
+    const bool resident = weights == GpuWeightPlacement::Resident;
+    const bool unet_stays = resident || weights == GpuWeightPlacement::Stages;
+    // Text encoding: a few [B, 77, hidden] tensors, small next to the weights.
+    p.stages.push_back({"text_encode", text + (unet_stays ? unet : 0) + (resident ? vae : 0), kTextScratch});
+    if (model.unet) {
+        const int64_t held = weights == GpuWeightPlacement::Streamed ? model.unet->streamed_device_bytes() : unet;
+        p.stages.push_back({"denoise", held + (resident ? text + vae : 0),
+                            in_dtype(estimate_unet_activation_bytes(model, width, height, batch), model.precision,
+                                     kUNetScratch)});
+    }
+    if (model.vae)
+        p.stages.push_back({"vae_decode", vae + (unet_stays ? unet : 0) + (resident ? text : 0),
+                            in_dtype(estimate_vae_decode_bytes(model, width, height, batch, vae_tiled),
+                                     model.vae->weight_dtype(), kVaeScratch)});
+    return p;
+}
+
+}  // namespace
+
+std::vector<GpuMemoryPlan> gpu_memory_plans(const StableDiffusionModel& model, int width, int height, int batch,
+                                            VaeTiling tiling) {
+    std::vector<GpuMemoryPlan> plans;
+    for (GpuWeightPlacement w : {GpuWeightPlacement::Resident, GpuWeightPlacement::Stages,
+                                 GpuWeightPlacement::EachStage, GpuWeightPlacement::Streamed}) {
+        if (tiling != VaeTiling::On) plans.push_back(make_plan(model, width, height, batch, w, false));
+        if (tiling != VaeTiling::Off) plans.push_back(make_plan(model, width, height, batch, w, true));
+    }
+    return plans;
+}
+
+GpuMemoryPlan plan_gpu_memory(const StableDiffusionModel& model, int width, int height, int batch, int64_t budget,
+                              VaeTiling tiling) {
+    const std::vector<GpuMemoryPlan> plans = gpu_memory_plans(model, width, height, batch, tiling);
+    const GpuMemoryPlan* leanest = &plans.front();
+    for (const GpuMemoryPlan& p : plans) {
+        if (budget < 0 || p.peak() <= budget) return p;
+        if (p.peak() < leanest->peak()) leanest = &p;
+    }
+    fail(ErrorKind::OutOfMemory,
+         "a device memory budget of " + format_mib(budget) + " is too small: the leanest plan (" +
+             gpu_weight_placement_name(leanest->weights) + ", VAE decode " + (leanest->vae_tiled ? "in bands" : "whole") +
+             ") needs about " + format_mib(leanest->peak()) + " (--vram " +
+             std::to_string((leanest->peak() + (1 << 20) - 1) >> 20) + "M)");
+}
+
+GpuMemoryPlan gpu_memory_plan_with(const StableDiffusionModel& model, int width, int height, int batch,
+                                   GpuWeightPlacement weights, VaeTiling tiling) {
+    return make_plan(model, width, height, batch, weights, tiling == VaeTiling::On);
+}
+
+void place_weights_for_stage(const StableDiffusionModel& model, const GpuMemoryPlan& plan, const std::string& stage) {
+    const bool resident = plan.weights == GpuWeightPlacement::Resident;
+    const bool unet_stays = resident || plan.weights == GpuWeightPlacement::Stages;
+    const bool text = stage == "text_encode", denoise = stage == "denoise", decode = stage == "vae_decode" || stage == "vae_encode";
+    // A recorded call holds its activations in a pool of its own for its replays: outside the placements that
+    // keep everything, a component's recordings go with its stage (the next generation records them again).
+    if (!resident) {
+        if (!text)
+            for (const TextEncoder& te : model.text_encoders) te.model.device_weights().forget_recordings();
+        if (model.unet && !denoise) model.unet->device_weights().forget_recordings();
+    }
+    // What leaves first, so that what comes back has the room.
+    if (!resident && !text)
+        for (const TextEncoder& te : model.text_encoders) te.model.device_weights().offload();
+    if (model.vae && !resident && !decode) model.vae->device_weights().offload();
+    if (model.unet && !unet_stays && !denoise) model.unet->device_weights().offload();
+    if (model.unet && denoise && plan.weights == GpuWeightPlacement::Streamed) model.unet->place_for_streaming();
+    // Then what the stage needs (in the resident placements, everything).
+    if (text || resident)
+        for (const TextEncoder& te : model.text_encoders) te.model.device_weights().restore();
+    if (model.unet && (unet_stays || (denoise && plan.weights != GpuWeightPlacement::Streamed)))
+        model.unet->device_weights().restore();
+    if (model.vae && (decode || resident)) model.vae->device_weights().restore();
+}
+
+}  // namespace kiln

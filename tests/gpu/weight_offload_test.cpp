@@ -1,0 +1,141 @@
+// Weights that leave the device and come back (DeviceBuffer::offload/restore, models/device_weights.h) under a
+// --vram budget's plan (pipeline/gpu_memory_plan.h): moving never changes a value, so every placement, the
+// UNet streamed block by block included, gives the resident run's latents bit for bit; a recorded call made
+// before the weights moved is never replayed after (it would read freed memory). Run once per GPU device
+// (lavapipe's Vulkan in CI).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "common/fixtures.h"
+#include "gpu_test_util.h"
+#include "kiln/error.h"
+#include "pipeline/generate.h"
+#include "pipeline/gpu_memory_plan.h"
+
+using namespace kiln;
+using kiln::test::data_path;
+
+namespace {
+
+StableDiffusionModel load_offloaded(const std::string& model, Device device, bool offload) {
+    LoadOptions o;
+    o.device = device;
+    o.precision = DType::F32;
+    o.vae_encoder = true;
+    o.offload_weights = offload;
+    return load_model(data_path(model + "/diffusers"), o);
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+    return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), size_t(a.numel()) * 4) == 0;
+}
+
+GenerationRequest small_request() {
+    GenerationRequest r;
+    r.prompt = "a red circle";
+    r.negative_prompt = "blue";
+    r.width = 64;
+    r.height = 48;
+    r.steps = 3;
+    r.seed = 11;
+    r.sampler = "euler";
+    return r;
+}
+
+}  // namespace
+
+class WeightOffload : public kiln::test::GpuTest {};
+KILN_GPU_TEST_SUITE(WeightOffload);
+
+TEST_P(WeightOffload, BufferRoundTripKeepsTheBytes) {
+    Backend& gpu = this->gpu();
+    std::vector<float> values(1000);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = float(i) * 0.37f - 11.0f;
+    const Tensor t = Tensor({1000}, values).to_device(gpu, DType::F32);
+    const std::shared_ptr<DeviceBuffer>& b = t.device_buffer();
+    b->offload();
+    EXPECT_FALSE(b->resident());
+    try {
+        (void)t.device_data();
+        ADD_FAILURE() << "an offloaded weight's address was handed out";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    }
+    b->restore();
+    b->offload();  // the second time from the kept host copy
+    b->restore();
+    EXPECT_TRUE(b->resident());
+    EXPECT_EQ(t.to_host().values(), values);
+}
+
+// Every placement, and the decode in bands, against a model that never moved: the same latents bit for bit
+// (the arithmetic is the same; only where the weights wait between uses changes), and the same image.
+TEST_P(WeightOffload, EveryPlacementGivesTheResidentLatents) {
+    Backend& gpu = this->gpu();
+    for (const char* name : {"sd15-mini", "sdxl-mini"}) {
+        const StableDiffusionModel resident = load_offloaded(name, gpu.device(), false);
+        const StableDiffusionModel moving = load_offloaded(name, gpu.device(), true);
+        EXPECT_EQ(moving.unet->device_weights().resident_bytes(), 0) << name << ": loaded off the device";
+        EXPECT_GT(moving.unet->device_weights().bytes(), 0);
+        GenerationRequest r = small_request();
+        const GenerationResult want = generate(resident, r);
+        // Each generation makes three UNet calls: eager, recorded, replayed. So each placement after the first
+        // replays a recording, which must have been made after its weights last moved. (On lavapipe, SDXL's
+        // second encoder and larger UNet make the sd15 sequence alone worth its time: SDXL runs streamed only.)
+        const std::vector<const char*> placements =
+            std::string(name) == "sd15-mini" || !gpu.describe().emulated
+                ? std::vector<const char*>{"streamed", "each_stage", "stages", "resident", "streamed", "each_stage"}
+                : std::vector<const char*>{"streamed"};
+        for (const char* placement : placements) {
+            r.gpu_weights = placement;
+            const GenerationResult got = generate(moving, r);
+            EXPECT_TRUE(same_bits(got.final_latent, want.final_latent)) << name << " " << placement;
+            EXPECT_TRUE(same_bits(got.image, want.image)) << name << " " << placement;
+        }
+        // After a streamed run only what no UNet block owns is left on the device: the rest came and went.
+        EXPECT_LT(moving.unet->device_weights().resident_bytes(), moving.unet->streamed_device_bytes()) << name;
+    }
+}
+
+// img2img encodes first: the VAE must be there for its encoder, then leave for the UNet.
+TEST_P(WeightOffload, Img2imgUnderEachStage) {
+    Backend& gpu = this->gpu();
+    const StableDiffusionModel resident = load_offloaded("sd15-mini", gpu.device(), false);
+    const StableDiffusionModel moving = load_offloaded("sd15-mini", gpu.device(), true);
+    GenerationRequest r = small_request();
+    Tensor init({1, 3, r.height, r.width});
+    for (int64_t i = 0; i < init.numel(); ++i) init[i] = float(i % 97) / 96.0f;
+    r.init_image = &init;
+    r.strength = 0.6;
+    const GenerationResult want = generate(resident, r);
+    r.gpu_weights = "each_stage";
+    EXPECT_TRUE(same_bits(generate(moving, r).final_latent, want.final_latent));
+}
+
+// The plans: each stage's weights are what the placement keeps there, and the leaner placements hold less.
+TEST_P(WeightOffload, PlansOrderFromFastestToLeanest) {
+    const StableDiffusionModel m = load_offloaded("sd15-mini", this->gpu().device(), true);
+    const std::vector<GpuMemoryPlan> plans = gpu_memory_plans(m, 512, 512, 1, VaeTiling::Off);
+    ASSERT_EQ(plans.size(), 4u);
+    for (size_t i = 1; i < plans.size(); ++i) EXPECT_LE(plans[i].peak(), plans[i - 1].peak()) << i;
+    const int64_t unet = m.unet->device_weights().bytes();
+    EXPECT_EQ(plans[0].stages.at(1).pages, m.unet->device_weights().bytes() + m.vae->device_weights().bytes() +
+                                               m.text_encoders.at(0).model.device_weights().bytes());
+    EXPECT_EQ(plans[2].stages.at(1).pages, unet);
+    EXPECT_EQ(plans[3].stages.at(1).pages, m.unet->streamed_device_bytes());
+    EXPECT_LT(m.unet->streamed_device_bytes(), unet);
+    // No budget: resident; a budget of the leanest plan's peak: a plan that fits it; below it, one error line
+    // naming a budget that does fit.
+    EXPECT_EQ(plan_gpu_memory(m, 512, 512, 1, -1).weights, GpuWeightPlacement::Resident);
+    const int64_t least = plans.back().peak();
+    EXPECT_LE(plan_gpu_memory(m, 512, 512, 1, least, VaeTiling::Off).peak(), least);
+    try {
+        (void)plan_gpu_memory(m, 512, 512, 1, least / 2, VaeTiling::Off);
+        ADD_FAILURE() << "a budget below every plan was accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory);
+        EXPECT_NE(std::string(e.what()).find("--vram "), std::string::npos) << e.what();
+    }
+}
