@@ -7,6 +7,7 @@
 
 #include "kiln/error.h"
 #include "core/backend.h"
+#include "pipeline/composable_guidance.h"
 #include "pipeline/conditioning.h"
 #include "pipeline/memory_check.h"
 #include "pipeline/memory_plan.h"
@@ -29,14 +30,6 @@ bool all_finite(const Tensor& t) {
 constexpr int kMaxSide = 8192;
 // AUTOMATIC1111's UI offers batch sizes up to 8; beyond 64 a batch is better made with --batch-count.
 constexpr int kMaxBatch = 64;
-
-Tensor batch_of_two(const Tensor& x) {
-    Shape s = x.shape();
-    s[0] *= 2;
-    std::vector<float> v(x.values());
-    v.insert(v.end(), x.values().begin(), x.values().end());
-    return Tensor(s, std::move(v));
-}
 
 // Each row of a [B, ...] tensor n times in a row: [r0 x n, r1 x n, ...], as diffusers repeats each prompt's
 // embedding for num_images_per_prompt (so [negative, positive] becomes n negatives, then n positives).
@@ -175,13 +168,11 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         return model.unet->forward(UNetInputs::from_list(t));
     };
 
-    // Classifier-free guidance on the host: [negatives, positives] -> negative + scale (positive - negative).
-    auto guide = [&](Tensor out) {
-        if (!cfg) return out;
-        const int64_t half = out.numel() / 2;
-        Tensor guided(Shape{out.dim(0) / 2, out.dim(1), out.dim(2), out.dim(3)});
-        for (int64_t i = 0; i < half; ++i) guided[i] = out[i] + r.cfg_scale * (out[half + i] - out[i]);
-        return guided;
+    // Classifier-free guidance on the host: [negatives, each AND part's rows] -> negative + scale (positive -
+    // negative), summed over the parts with their weights (composable_guidance.h).
+    const int and_parts = static_cast<int>(schedule.and_weights.size());
+    auto guide = [&](const Tensor& out) {
+        return combine_composable_guidance(out, n, schedule.and_weights, r.cfg_scale);
     };
 
     // One UNet evaluation of latents x (host) on conditioning c; the output on the host.
@@ -206,10 +197,10 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     Denoiser denoise = [&](const Tensor& x, float t) {
         StageScope zone(Stage::DenoiseStep);  // one UNet evaluation (Heun makes two per step)
         const CallConditioning& c = conditioning.at(schedule.part_for_call(call++));
-        if (!cfg) return unet(x, t, c.joint);
-        if (!c.negative) return guide(unet(batch_of_two(x), t, c.joint));
+        if (!schedule.guided) return unet(x, t, c.joint);
+        if (!c.negative) return guide(unet(repeat_batch(x, and_parts + 1), t, c.joint));
         // The prompts' contexts differ in length: the negative and the positive rows run apart.
-        return guide(concat_batch(unet(x, t, *c.negative), unet(x, t, c.joint)));
+        return guide(concat_batch(unet(x, t, *c.negative), unet(repeat_batch(x, and_parts), t, c.joint)));
     };
 
     // Host RAM; a GPU reports its own out-of-memory.

@@ -148,7 +148,7 @@ TEST(PromptConditioning, EachCallTakesTheEntryTheWebuiTakes) {
     options.schedule_steps = 10;
     const ConditioningSchedule s =
         encode_conditioning_schedule(model, "a [cat:dog:3]", std::string("[x|y]"), true, options, 64, 64);
-    ASSERT_EQ(s.positive_ends, (std::vector<int>{3, 10}));
+    ASSERT_EQ(s.positive_ends.at(0), (std::vector<int>{3, 10}));
     ASSERT_EQ(s.negative_ends, (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
     const auto enc = encode_prompt_schedules(model, {"[x|y]", "a [cat:dog:3]"}, options);
     for (int call = 0; call <= 12; ++call) {
