@@ -8,6 +8,7 @@
 
 #include "text/a1111_fixture.h"
 #include "text/composable_prompt.h"
+#include "text/token_counter.h"
 
 using namespace kiln;
 
@@ -69,4 +70,24 @@ TEST(ComposablePrompt, Fuzz) {
         for (size_t p = prompt.find("AND"); p != std::string::npos; p = prompt.find("AND", p + 1)) ++and_count;
         ASSERT_LE(parts.size(), and_count + 1);
     }
+}
+
+// The "N/75" under the webui's prompt boxes: tags removed, the prompt's AND parts (not the negative's), each
+// part's schedule, the most tokens of any text; the whole text where the schedule cannot be read.
+TEST(ComposablePrompt, TokenCounterMatchesAutomatic1111) {
+    const ClipTokenizer tokenizer =
+        ClipTokenizer::from_folder(std::string(KILN_TEST_DATA) + "/sd15-mini/diffusers/tokenizer");
+    int checked = 0;
+    for (const nlohmann::json& c : and_fixture()) {
+        if (!c.contains("token_count")) continue;
+        const std::string prompt = c.at("prompt").get<std::string>();
+        SCOPED_TRACE("prompt: " + nlohmann::json(prompt).dump());
+        const TokenCount positive = count_prompt_tokens(prompt, 20, tokenizer);
+        EXPECT_EQ(positive.token_count, c.at("token_count").get<int>());
+        EXPECT_EQ(positive.target, (std::max(positive.token_count, 1) + 74) / 75 * 75);
+        EXPECT_EQ(count_prompt_tokens(prompt, 20, tokenizer, {}, true).token_count,
+                  c.at("negative_token_count").get<int>());
+        ++checked;
+    }
+    EXPECT_GT(checked, 60);
 }

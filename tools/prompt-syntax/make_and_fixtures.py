@@ -6,7 +6,8 @@ The oracle is the webui's own modules/prompt_parser.py (get_multicond_prompt_lis
 given on the command line (kiln does not carry its code; torch, which it imports but this function does not
 need, is replaced by an empty module). For each prompt the fixture keeps the list of [text, weight] pairs
 the function makes (the webui shares one conditioning among parts of equal text; the pairs are before that
-sharing), and the "N/75" token count of its UI (modules/ui.py update_token_counter: the parts' schedules
+sharing), and the "N/75" token count of its UI for the hand-written ones, as a prompt and as a negative prompt
+(modules/ui.py update_token_counter: extra-network tags removed, then the AND parts of a prompt, their schedules
 over 20 steps, the most tokens of any scheduled text), counted here with transformers' CLIPTokenizer as
 make_fixtures.py's chunks_like_a1111() does.
 
@@ -23,6 +24,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import types
 
@@ -34,7 +36,7 @@ HAND_WRITTEN = [
     "AND", "AND AND", "ANDAND", "a ANDb", "aAND b", "a_AND_b", "a,AND,b", "a.AND.b", "a AND", "AND a",
     "a and b", "a And b", "a AND b AND c AND d", "a :1 AND b :2 AND c :3",
     "(a cat AND a dog:1.3)", "[a cat AND a dog:5]", "[cat:dog:5] AND [bird|fish]", "a (cat) AND [dog]",
-    "a <lora:x:1> AND b", "a cat BREAK AND a dog", "a cat AND BREAK a dog",
+    "a <lora:x:1> AND b", "<lora:a AND b:1> c AND d", "[a:b:1e400] AND c", "a cat BREAK AND a dog", "a cat AND BREAK a dog",
     "a cat AND a dog:" + "9" * 400, "a cat AND a dog:-" + "9" * 400, "a cat AND a dog:0." + "0" * 400 + "1",
     "a cat AND a dog:\u0661.\u0665", "a cat AND a dog:\u0661\u0665", "\u00e9AND b", "a AND\u00e9", "a\u3000AND\u3000b",
     "a AND b:\u30001.5\u3000", "a \\AND b", "a AND\\ b", "", " ", "  AND  ", ":1", " :1", "a:-0", "a:-0.0",
@@ -67,11 +69,20 @@ def random_prompts(seed, count, max_len):
     return ["".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, max_len))) for _ in range(count)]
 
 
-def token_count(parser, chunker, text, steps=20):
-    """The webui's counter without extra networks (update_token_counter): the parts' schedules, the most tokens
-    tokenize_line counts for any scheduled text (make_fixtures.py's chunks_like_a1111, checked against it)."""
-    _, flat, _ = parser.get_multicond_prompt_list([text])
-    schedules = parser.get_learned_conditioning_prompt_schedules(flat, steps)
+# modules/extra_networks.py's pattern; parse_prompt replaces every match with "" before the counter reads the text.
+RE_EXTRA_NET = re.compile(r"<(\w+):([^>]+)>")
+
+
+def token_count(parser, chunker, text, steps=20, positive=True):
+    """The webui's counter (update_token_counter): the text without extra-network tags, its AND parts (the
+    prompt only), their schedules, the most tokens tokenize_line counts for any scheduled text (make_fixtures.py's
+    chunks_like_a1111, checked against it); the whole text where the schedule raises."""
+    text = RE_EXTRA_NET.sub("", text)
+    try:
+        flat = parser.get_multicond_prompt_list([text])[1] if positive else [text]
+        schedules = parser.get_learned_conditioning_prompt_schedules(flat, steps)
+    except Exception:  # noqa: BLE001
+        schedules = [[[steps, text]]]
     return max(chunker(parser.parse_prompt_attention(prompt))[1] for schedule in schedules for _, prompt in schedule)
 
 
@@ -97,6 +108,7 @@ def main():
         if prompt in HAND_WRITTEN and "9" * 400 not in prompt:
             try:
                 case["token_count"] = token_count(parser, chunker, prompt)
+                case["negative_token_count"] = token_count(parser, chunker, prompt, positive=False)
             except Exception as e:  # noqa: BLE001  (a schedule the webui rejects; its UI then counts the text)
                 case["token_count_error"] = type(e).__name__
         cases.append(case)
