@@ -139,8 +139,11 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     prompt_options.clip_skip = r.clip_skip;
     prompt_options.schedule_steps = a1111_schedule_steps(sampling.sampler, r.steps);
     prompt_options.embeddings = r.embeddings;
+    prompt_options.emphasis = r.emphasis;
     std::vector<std::string> used_embeddings;
     prompt_options.used_embeddings = &used_embeddings;
+    bool texts_with_brackets = false;
+    prompt_options.texts_with_brackets = &texts_with_brackets;
     // Prompt editing makes the conditioning change with the model call (conditioning.h).
     const ConditioningSchedule schedule = encode_conditioning_schedule(
         model, r.prompt, r.negative_prompt, cfg, prompt_options, r.width, r.height, r.notice);
@@ -207,6 +210,8 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     if (!gpu) check_memory_for(model, r.width, r.height, n, r.vae_tiling != VaeTiling::Off);
     GenerationResult result;
     result.used_embeddings = used_embeddings;
+    if (r.prompt_syntax == PromptSyntax::A1111 && r.emphasis != EmphasisMode::Original && texts_with_brackets)
+        result.emphasis = emphasis_mode_label(r.emphasis);
     if (!r.init_image) {
         Tensor noise = rng->randn(latent_shape);
         result.final_latent = sample_latents(sampling, model.scheduler_config, noise, *rng, denoise, r.progress);

@@ -1,5 +1,5 @@
 // `kiln prompt`'s AND parts and the webui's token counter, against the webui's own results
-// (tests/data/prompt-syntax/a1111_and.tar.xz) and, with --embeddings-dir, against its tokenize_line with
+// (tests/data/prompt-syntax/a1111_and_emphasis.tar.xz) and, with --embeddings-dir, against its tokenize_line with
 // textual-inversion embeddings (tools/ckpt-ti/scripts.tar.xz: ti_chunks_reference.py).
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // AUTOMATIC1111's AND (composable diffusion) in generation, against tools/prompt-syntax/make_and_guidance.py's
-// oracle (tests/data/prompt-syntax/a1111_and.tar.xz): the combination against the webui's combine_denoised
+// oracle (tests/data/prompt-syntax/a1111_and_emphasis.tar.xz): the combination against the webui's combine_denoised
 // arithmetic in torch, value for value; whole generations against diffusers' pipelines whose UNet call does
 // what the webui's denoiser does with the parts; and the parts' padding to one length.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes and_guidance.json and and_latents.safetensors (packed into tests/data/prompt-syntax/a1111_and.tar.xz
+"""Writes and_guidance.json and and_latents.safetensors (packed into tests/data/prompt-syntax/a1111_and_emphasis.tar.xz
 beside a1111_and.json): the oracle for kiln's guidance with AUTOMATIC1111's AND parts.
 
 1. combine: the webui's CFGDenoiser.combine_denoised (modules/sd_samplers_cfg_denoiser.py), its arithmetic
