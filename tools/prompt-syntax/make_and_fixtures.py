@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes tests/data/prompt-syntax/a1111_and.json: how AUTOMATIC1111's webui splits prompts at AND
+"""Writes a1111_and.json (packed into tests/data/prompt-syntax/a1111_and_emphasis.tar.xz): how AUTOMATIC1111's webui splits prompts at AND
 (composable diffusion) and reads each part's weight, for kiln's text/composable_prompt.h.
 
 The oracle is the webui's own modules/prompt_parser.py (get_multicond_prompt_list), loaded from a checkout
@@ -13,7 +13,7 @@ make_fixtures.py's chunks_like_a1111() does.
 
     /work/a1111-venv/bin/python tools/prompt-syntax/make_and_fixtures.py --a1111 /work/a1111 \
         --tokenizer build/test-data/sd15-mini/diffusers/tokenizer --make-fixtures /tmp/make_fixtures.py \
-        --out tests/data/prompt-syntax/a1111_and.json
+        --out /tmp/and-oracle/a1111_and.json
 (make_fixtures.py from `tar xJf tools/prompt-syntax/scripts.tar.xz -C /tmp`).
 
 Floats are Python's shortest repr; non-finite ones the strings "inf", "-inf", "nan".

@@ -2,7 +2,8 @@
 """Writes and_guidance.json and and_latents.safetensors (packed into tests/data/prompt-syntax/a1111_and_emphasis.tar.xz
 beside a1111_and.json): the oracle for kiln's guidance with AUTOMATIC1111's AND parts.
 
-1. combine: the webui's CFGDenoiser.combine_denoised (modules/sd_samplers_cfg_denoiser.py), its arithmetic
+1. combine: the webui's CFGDenoiser.combine_denoised (modules/sd_samplers_cfg_denoiser.py at commit
+   029adbe5318b57c04dbc0d92273cce38e1ecf457, read from the search index), its arithmetic
    reproduced in torch (float32, CPU): denoised = clone(uncond); for each image i and each of its parts,
    denoised[i] += (x_out[part] - uncond[i]) * (weight * cond_scale), with x_out laid out as the webui lays it
    out (each image's parts, then the negatives). The inputs are torch.randn from seeded CPU generators, which
