@@ -1,7 +1,7 @@
-// AUTOMATIC1111's AND (composable diffusion) in generation, against tools/prompt-syntax/make_and_guidance.py's
-// oracle (tests/data/prompt-syntax/a1111_and_emphasis.tar.xz): the combination against the webui's combine_denoised
-// arithmetic in torch, value for value; whole generations against diffusers' pipelines whose UNet call does
-// what the webui's denoiser does with the parts; and the parts' padding to one length.
+// AUTOMATIC1111's AND (composable diffusion) in generation, against make_and_guidance.py's oracle
+// (tools/prompt-syntax/scripts.tar.xz; tests/data/prompt-syntax/a1111_and_emphasis.tar.xz): the combination
+// against the webui's combine_denoised arithmetic in torch, value for value; whole generations against
+// diffusers' pipelines whose UNet call does what the webui's denoiser does with the parts; the parts' padding.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,5 +1,5 @@
 // The AND split against AUTOMATIC1111's own get_multicond_prompt_list (tests/data/prompt-syntax/a1111_and_emphasis.tar.xz,
-// made by tools/prompt-syntax/make_and_fixtures.py): texts byte for byte, weights to the last bit.
+// made by make_and_fixtures.py in tools/prompt-syntax/scripts.tar.xz): texts byte for byte, weights to the last bit.
 #include <gtest/gtest.h>
 
 #include <fstream>
