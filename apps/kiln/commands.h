@@ -35,6 +35,7 @@ struct GenerateOptions {
     std::string memory;    // --memory SIZE: bound on the resident set of a CPU run
     std::string vram;      // --vram SIZE: bound on what kiln holds of the GPU's memory
     std::string prompt_syntax = "a1111";  // --prompt-syntax a1111|none
+    std::string emphasis = "original";     // --emphasis original|no-norm|ignore|none
     std::vector<std::string> loras;       // --lora FILE[:WEIGHT], repeatable
     std::string lora_dir;                 // --lora-dir DIR: where the prompt's <lora:NAME:W> tags are found
     std::string embeddings_dir;  // --embeddings-dir DIR: textual-inversion embeddings named by file

@@ -107,6 +107,7 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     req.cfg_scale = static_cast<float>(o.cfg_scale);
     req.clip_skip = o.clip_skip;
     req.prompt_syntax = parse_prompt_syntax(o.prompt_syntax);
+    req.emphasis = parse_emphasis_mode(o.emphasis);
     req.batch_size = o.batch_size;
     req.rng = o.rng;
     req.strength = o.strength;
@@ -210,6 +211,7 @@ int run_generate(const GenerateOptions& o, bool img2img) {
         if (!lora_hashes.empty()) params.params.push_back({"Lora hashes", lora_hashes});
         if (!result.used_embeddings.empty())
             params.params.push_back({"TI hashes", ti_hashes(embeddings, result.used_embeddings)});
+        if (!result.emphasis.empty()) params.params.push_back({"Emphasis", result.emphasis});
         for (int b = 0; b < req.batch_size; ++b) {
             GenerationParameters image_params = params;
             if (req.batch_size > 1) {  // AUTOMATIC1111's keys; every image of the batch has the batch's seed

@@ -64,6 +64,11 @@ int main(int argc, char** argv) {
                         "none: the text as it is, cut at 77 tokens (diffusers)")
             ->check(CLI::IsMember({"a1111", "none"}))
             ->capture_default_str();
+        cmd->add_option("--emphasis", gen.emphasis,
+                        "AUTOMATIC1111's emphasis mode: original (weights, mean restored), no-norm (weights only), "
+                        "ignore (syntax read, weights not applied), none (brackets are text)")
+            ->check(CLI::IsMember({"original", "no-norm", "ignore", "none"}))
+            ->capture_default_str();
         cmd->add_option("--lora", gen.loras,
                         "FILE[:WEIGHT]: merge a LoRA .safetensors file into the model (repeatable; docs/LORA.md)");
         cmd->add_option("--lora-dir", gen.lora_dir, "folder where the prompt's <lora:NAME:WEIGHT> tags find NAME.safetensors");

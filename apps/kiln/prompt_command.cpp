@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
@@ -14,6 +15,10 @@
 #include "text/prompt_attention.h"
 #include "text/prompt_chunks.h"
 #include "text/prompt_schedule.h"
+#include "text/composable_prompt.h"
+#include "text/extra_networks.h"
+#include "text/textual_inversion.h"
+#include "text/token_counter.h"
 
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;  // keys in the order written
@@ -25,7 +30,25 @@ namespace {
 struct EncoderTokenizer {
     std::string name;
     ClipTokenizer tokenizer;
+    std::string ti_key;  // SDXL's embedding part for this encoder ("clip_l", "clip_g"); "" otherwise
+    int64_t width = -1;  // the encoder's width, where it can be read without loading weights; -1: unknown
 };
+
+// A diffusers folder's text encoder width (config.json's hidden_size), or -1.
+int64_t config_width(const fs::path& config) {
+    std::ifstream in(config);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    return j.is_object() && j.contains("hidden_size") && j["hidden_size"].is_number_integer() ? j["hidden_size"].get<int64_t>() : -1;
+}
+
+// A single file's text encoder width: its token embedding's columns, or -1.
+int64_t file_width(const SafetensorsFile& file, const std::string& prefix) {
+    for (const std::string& name : file.names())
+        if (name.rfind(prefix, 0) == 0 && name.size() >= 22 && name.compare(name.size() - 22, 22, "token_embedding.weight") == 0 &&
+            file.info(name).shape.size() == 2)
+            return file.info(name).shape[1];
+    return -1;
+}
 
 // The tokenizer of each text encoder, read without loading any weights: a diffusers folder's tokenizer/
 // (and tokenizer_2/), or kiln's built-in vocabulary with the pad token the loader gives a single file's
@@ -37,18 +60,25 @@ std::vector<EncoderTokenizer> prompt_tokenizers(const std::string& model) {
         require(fs::exists(fs::path(model) / "model_index.json"), ErrorKind::InvalidModel,
                 model + " is a folder but not a diffusers model (no model_index.json)");
         const fs::path dir(model);
-        std::vector<EncoderTokenizer> out{{"text_encoder", ClipTokenizer::from_folder((dir / "tokenizer").string())}};
-        if (fs::is_directory(dir / "tokenizer_2", ec))
-            out.push_back({"text_encoder_2", ClipTokenizer::from_folder((dir / "tokenizer_2").string())});
+        std::vector<EncoderTokenizer> out{{"text_encoder", ClipTokenizer::from_folder((dir / "tokenizer").string()), "",
+                                           config_width(dir / "text_encoder" / "config.json")}};
+        if (fs::is_directory(dir / "tokenizer_2", ec)) {
+            out.front().ti_key = "clip_l";
+            out.push_back({"text_encoder_2", ClipTokenizer::from_folder((dir / "tokenizer_2").string()), "clip_g",
+                           config_width(dir / "text_encoder_2" / "config.json")});
+        }
         return out;
     }
-    const Architecture arch = detect_single_file_architecture(SafetensorsFile::open(model));
+    const SafetensorsFile file = SafetensorsFile::open(model);
+    const Architecture arch = detect_single_file_architecture(file);
     ClipTokenizer clip = ClipTokenizer::builtin(), open_clip = ClipTokenizer::builtin();
     open_clip.set_pad_token("!");
     switch (arch) {
-        case Architecture::SD1: return {{"text_encoder", clip}};
-        case Architecture::SD2: return {{"text_encoder", open_clip}};
-        case Architecture::SDXL: return {{"text_encoder", clip}, {"text_encoder_2", open_clip}};
+        case Architecture::SD1: return {{"text_encoder", clip, "", file_width(file, "cond_stage_model.")}};
+        case Architecture::SD2: return {{"text_encoder", open_clip, "", file_width(file, "cond_stage_model.")}};
+        case Architecture::SDXL:
+            return {{"text_encoder", clip, "clip_l", file_width(file, "conditioner.embedders.0.")},
+                    {"text_encoder_2", open_clip, "clip_g", file_width(file, "conditioner.embedders.1.")}};
     }
     return {};
 }
@@ -95,31 +125,74 @@ CLI::App* add_prompt_command(CLI::App& app, PromptOptions& options) {
     cmd->add_option("-m,--model", options.model,
                     "use this checkpoint's tokenizers (.safetensors file or diffusers folder; "
                     "default: kiln's built-in CLIP vocabulary)");
+    cmd->add_option("--embeddings-dir", options.embeddings_dir,
+                    "textual-inversion embeddings the prompt may name (their vectors count as tokens)");
     cmd->add_option("--steps", options.steps, "sampling steps, for prompt editing and alternation")
         ->capture_default_str()
         ->check(CLI::Range(1, 100000));
     return cmd;
 }
 
+namespace {
+
+// Each encoder's embeddings as the prompt sees them: those that fit every encoder whose width is known (as
+// generation uses them: prompt_encoding.cpp), or all of them when no width is known (no model given).
+std::vector<std::vector<PromptEmbedding>> prompt_embeddings(const std::vector<EncoderTokenizer>& encoders,
+                                                            const std::vector<TextualInversion>& loaded) {
+    std::vector<std::vector<PromptEmbedding>> out(encoders.size());
+    for (const TextualInversion& ti : loaded) {
+        bool fits = true;
+        for (const EncoderTokenizer& e : encoders) fits = fits && (e.width < 0 || ti.vectors_for(e.ti_key, e.width));
+        if (!fits) continue;
+        for (size_t e = 0; e < encoders.size(); ++e)
+            out[e].push_back({embedding_name_ids(ti.name, encoders[e].tokenizer), ti.vectors});
+    }
+    return out;
+}
+
+}  // namespace
+
 int run_prompt(const PromptOptions& options) {
     // The prompt first: its errors need no tokenizer.
     const std::vector<WeightedText> parsed = parse_prompt_attention(options.text);
     const std::vector<ScheduledPrompt> schedule = prompt_schedule(options.text, options.steps);
     const std::vector<EncoderTokenizer> encoders = prompt_tokenizers(options.model);
+    const std::vector<TextualInversion> loaded =
+        options.embeddings_dir.empty() ? std::vector<TextualInversion>{}
+                                       : load_embeddings_dir(options.embeddings_dir, [](const std::string& line) {
+                                             std::fprintf(stderr, "kiln: %s\n", line.c_str());
+                                         });
+    const std::vector<std::vector<PromptEmbedding>> embeddings = prompt_embeddings(encoders, loaded);
 
     Json out;
     out["parsed"] = parsed_json(parsed);
     out["schedules"] = Json::array();
     for (const ScheduledPrompt& s : schedule) out["schedules"].push_back(Json::array({s.end_step, s.prompt}));
+    // What generation encodes: the prompt without its extra-network tags, split at AND, each part's schedule.
+    out["and_parts"] = Json::array();
+    for (const ComposablePart& part : split_composable_prompt(remove_extra_network_tags(options.text).prompt)) {
+        Json p;
+        p["text"] = part.text;
+        p["weight"] = weight_json(part.weight);
+        p["schedules"] = Json::array();
+        for (const ScheduledPrompt& s : prompt_schedule(part.text, options.steps))
+            p["schedules"].push_back(Json::array({s.end_step, s.prompt}));
+        out["and_parts"].push_back(p);
+    }
+    // The count under the webui's prompt box (its first encoder's tokenizer).
+    const TokenCount counter = count_prompt_tokens(options.text, options.steps, encoders.front().tokenizer, embeddings.front());
+    out["token_count"] = counter.token_count;
+    out["target"] = counter.target;
     // Each scheduled prompt is read for emphasis and cut into chunks on its own, as the webui encodes it.
     out["text_encoders"] = Json::array();
-    for (const EncoderTokenizer& encoder : encoders) {
+    for (size_t i = 0; i < encoders.size(); ++i) {
+        const EncoderTokenizer& encoder = encoders[i];
         Json e;
         e["name"] = encoder.name;
         e["pad_id"] = encoder.tokenizer.pad_id();
         e["schedules"] = Json::array();
         for (const ScheduledPrompt& s : schedule) {
-            const ChunkedPrompt chunked = chunk_prompt(parse_prompt_attention(s.prompt), encoder.tokenizer);
+            const ChunkedPrompt chunked = chunk_prompt(parse_prompt_attention(s.prompt), encoder.tokenizer, embeddings[i]);
             Json entry;
             entry["end_step"] = s.end_step;
             entry["token_count"] = chunked.token_count;  // the webui shows "token_count/target"

@@ -1,5 +1,5 @@
 // `kiln prompt`: shows how AUTOMATIC1111 reads a prompt (emphasis weights, the prompt of each step, the
-// 75-token chunks each text encoder gets), as JSON on stdout. Generation does not use this yet.
+// 75-token chunks each text encoder gets), as JSON on stdout.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <string>
@@ -9,6 +9,7 @@ namespace kiln::cli {
 struct PromptOptions {
     std::string model;  // empty: kiln's built-in CLIP vocabulary
     std::string text;
+    std::string embeddings_dir;  // empty: no textual-inversion embeddings
     int steps = 20;
 };
 

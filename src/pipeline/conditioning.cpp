@@ -1,8 +1,10 @@
 #include "pipeline/conditioning.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kiln/error.h"
+#include "text/composable_prompt.h"
 #include "text/extra_networks.h"
 
 namespace kiln {
@@ -85,52 +87,82 @@ std::string without_network_tags(const StableDiffusionModel& model, const std::s
     return p.prompt;
 }
 
+// The webui's stack_conds: contexts shorter than the longest get copies of their last row (token) appended.
+void pad_to_longest(std::vector<Conditioning>& parts) {
+    int64_t tokens = 0;
+    for (const Conditioning& c : parts) tokens = std::max(tokens, c.context.dim(1));
+    for (Conditioning& c : parts) {
+        const int64_t have = c.context.dim(1), width = c.context.dim(2);
+        if (have == tokens) continue;
+        const float* last = c.context.data() + (have - 1) * width;
+        std::vector<float> v(c.context.data(), c.context.data() + c.context.numel());
+        for (int64_t t = have; t < tokens; ++t) v.insert(v.end(), last, last + width);
+        c.context = Tensor(Shape{1, tokens, width}, std::move(v));
+    }
+}
+
 }  // namespace
 
-size_t ConditioningSchedule::part_for_call(int call) const {
-    const size_t pos = entry_for(positive_ends, call);
-    const size_t neg = negative_ends.empty() ? 0 : entry_for(negative_ends, call);
-    return part_of_pair.at(neg * positive_ends.size() + pos);
+std::vector<size_t> ConditioningSchedule::entries_for(int call) const {
+    std::vector<size_t> entries{negative_ends.empty() ? 0 : entry_for(negative_ends, call)};
+    for (const std::vector<int>& ends : positive_ends) entries.push_back(entry_for(ends, call));
+    return entries;
 }
+
+size_t ConditioningSchedule::part_for_call(int call) const { return part_of.at(entries_for(call)); }
 
 ConditioningSchedule encode_conditioning_schedule(const StableDiffusionModel& model, const std::string& prompt,
                                                   const std::optional<std::string>& negative, bool with_negative,
                                                   const PromptEncodingOptions& options, int width, int height,
                                                   const std::function<void(const std::string&)>& notice) {
     const bool sdxl = model.arch == Architecture::SDXL;
-    const bool zero_negative = with_negative && model.force_zeros_for_empty_prompt && !negative;
-    const bool encode_negative = with_negative && !zero_negative;
-    // One call for both prompts, [negative, positive]: their first chunks go through the encoders as one batch.
+    // The webui takes the tags out first, then splits at AND (extra networks are parsed before the conditioning).
+    std::vector<ComposablePart> and_parts{{prompt, 1.0}};
+    if (options.syntax == PromptSyntax::A1111) {
+        and_parts = split_composable_prompt(without_network_tags(model, prompt, negative, notice));
+        for (const ComposablePart& part : and_parts)
+            if (!std::isfinite(part.weight))
+                fail(ErrorKind::InvalidArgument, "the AND weight of \"" + part.text + "\" in the prompt is not a finite number");
+    }
+    ConditioningSchedule s;
+    s.guided = with_negative || is_composed(and_parts);
+    for (const ComposablePart& part : and_parts) s.and_weights.push_back(part.weight);
+    const bool zero_negative = s.guided && model.force_zeros_for_empty_prompt && !negative;
+    const bool encode_negative = s.guided && !zero_negative;
+    // One call for all prompts, [negative, parts...]: their chunks go through the encoders in shared batches.
     std::vector<std::string> prompts;
     if (encode_negative) prompts.push_back(negative.value_or(""));
-    prompts.push_back(options.syntax == PromptSyntax::A1111 ? without_network_tags(model, prompt, negative, notice) : prompt);
+    for (const ComposablePart& part : and_parts) prompts.push_back(part.text);
     const std::vector<std::vector<ScheduledEncoding>> enc = encode_prompt_schedules(model, prompts, options);
-    const std::vector<ScheduledEncoding>& pos = enc.back();
+    const size_t first_part = encode_negative ? 1 : 0;
 
-    ConditioningSchedule s;
-    for (const ScheduledEncoding& e : pos) s.positive_ends.push_back(e.end_step);
     if (encode_negative)
         for (const ScheduledEncoding& e : enc.front()) s.negative_ends.push_back(e.end_step);
-    const size_t negatives = encode_negative ? enc.front().size() : 1;
-    // Only the pairs some call meets.
-    s.part_of_pair.assign(negatives * pos.size(), SIZE_MAX);
+    s.positive_ends.resize(and_parts.size());
+    for (size_t k = 0; k < and_parts.size(); ++k)
+        for (const ScheduledEncoding& e : enc[first_part + k]) s.positive_ends[k].push_back(e.end_step);
+    // Only the combinations some call meets.
     int last_end = 0;
-    for (int e : s.positive_ends) last_end = std::max(last_end, e);
     for (int e : s.negative_ends) last_end = std::max(last_end, e);
+    for (const std::vector<int>& ends : s.positive_ends)
+        for (int e : ends) last_end = std::max(last_end, e);
     for (int call = 0; call <= last_end + 1; ++call) {
-        const size_t p = entry_for(s.positive_ends, call);
-        const size_t n = encode_negative ? entry_for(s.negative_ends, call) : 0;
-        size_t& slot = s.part_of_pair[n * pos.size() + p];
-        if (slot != SIZE_MAX) continue;
-        slot = s.parts.size();
+        const std::vector<size_t> entries = s.entries_for(call);
+        if (s.part_of.count(entries)) continue;
+        s.part_of[entries] = s.parts.size();
+        std::vector<Conditioning> positives;
+        for (size_t k = 0; k < and_parts.size(); ++k)
+            positives.push_back(single(enc[first_part + k][entries[k + 1]], sdxl, width, height));
+        pad_to_longest(positives);
+        Conditioning positive = positives.front();
+        for (size_t k = 1; k < positives.size(); ++k) positive = joined(positive, positives[k]);
         CallConditioning part;
-        const Conditioning positive = single(pos[p], sdxl, width, height);
-        if (!with_negative) {
+        if (!s.guided) {
             part.joint = positive;
         } else {
             const Conditioning neg =
-                encode_negative ? single(enc.front()[n], sdxl, width, height) : zeros_like(positive);
-            if (neg.context.shape() == positive.context.shape()) {
+                encode_negative ? single(enc.front()[entries[0]], sdxl, width, height) : zeros_like(positives.front());
+            if (neg.context.dim(1) == positive.context.dim(1)) {
                 part.joint = joined(neg, positive);
             } else {
                 part.joint = positive;

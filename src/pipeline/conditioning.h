@@ -2,6 +2,7 @@
 // prompt syntax (prompt_encoding.h), as the webui does, changing with the model call where the prompt edits.
 #pragma once
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,10 +19,12 @@ struct Conditioning {
     Tensor time_ids;     // SDXL [B, 6]; empty otherwise
 };
 
-// What one model call is conditioned on. With guidance, `joint` holds the rows [negative, positive] when
-// both prompts have as many chunks; otherwise `joint` holds the positive alone and `negative` the
-// negative, and the UNet runs on each apart, as the webui does when their lengths differ (its option
-// "pad_cond_uncond", off by default, would pad instead and change the result).
+// What one model call is conditioned on. With guidance, `joint` holds the rows [negative, part 1, ..., part K]
+// (K: the prompt's AND parts, one for a plain prompt) when the negative has as many tokens as the parts;
+// otherwise `joint` holds the parts alone and `negative` the negative, and the UNet runs on each apart, as the
+// webui does when their lengths differ (its option "pad_cond_uncond", off by default, would pad instead and
+// change the result). Parts of different lengths are padded to the longest with copies of their last token's
+// row, as the webui's stack_conds (modules/prompt_parser.py) does.
 struct CallConditioning {
     Conditioning joint;
     std::optional<Conditioning> negative;
@@ -29,19 +32,30 @@ struct CallConditioning {
 
 // The conditioning of every model call of one sampling pass.
 struct ConditioningSchedule {
-    std::vector<CallConditioning> parts;  // one per distinct pair of negative and positive schedule entries
+    std::vector<CallConditioning> parts;  // one per distinct combination of the prompts' schedule entries
     // The part for model call `call` (0 = the pass's first), as the webui's CFGDenoiser picks it: its
     // call counter against each prompt's schedule, the first entry whose end step is >= the counter (and
     // the first entry when none is: reconstruct_cond_batch).
     size_t part_for_call(int call) const;
 
-    std::vector<int> negative_ends, positive_ends;  // the schedules' end steps (negative: empty without guidance)
-    std::vector<size_t> part_of_pair;               // [negative index x positive count + positive index]
+    // Whether the calls have the negative's rows and are guided (combine_composable_guidance): with guidance,
+    // and always for a prompt with AND parts or a weight, which the webui guides at any scale.
+    bool guided = false;
+    std::vector<double> and_weights;                // the weight of each AND part of the prompt (text/composable_prompt.h)
+    std::vector<int> negative_ends;                 // its schedule's end steps (empty without a negative)
+    std::vector<std::vector<int>> positive_ends;    // per AND part, its schedule's end steps
+    std::map<std::vector<size_t>, size_t> part_of;  // [negative entry, each AND part's entry] -> index in `parts`
+
+    // [negative entry (0 without one), each AND part's entry] at model call `call`.
+    std::vector<size_t> entries_for(int call) const;
 };
 
 // Batch [negative, positive] when `with_negative`, else [positive]; an absent SDXL negative prompt is zeros
 // (force_zeros_for_empty_prompt). With AUTOMATIC1111's syntax, "<lora:...>" tags leave the prompt as in the
-// webui, each reported through `notice` (no LoRA yet); the negative's are words there, also reported.
+// webui (a tag of a LoRA the model was not loaded with is an error; others are reported through `notice`;
+// the negative's are words there, also reported), and the prompt is then split at AND into weighted parts,
+// each with its own schedule; the negative prompt is not split. A part whose weight is not finite is
+// InvalidArgument.
 ConditioningSchedule encode_conditioning_schedule(const StableDiffusionModel& model, const std::string& prompt,
                                                   const std::optional<std::string>& negative, bool with_negative,
                                                   const PromptEncodingOptions& options, int width, int height,

@@ -9,6 +9,7 @@
 
 #include "kiln/error.h"
 #include "core/backend.h"
+#include "pipeline/composable_guidance.h"
 #include "pipeline/conditioning.h"
 #include "pipeline/gpu_memory_plan.h"
 #include "pipeline/memory_check.h"
@@ -32,14 +33,6 @@ bool all_finite(const Tensor& t) {
 constexpr int kMaxSide = 8192;
 // AUTOMATIC1111's UI offers batch sizes up to 8; beyond 64 a batch is better made with --batch-count.
 constexpr int kMaxBatch = 64;
-
-Tensor batch_of_two(const Tensor& x) {
-    Shape s = x.shape();
-    s[0] *= 2;
-    std::vector<float> v(x.values());
-    v.insert(v.end(), x.values().begin(), x.values().end());
-    return Tensor(s, std::move(v));
-}
 
 // Each row of a [B, ...] tensor n times in a row: [r0 x n, r1 x n, ...], as diffusers repeats each prompt's
 // embedding for num_images_per_prompt (so [negative, positive] becomes n negatives, then n positives).
@@ -176,8 +169,11 @@ GenerationResult generate_with(const StableDiffusionModel& model, const Generati
     prompt_options.clip_skip = r.clip_skip;
     prompt_options.schedule_steps = a1111_schedule_steps(sampling.sampler, r.steps);
     prompt_options.embeddings = r.embeddings;
+    prompt_options.emphasis = r.emphasis;
     std::vector<std::string> used_embeddings;
     prompt_options.used_embeddings = &used_embeddings;
+    bool texts_with_brackets = false;
+    prompt_options.texts_with_brackets = &texts_with_brackets;
     // Prompt editing makes the conditioning change with the model call (conditioning.h).
     place_for("text_encode");
     const ConditioningSchedule schedule = encode_conditioning_schedule(
@@ -206,13 +202,11 @@ GenerationResult generate_with(const StableDiffusionModel& model, const Generati
         return model.unet->forward(UNetInputs::from_list(t));
     };
 
-    // Classifier-free guidance on the host: [negatives, positives] -> negative + scale (positive - negative).
-    auto guide = [&](Tensor out) {
-        if (!cfg) return out;
-        const int64_t half = out.numel() / 2;
-        Tensor guided(Shape{out.dim(0) / 2, out.dim(1), out.dim(2), out.dim(3)});
-        for (int64_t i = 0; i < half; ++i) guided[i] = out[i] + r.cfg_scale * (out[half + i] - out[i]);
-        return guided;
+    // Classifier-free guidance on the host: [negatives, each AND part's rows] -> negative + scale (positive -
+    // negative), summed over the parts with their weights (composable_guidance.h).
+    const int and_parts = static_cast<int>(schedule.and_weights.size());
+    auto guide = [&](const Tensor& out) {
+        return combine_composable_guidance(out, n, schedule.and_weights, r.cfg_scale);
     };
 
     // One UNet evaluation of latents x (host) on conditioning c; the output on the host.
@@ -242,16 +236,18 @@ GenerationResult generate_with(const StableDiffusionModel& model, const Generati
     Denoiser denoise = [&](const Tensor& x, float t) {
         StageScope zone(Stage::DenoiseStep);  // one UNet evaluation (Heun makes two per step)
         const CallConditioning& c = conditioning.at(schedule.part_for_call(call++));
-        if (!cfg) return unet(x, t, c.joint);
-        if (!c.negative) return guide(unet(batch_of_two(x), t, c.joint));
+        if (!schedule.guided) return unet(x, t, c.joint);
+        if (!c.negative) return guide(unet(repeat_batch(x, and_parts + 1), t, c.joint));
         // The prompts' contexts differ in length: the negative and the positive rows run apart.
-        return guide(concat_batch(unet(x, t, *c.negative), unet(x, t, c.joint)));
+        return guide(concat_batch(unet(x, t, *c.negative), unet(repeat_batch(x, and_parts), t, c.joint)));
     };
 
     // Host RAM; a GPU reports its own out-of-memory.
     if (!gpu) check_memory_for(model, r.width, r.height, n, r.vae_tiling != VaeTiling::Off);
     GenerationResult result;
     result.used_embeddings = used_embeddings;
+    if (r.prompt_syntax == PromptSyntax::A1111 && r.emphasis != EmphasisMode::Original && texts_with_brackets)
+        result.emphasis = emphasis_mode_label(r.emphasis);
     if (!r.init_image) {
         place_for("denoise");
         Tensor noise = rng->randn(latent_shape);

@@ -26,6 +26,7 @@ struct GenerationRequest {
     // How the prompts are read: AUTOMATIC1111's syntax (emphasis, long prompts, prompt editing; docs/PROMPTS.md)
     // or diffusers' plain text. Plain prompts of at most 75 tokens are conditioned identically either way.
     PromptSyntax prompt_syntax = PromptSyntax::A1111;
+    EmphasisMode emphasis = EmphasisMode::Original;  // the webui's "Emphasis mode" (A1111 syntax)
     // Images sampled together from one draw of noise of shape [batch_size, 4, h, w], as diffusers'
     // num_images_per_prompt and ComfyUI's batch do (AUTOMATIC1111 instead seeds each image of a batch apart).
     int batch_size = 1;
@@ -53,6 +54,9 @@ struct GenerationResult {
     Tensor final_latent;    // [batch_size, 4, H/8, W/8], before VAE scaling
     Tensor image;           // [batch_size, 3, H, W] in [0, 1]
     std::vector<std::string> used_embeddings;  // the embeddings the prompts named, in order of first use
+    // The webui's "Emphasis" parameter: the mode's name when it is not "Original" and an encoded text held
+    // '(' or '[' (modules/sd_hijack_clip.py); empty when the webui writes none.
+    std::string emphasis;
 };
 
 // Checks what can be checked before a model is loaded; throws InvalidArgument naming the problem.

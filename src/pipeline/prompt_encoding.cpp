@@ -18,6 +18,37 @@ PromptSyntax parse_prompt_syntax(const std::string& name) {
     fail(ErrorKind::InvalidArgument, "unknown prompt syntax '" + name + "' (choose a1111 or none)");
 }
 
+EmphasisMode parse_emphasis_mode(const std::string& name) {
+    if (name == "original") return EmphasisMode::Original;
+    if (name == "no-norm") return EmphasisMode::NoNorm;
+    if (name == "ignore") return EmphasisMode::Ignore;
+    if (name == "none") return EmphasisMode::None;
+    fail(ErrorKind::InvalidArgument, "unknown emphasis mode '" + name + "' (choose original, no-norm, ignore or none)");
+}
+
+const char* emphasis_mode_label(EmphasisMode mode) {
+    switch (mode) {
+        case EmphasisMode::Original: return "Original";
+        case EmphasisMode::NoNorm: return "No norm";
+        case EmphasisMode::Ignore: return "Ignore";
+        case EmphasisMode::None: return "None";
+    }
+    return "Original";
+}
+
+void apply_emphasis(Tensor& z, const std::vector<double>& weights, EmphasisMode mode) {
+    if (mode == EmphasisMode::Original) return apply_original_emphasis(z, weights);
+    if (mode != EmphasisMode::NoNorm) return;
+    const int64_t rows = z.numel() / z.dim(-1), width = z.dim(-1);
+    require(static_cast<int64_t>(weights.size()) == rows, ErrorKind::InvalidArgument,
+            "emphasis: " + std::to_string(weights.size()) + " weights for " + std::to_string(rows) + " tokens");
+    float* v = z.data();
+    for (int64_t r = 0; r < rows; ++r) {
+        const float w = static_cast<float>(weights[static_cast<size_t>(r)]);  // torch.asarray: float32
+        for (int64_t c = 0; c < width; ++c) v[r * width + c] *= w;
+    }
+}
+
 void apply_original_emphasis(Tensor& z, const std::vector<double>& weights) {
     const int64_t rows = z.numel() / z.dim(-1), width = z.dim(-1);
     require(static_cast<int64_t>(weights.size()) == rows, ErrorKind::InvalidArgument,
@@ -95,10 +126,18 @@ PromptTexts read_prompt(const std::string& prompt, const StableDiffusionModel& m
         for (const ScheduledPrompt& s : p.schedule) {
             std::vector<PromptChunk> chunks;
             if (options.syntax == PromptSyntax::A1111) {
-                const std::vector<WeightedText> parsed = parse_prompt_attention(s.prompt);
+                // "None" reads no syntax at all: the whole text is one piece of weight 1 (tokenize_line).
+                const std::vector<WeightedText> parsed = options.emphasis == EmphasisMode::None
+                                                             ? std::vector<WeightedText>{{s.prompt, 1.0}}
+                                                             : parse_prompt_attention(s.prompt);
+                const bool weights_apply =
+                    options.emphasis == EmphasisMode::Original || options.emphasis == EmphasisMode::NoNorm;
                 for (const WeightedText& w : parsed)
-                    require(std::isfinite(w.weight), ErrorKind::InvalidArgument,
-                            "the weight of \"" + w.text + "\" in the prompt is not a finite number");
+                    if (weights_apply && !std::isfinite(w.weight))
+                        fail(ErrorKind::InvalidArgument,
+                             "the weight of \"" + w.text + "\" in the prompt is not a finite number");
+                if (options.texts_with_brackets && s.prompt.find_first_of("([") != std::string::npos)
+                    *options.texts_with_brackets = true;
                 chunks = chunk_prompt(parsed, te.tokenizer, embeddings).chunks;
             } else {
                 chunks.push_back(plain_chunk(s.prompt, te.tokenizer));
@@ -196,7 +235,7 @@ std::vector<std::vector<ScheduledEncoding>> encode_prompt_schedules(const Stable
                     const PromptChunk& c = k < static_cast<int>(chunks.size()) ? chunks[static_cast<size_t>(k)] : empty;
                     weights.insert(weights.end(), c.weights.begin(), c.weights.end());
                 }
-                apply_original_emphasis(part, weights);
+                apply_emphasis(part, weights, options.syntax == PromptSyntax::A1111 ? options.emphasis : EmphasisMode::Original);
                 outputs[p][e].push_back(std::move(part));
                 if (k == 0 && e + 1 == encoders && !out.pooled.empty())
                     pooled[p] = rows_of(out.pooled, static_cast<int64_t>(first), static_cast<int64_t>(count));

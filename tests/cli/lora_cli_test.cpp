@@ -128,3 +128,19 @@ TEST(LoraCli, UnmatchedModulesAreANoticeAndAForeignLoraAnError) {
     expect_one_error_line(txt2img(tmp, {"-p", "a cat", "--lora", tmp.file("shape.safetensors")}),
                           {"lora_te_text_model_encoder_layers_0_mlp_fc1", "has shape"});
 }
+
+// The webui's alias lookup: a tag may name the file's ss_output_name ("grain" for film.safetensors), and the
+// PNG records the name as written; the LoRA merged is the file's, so the latents are those of its file name.
+TEST(LoraCli, TagFindsAFileByItsAlias) {
+    TempDir tmp;
+    std::filesystem::create_directories(tmp.path() / "loras");
+    write_lora((tmp.path() / "loras" / "film.safetensors").string());  // ss_output_name "grain"
+    const std::string dir = (tmp.path() / "loras").string();
+    expect_success(txt2img(tmp, {"-p", "a cat <lora:grain:0.7>", "--lora-dir", dir, "--latents-out", tmp.file("alias.safetensors")}));
+    EXPECT_EQ(parameter(tmp.file("out.png"), "Lora hashes").rfind("grain: ", 0), 0u);
+    expect_success(txt2img(tmp, {"-p", "a cat <lora:film:0.7>", "--lora-dir", dir, "--latents-out", tmp.file("name.safetensors")}));
+    EXPECT_EQ(parameter(tmp.file("out.png"), "Lora hashes").rfind("film: ", 0), 0u);
+    const kiln::Tensor a = kiln::SafetensorsFile::open(tmp.file("alias.safetensors")).load("latents");
+    const kiln::Tensor b = kiln::SafetensorsFile::open(tmp.file("name.safetensors")).load("latents");
+    EXPECT_EQ(a.values(), b.values());
+}

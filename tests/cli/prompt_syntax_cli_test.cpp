@@ -49,4 +49,28 @@ TEST(PromptSyntaxCli, OtherNetworkTagsAreReportedNotEncoded) {
     EXPECT_EQ(plain.err.find("not applied"), std::string::npos) << plain.describe();
 }
 
+std::string parameters_of(const std::string& png) {
+    for (const auto& [key, value] : kiln::read_png_text(png))
+        if (key == "parameters") return value;
+    return "";
+}
+
+TEST(PromptSyntaxCli, EmphasisModeIsRecordedAsTheWebuiRecordsIt) {
+    TempDir tmp;
+    expect_one_error_line(txt2img(tmp, {"-p", "a cat", "--emphasis", "comfy"}), {"--emphasis"});
+    // A mode other than "Original" where an encoded text has '(' or '[' (make_emphasis_conditioning.py's
+    // oracle has the rule's cases): "Emphasis: No norm" after the other extra parameters.
+    expect_success(txt2img(tmp, {"-p", "a (cat)", "--emphasis", "no-norm"}));
+    EXPECT_NE(parameters_of(tmp.file("out.png")).find(", Emphasis: No norm, Version: "), std::string::npos)
+        << parameters_of(tmp.file("out.png"));
+    expect_success(txt2img(tmp, {"-p", "a cat", "-n", "[blurry]", "--emphasis", "none"}));
+    EXPECT_NE(parameters_of(tmp.file("out.png")).find(", Emphasis: None, "), std::string::npos);
+    for (const std::vector<std::string>& args : {std::vector<std::string>{"-p", "a (cat)"},
+                                                 std::vector<std::string>{"-p", "a cat", "--emphasis", "ignore"}}) {
+        std::vector<std::string> a = args;
+        expect_success(txt2img(tmp, a));
+        EXPECT_EQ(parameters_of(tmp.file("out.png")).find("Emphasis"), std::string::npos);
+    }
+}
+
 }  // namespace

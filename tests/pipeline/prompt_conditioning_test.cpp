@@ -148,7 +148,7 @@ TEST(PromptConditioning, EachCallTakesTheEntryTheWebuiTakes) {
     options.schedule_steps = 10;
     const ConditioningSchedule s =
         encode_conditioning_schedule(model, "a [cat:dog:3]", std::string("[x|y]"), true, options, 64, 64);
-    ASSERT_EQ(s.positive_ends, (std::vector<int>{3, 10}));
+    ASSERT_EQ(s.positive_ends.at(0), (std::vector<int>{3, 10}));
     ASSERT_EQ(s.negative_ends, (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
     const auto enc = encode_prompt_schedules(model, {"[x|y]", "a [cat:dog:3]"}, options);
     for (int call = 0; call <= 12; ++call) {
@@ -222,3 +222,38 @@ TEST(PromptConditioning, EmphasisRestoresTheMean) {
 }
 
 }  // namespace
+
+// The webui's other emphasis modes ("No norm", "Ignore", "None") against its own code with that setting
+// (make_emphasis_conditioning.py), and whether the PNG parameters record the mode ("Emphasis").
+TEST(PromptConditioning, EmphasisModesMatchTheWebui) {
+    const nlohmann::json j = kiln::test::read_json(std::string(KILN_PROMPT_AND_DATA) + "/a1111_emphasis.json");
+    const std::map<std::string, EmphasisMode> modes = {{"Original", EmphasisMode::Original},
+                                                       {"No norm", EmphasisMode::NoNorm},
+                                                       {"Ignore", EmphasisMode::Ignore},
+                                                       {"None", EmphasisMode::None}};
+    ASSERT_GE(j.at("cases").size(), 12u);
+    for (const nlohmann::json& c : j.at("cases")) {
+        const std::string prompt = c.at("prompt");
+        const std::string what = c.at("model").get<std::string>() + " " + c.at("emphasis").get<std::string>() + " \"" + prompt + "\"";
+        PromptEncodingOptions options;
+        options.schedule_steps = c.at("steps");
+        options.emphasis = modes.at(c.at("emphasis"));
+        bool brackets = false;
+        options.texts_with_brackets = &brackets;
+        const std::vector<ScheduledEncoding> got = encode_prompt_schedules(fixture_model(c.at("model")), {prompt}, options).at(0);
+        const nlohmann::json& want = c.at("schedule");
+        ASSERT_EQ(got.size(), want.size()) << what;
+        // "Original" is here for the parameters only (its conditioning is MatchesTheWebuiOnItsOwnEncoders').
+        for (size_t s = 0; s < got.size() && options.emphasis != EmphasisMode::Original; ++s) {
+            const nlohmann::json& ctx = want[s].at("context");
+            // No mean is taken outside "Original": the encoder's error and the multiply's one rounding (4u).
+            expect_digest(got[s].context, ctx, element_bound(ctx.at("max_abs"), 0.0, 1.0), what + " context");
+            if (want[s].contains("pooled"))
+                expect_digest(got[s].pooled, want[s].at("pooled"),
+                              element_bound(want[s].at("pooled").at("max_abs"), 0.0, 1.0), what + " pooled");
+        }
+        const bool recorded = c.at("infotext").is_string();
+        EXPECT_EQ(recorded, brackets && options.emphasis != EmphasisMode::Original) << what;
+        if (recorded) EXPECT_EQ(c.at("infotext").get<std::string>(), emphasis_mode_label(options.emphasis)) << what;
+    }
+}
