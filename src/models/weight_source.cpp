@@ -191,7 +191,9 @@ Tensor WeightReader::read(const std::string& name, const Shape* expected, bool m
 
 Tensor WeightReader::place(Tensor t) const {
     if (!source_.device) return t;
-    return t.to_device(*source_.device, source_.device_dtype);  // the host copy goes when t does
+    // Blocks stay blocks where the backend takes the format (dequantized beside each product, ops/device_weight.h).
+    const bool blocks = is_block_quantized(t.dtype()) && source_.device->supports(t.dtype());
+    return t.to_device(*source_.device, blocks ? t.dtype() : source_.device_dtype);  // the host copy goes when t does
 }
 
 Tensor WeightReader::get(const std::string& name, const Shape& expected) { return place(read(name, &expected, false)); }

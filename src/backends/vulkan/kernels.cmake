@@ -10,6 +10,8 @@
 set(KILN_VULKAN_KERNELS
   "convert_f32_f16|convert.comp|DST_F16"
   "convert_f16_f32|convert.comp|SRC_F16"
+  "dequantize_f32|dequantize.comp"
+  "dequantize_f16|dequantize.comp|T_F16"
   "matmul_f32|matmul.comp"
   "matmul_f16|matmul.comp|A_F16,B_F16,C_F16"
   "matmul_scores_f16|matmul.comp|A_F16,B_F16"

@@ -44,7 +44,10 @@ public:
                       int64_t count) override;
     void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) override;
     void synchronize() override;
-    bool supports(DType t) const override { return t == DType::F32 || (t == DType::F16 && physical_.fp16_storage); }
+    // Block formats (Q8_0 ... Q6_K) are kept as blocks and dequantized beside each product (dequantize.comp).
+    bool supports(DType t) const override {
+        return t == DType::F32 || (t == DType::F16 && physical_.fp16_storage) || is_block_quantized(t);
+    }
     const ops::DeviceOps& ops() const override { return *ops_; }
     // The second call with a key records fn into a command buffer (its memory from a pool of its own); later
     // calls copy the inputs in and resubmit it. A call that needs the host inside (an upload or download)
