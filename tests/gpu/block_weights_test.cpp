@@ -9,6 +9,7 @@
 // device_ops_test.cpp do. So each bound is that test's with one more storage rounding (factor + 1).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -186,4 +187,36 @@ TEST_P(BlockWeights, Convolutions) {
                              "conv2d_affine_silu " + what);
             }
     }
+}
+
+// Inside a recorded call (a CUDA graph, a Vulkan command buffer) the transient weights are the recording's own
+// scratch: the call records (the function runs twice: eagerly, then recorded) and its replays, with new inputs,
+// give the products of the blocks. Two products of two formats share the call, so one transient follows another.
+// Bound: linear's (k = in), its sums over both products.
+TEST_P(BlockWeights, RecordedCallsReplay) {
+    Backend& gpu = this->gpu();
+    const int64_t rows = 5, in = 256, out = 33;
+    const Tensor w1 = blocks({out, in}, 31, DType::Q8_0), w2 = blocks({out, in}, 32, DType::Q4_K);
+    const Tensor b1 = random({out}, 33, DType::F32), b2 = random({out}, 34, DType::F32);
+    const Tensor w1d = w1.to_device(gpu, DType::Q8_0), w2d = w2.to_device(gpu, DType::Q4_K);
+    const Tensor b1d = b1.to_device(gpu, DType::F32), b2d = b2.to_device(gpu, DType::F32);
+    int calls = 0;
+    const Backend::RecordedFn two_products = [&](const std::vector<const Tensor*>& x) {
+        ++calls;
+        Tensor y = ops::linear(*x[0], w1d, &b1d);
+        ops::linear_add_(y, *x[0], w2d, &b2d);
+        return y;
+    };
+    for (int i = 0; i < 4; ++i) {
+        const Tensor x = random({rows, in}, 40 + uint32_t(i), DType::F32);
+        const Tensor xd = x.to_device(gpu, DType::F32);
+        const Tensor got = gpu.run_recorded("block weights", {&xd}, two_products).to_host();
+        Tensor ref = ops::linear(x, w1, &b1), scale = ops::linear(abs_of(x), abs_of(w1.to_f32()), nullptr);
+        ops::add_(ref, ops::linear(x, w2, &b2));
+        ops::add_(scale, ops::linear(abs_of(x), abs_of(w2.to_f32()), nullptr));
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t o = 0; o < out; ++o) scale[r * out + o] += std::fabs(b1[o]) + std::fabs(b2[o]);
+        expect_close(got, ref, scale, double(in), DType::F32, 2, "recorded call " + std::to_string(i));
+    }
+    EXPECT_EQ(calls, 2) << "the third and fourth calls should have replayed the recording";
 }

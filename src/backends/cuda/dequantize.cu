@@ -1,11 +1,16 @@
 // dequantize: block-format weights (Q8_0 ... Q6_K) widened to float32, float16 or bfloat16 on the device, by the
 // decoders the host uses (quant/block_formats.h, quant/k_quants.h): one thread per 32 values (a block of the
 // 32-value formats, a part of a k-quant's 256), each value computed in float32 exactly as on the CPU and rounded
-// once to the destination type. This file is compiled with --fmad=false (CMakeLists.txt) so that q4_1's
-// q * d + m and the k-quants' step * q - off are two roundings, as the host computes them: F32 results are the
-// host's bit for bit. The transient weights of the products come from here (ops/device_weight.h).
+// once to the destination type. This file is compiled with --fmad=false (CMakeLists.txt; HIP: the pragma below),
+// so that q4_1's q * d + m and the k-quants' step * q - off are two roundings, as the host computes them: F32
+// results are the host's bit for bit. The transient weights of the products come from here (ops/device_weight.h).
 #include <string>
 #include <type_traits>
+
+#if defined(KILN_HIP)
+// hipcc (clang) contracts by default, and takes no --fmad: the pragma, before the decoders are included.
+#pragma clang fp contract(off)
+#endif
 
 #include "backends/cuda/kernel_common.cuh"
 #include "backends/cuda/kernels.h"
