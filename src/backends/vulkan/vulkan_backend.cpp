@@ -58,6 +58,14 @@ VulkanBackend::Attention attention_from_env(const char* value) {
     fail(ErrorKind::InvalidArgument, "KILN_VULKAN_ATTENTION=" + v + ": expected flash or products");
 }
 
+VulkanBackend::Q8Products q8_products_from_env(const char* value) {
+    using Q = VulkanBackend::Q8Products;
+    const std::string v = value ? value : "";
+    if (v.empty() || v == "transient") return Q::Transient;
+    if (v == "fused") return Q::Fused;
+    fail(ErrorKind::InvalidArgument, "KILN_VULKAN_Q8=" + v + ": expected transient or fused");
+}
+
 VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physical_(physical), index_(index) {
     const char* sync = std::getenv("KILN_VULKAN_SYNC_OPS");
     sync_ops_ = sync && std::string(sync) == "1";
@@ -67,6 +75,7 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
                                   physical_.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU);
     split_k_ = split_k_from_env(std::getenv("KILN_VULKAN_SPLIT_K"));
     attention_ = attention_from_env(std::getenv("KILN_VULKAN_ATTENTION"));
+    q8_products_ = q8_products_from_env(std::getenv("KILN_VULKAN_Q8"));
     const Api& a = api();
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};

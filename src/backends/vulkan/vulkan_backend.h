@@ -87,6 +87,13 @@ public:
     enum class Attention { Flash, Products };
     Attention attention() const { return attention_; }
     void set_attention(Attention a) { attention_ = a; }
+    // q8_0 weights: dequantized into a transient weight before each product like every block format (Transient,
+    // the default: ops/device_weight.h), or read as blocks by the FMA builds of the products themselves (Fused:
+    // the "_q8" kernels, no transient; not yet measured against Transient on a GPU).
+    // KILN_VULKAN_Q8=transient|fused chooses; tests switch with set_q8_products.
+    enum class Q8Products { Transient, Fused };
+    Q8Products q8_products() const { return q8_products_; }
+    void set_q8_products(Q8Products q) { q8_products_ = q; }
     // Inside run_recorded's recording nothing may wait for the device (so nothing is timed there).
     bool recording_call() const { return capturing_; }
     // Submits what is recorded and waits for it.
@@ -132,6 +139,7 @@ private:
     Products products_ = Products::Measured;
     int split_k_ = 0;
     Attention attention_ = Attention::Products;
+    Q8Products q8_products_ = Q8Products::Transient;
     int64_t recorded_ = 0;  // commands in the buffer since the last submit
     // Host-visible memory that uploads are staged through and downloads come back in.
     VkBuffer staging_ = VK_NULL_HANDLE;
@@ -151,6 +159,7 @@ BackendFactory vulkan_backend_factory();
 VulkanBackend::Products products_from_env(const char* value, bool runs_on_cpu);
 // KILN_VULKAN_ATTENTION (unset: Products).
 VulkanBackend::Attention attention_from_env(const char* value);
+VulkanBackend::Q8Products q8_products_from_env(const char* value);
 int split_k_from_env(const char* value);
 
 }  // namespace kiln::vulkan

@@ -1,28 +1,17 @@
 // dst = the values of block-format weights (Q8_0 ... Q6_K), each decoded in float32 as the host's decoders do
-// (quant/block_formats.h, quant/k_quants.h: the byte layouts are written out there), then rounded once to dst's
-// type (T_F16: float16, else float32; the float32 build needs no 16-bit storage). One invocation per value; the
-// blocks are read as 32-bit words (multi-byte fields are little-endian and may sit at any byte offset; device
-// allocations are whole 512-byte granules, so the last word read stays inside the buffer). `precise` keeps
-// q * d + m and step * q - off two roundings, as on the host: float32 results are the host's bit for bit.
+// (quant/block_formats.h, quant/k_quants.h; reading the blocks: blocks.glsl), then rounded once to dst's type
+// (T_F16: float16, else float32; the float32 build needs no 16-bit storage). One invocation per value. `precise`
+// keeps q * d + m and step * q - off two roundings, as on the host: float32 results are the host's bit for bit.
 #version 450
 #include "common.glsl"
+#include "blocks.glsl"
 layout(local_size_x = 256) in;
-layout(buffer_reference, std430, buffer_reference_align = 4) buffer U32s { uint v[]; };
-// format: 0 q8_0, 1 q4_0, 2 q4_1, 3 q5_0, 4 q5_1, 5 q4_K, 6 q5_K, 7 q6_K (vulkan_backend.cpp: block_format_code)
+// format: 0 q8_0, 1 q4_0, 2 q4_1, 3 q5_0, 4 q5_1, 5 q4_K, 6 q5_K, 7 q6_K (VulkanBackend::convert)
 layout(push_constant) uniform Params { U32s src; Ts dst; uint n; uint format; } p;
 
-uint byte_at(uint off) { return (p.src.v[off >> 2] >> ((off & 3u) * 8u)) & 0xffu; }
-int int8_at(uint off) { return int(byte_at(off) << 24) >> 24; }
-// fp16 bits to float32, exactly (denormal scales included: mantissa * 2^-24 is exact in float32).
-float half_at(uint off) {
-    const uint h = byte_at(off) | (byte_at(off + 1u) << 8);
-    const uint e = (h >> 10) & 31u, m = h & 1023u;
-    float v;
-    if (e == 0u) v = float(m) * (1.0 / 16777216.0);
-    else if (e == 31u) v = uintBitsToFloat(m == 0u ? 0x7f800000u : 0x7fc00000u);
-    else v = uintBitsToFloat(((e + 112u) << 23) | (m << 13));
-    return (h & 0x8000u) != 0u ? -v : v;
-}
+uint byte_at(uint off) { return block_byte(p.src, off); }
+int int8_at(uint off) { return block_int8(p.src, off); }
+float half_at(uint off) { return block_half(p.src, off); }
 // Sub-block s's 6-bit scale and minimum of a q4_K/q5_K block whose 12 scale bytes start at q.
 void k_scale_min(uint q, uint s, out uint sc, out uint m) {
     if (s < 4u) {
@@ -42,7 +31,7 @@ float value(uint i) {
         const uint bytes[5] = uint[5](34u, 18u, 20u, 22u, 24u);
         const uint b = (i >> 5) * bytes[p.format], j = i & 31u;
         const float d = half_at(b);
-        if (p.format == 0u) return float(int8_at(b + 2u + j)) * d;
+        if (p.format == 0u) return q8_0_value(p.src, i);
         if (p.format == 1u) return float(int(nibble(b + 2u, j)) - 8) * d;
         if (p.format == 2u) {
             precise float v = float(nibble(b + 4u, j)) * d + half_at(b + 2u);
