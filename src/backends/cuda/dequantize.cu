@@ -1,5 +1,5 @@
 // dequantize: block-format weights (Q8_0 ... Q6_K) widened to float32, float16 or bfloat16 on the device, by the
-// decoders the host uses (quant/block_formats.h, quant/k_quants.h): one thread per 32 values (a block of the
+// decoders the host uses (quant/block_formats.h, quant/k_quants.h): one thread decodes 32 values (a block of the
 // 32-value formats, a part of a k-quant's 256), each value computed in float32 exactly as on the CPU and rounded
 // once to the destination type. This file is compiled with --fmad=false (CMakeLists.txt; HIP: the pragma below),
 // so that q4_1's q * d + m and the k-quants' step * q - off are two roundings, as the host computes them: F32
@@ -36,14 +36,31 @@ __device__ __forceinline__ void decode_part(const uint8_t* blocks, int64_t part,
     }
 }
 
+// Each thread decodes one part into shared memory, then the block stores its parts' values in order, so that
+// neighbouring threads write neighbouring values (a thread writing its own 32 would scatter each store
+// instruction over 32 lines). Rows of 33 floats keep the decoding threads' writes off each other's banks.
+constexpr int kPartsPerBlock = 128;
+
 template <DType F, class D>
-__global__ void dequantize_kernel(const uint8_t* blocks, D* dst, int64_t parts) {
-    for (int64_t p = detail::grid_first(); p < parts; p += detail::grid_step()) {
-        float v[32];
-        decode_part<F>(blocks, p, v);
-        D* out = dst + p * 32;
+__global__ void __launch_bounds__(kPartsPerBlock) dequantize_kernel(const uint8_t* blocks, D* dst, int64_t parts) {
+    __shared__ float values[kPartsPerBlock * 33];
+    // The loop's trip count is the same for every thread of the block (it depends on blockIdx only), so all
+    // of them reach each barrier.
+    for (int64_t first = int64_t(blockIdx.x) * kPartsPerBlock; first < parts;
+         first += int64_t(gridDim.x) * kPartsPerBlock) {
+        const int64_t p = first + threadIdx.x;
+        if (p < parts) {
+            float v[32];
+            decode_part<F>(blocks, p, v);
 #pragma unroll
-        for (int i = 0; i < 32; ++i) out[i] = detail::from_float<D>(v[i]);
+            for (int i = 0; i < 32; ++i) values[threadIdx.x * 33 + i] = v[i];
+        }
+        __syncthreads();
+        const int count = int(parts - first < kPartsPerBlock ? parts - first : kPartsPerBlock) * 32;
+        D* out = dst + first * 32;
+        for (int e = threadIdx.x; e < count; e += kPartsPerBlock)
+            out[e] = detail::from_float<D>(values[(e / 32) * 33 + e % 32]);
+        __syncthreads();
     }
 }
 
@@ -80,8 +97,9 @@ void dequantize(const void* src, DType src_type, void* dst, DType dst_type, int6
     dispatch_format(src_type, [&](auto f) {
         detail::dispatch("dequantize", dst_type, [&](auto d) {
             using D = typename decltype(d)::type;
-            dequantize_kernel<decltype(f)::value, D><<<detail::blocks_for(parts), detail::kThreads, 0, stream>>>(
-                static_cast<const uint8_t*>(src), static_cast<D*>(dst), parts);
+            dequantize_kernel<decltype(f)::value, D>
+                <<<detail::blocks_for(parts, kPartsPerBlock), kPartsPerBlock, 0, stream>>>(
+                    static_cast<const uint8_t*>(src), static_cast<D*>(dst), parts);
         });
     });
     KILN_CUDA_CHECK(cudaGetLastError());
