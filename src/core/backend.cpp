@@ -16,7 +16,7 @@ Tensor Backend::run_recorded(const std::string&, const std::vector<const Tensor*
 
 void Backend::download_f32(float* dst, const void* src, DType src_type, int64_t n) {
     if (src_type == DType::F32) return download(dst, src, n * 4);
-    std::vector<uint8_t> bits(size_t(n) * dtype_size(src_type));
+    std::vector<uint8_t> bits(size_t(dtype_storage_bytes(src_type, n)));  // block formats decode here too
     download(bits.data(), src, int64_t(bits.size()));
     decode_to_float(src_type, bits.data(), dst, size_t(n));
 }

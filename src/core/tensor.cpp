@@ -139,10 +139,14 @@ Tensor& Tensor::operator=(const Tensor& other) {
 }
 
 Tensor Tensor::empty_on(Backend& backend, Shape shape, DType dtype) {
-    // GPUs receive block-format weights dequantized (to_device); no backend stores the blocks yet.
-    require(!is_block_quantized(dtype), ErrorKind::Unsupported,
-            std::string("a ") + dtype_name(dtype) + " tensor on " + device_name(backend.device()) +
-                " (block formats live on the host only for now)");
+    // Block formats are stored as their blocks where the backend dequantizes them (supports()), rows of whole
+    // blocks as on the host; elsewhere they reach the device dequantized (to_device's caller picks the dtype).
+    if (is_block_quantized(dtype)) {
+        require(backend.supports(dtype), ErrorKind::Unsupported,
+                std::string("a ") + dtype_name(dtype) + " tensor on " + device_name(backend.device()) +
+                    " (this device takes no " + dtype_name(dtype) + " blocks: upload the values in its precision)");
+        require_block_rows(shape, dtype);
+    }
     require(backend.supports(dtype), ErrorKind::Unsupported,
             device_name(backend.device()) + " does not compute in " + dtype_name(dtype) +
                 (dtype == DType::BF16 ? " (use --precision fp16 or fp32)" : ""));
@@ -150,7 +154,7 @@ Tensor Tensor::empty_on(Backend& backend, Shape shape, DType dtype) {
     t.numel_ = shape_numel(shape);
     t.shape_ = std::move(shape);
     t.dtype_ = dtype;
-    t.device_ = std::make_shared<DeviceBuffer>(backend, t.numel_ * int64_t(dtype_size(dtype)));
+    t.device_ = std::make_shared<DeviceBuffer>(backend, dtype_storage_bytes(dtype, t.numel_));
     return t;
 }
 
@@ -169,11 +173,22 @@ Tensor Tensor::to_device(Backend& backend, DType dtype) const {
     if (device_) {
         require(&device_->backend() == &backend, ErrorKind::Unsupported,
                 "copies between two devices (" + device_name(device()) + " to " + device_name(backend.device()) + ")");
+        // Blocks widen on the device (the products' transient weights: ops/device_weight.h); nothing quantizes there.
+        require(!is_block_quantized(dtype) || dtype == dtype_, ErrorKind::Unsupported,
+                std::string("quantizing a ") + dtype_name(dtype_) + " tensor to " + dtype_name(dtype) + " on " +
+                    device_name(backend.device()) + " (quantize on the host)");
+        if (dtype == dtype_) {
+            backend.copy(out.device_->data(), device_->data(), device_->bytes());
+            return out;
+        }
         backend.convert(device_->data(), dtype_, out.device_->data(), dtype, numel_);
         return out;
     }
     // Round on the host, then move the bytes: conversions are exact-to-nearest-even either way.
-    if (dtype == DType::F32) {
+    if (is_block_quantized(dtype)) {  // the blocks as they are (quantized on the host first if need be)
+        const Tensor c = converted(dtype);
+        backend.upload(out.device_->data(), c.b8(), dtype_storage_bytes(dtype, numel_));
+    } else if (dtype == DType::F32) {
         const Tensor f = to_f32();
         backend.upload(out.device_->data(), f.f32(), numel_ * 4);
     } else {

@@ -10,10 +10,12 @@
 // A copy counts in the copier's category, a move keeps the count's category. Growing values() in place
 // is not re-counted: make a new tensor instead.
 // A weight may also be held in a block format (Q8_0, Q4_0, ...: quant/block_formats.h, quant/k_quants.h) as
-// the bytes of its blocks, on the host only: every row (numel / dim(0) values) is whole blocks, so a
-// range of rows is a range of bytes. linear and conv2d dequantize tiles of such rows as they go, exactly as
-// they convert F16/BF16 tiles; any other use of the values reads them through to_f32(), and the float32
-// accessors refuse such a tensor with an Unsupported error rather than read its bytes as floats.
+// the bytes of its blocks: every row (numel / dim(0) values) is whole blocks, so a range of rows is a range of
+// bytes. On the host linear and conv2d dequantize tiles of such rows as they go, exactly as they convert F16/BF16
+// tiles; any other use of the values reads them through to_f32(), and the float32 accessors refuse such a tensor
+// with an Unsupported error rather than read its bytes as floats. On a device whose backend supports() the
+// format the blocks are kept as they are, and widened by to_device(backend, F16 / F32 / BF16) there (the
+// products do it: ops/device_weight.h); nothing quantizes on a device.
 // A view (Tensor::view) reads values that live in memory it does not own, a weight inside a memory-mapped
 // file: nothing is copied, its bytes count in the category its maker names, and nothing can write
 // through it (see view()).

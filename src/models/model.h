@@ -33,8 +33,8 @@ struct LoadOptions {
     std::optional<std::string> prediction;  // "epsilon" | "v_prediction": needed for SD 2.x single files
     // Precision of the linear/conv weights in memory: unset keeps the file's (F16/BF16 files stay 16-bit,
     // half the memory of float32); F32, F16 or BF16 converts at load (--weights); a block format (Q8_0 ... Q6_K)
-    // quantizes the matrices models/quant_policy.h picks (on a GPU they are dequantized again at upload,
-    // so only the values change there, not the memory: docs/QUANT.md).
+    // quantizes the matrices models/quant_policy.h picks (on CUDA and Vulkan they stay blocks in device memory,
+    // dequantized a layer at a time beside each product: docs/QUANT.md).
     std::optional<DType> weights;
     // Where the model runs. On a GPU every weight is moved there in `precision`, the dtype activations are
     // computed in (--precision); SDXL's VAE, whose activations overflow fp16, runs in bfloat16 where the

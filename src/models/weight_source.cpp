@@ -191,7 +191,9 @@ Tensor WeightReader::read(const std::string& name, const Shape* expected, bool m
 
 Tensor WeightReader::place(Tensor t, std::vector<std::string> names) {
     if (!source_.device) return t;
-    Tensor placed = t.to_device(*source_.device, source_.device_dtype);  // the host copy goes when t does
+    // Blocks stay blocks where the backend takes the format (dequantized beside each product, ops/device_weight.h).
+    const bool blocks = is_block_quantized(t.dtype()) && source_.device->supports(t.dtype());
+    Tensor placed = t.to_device(*source_.device, blocks ? t.dtype() : source_.device_dtype);  // t's copy goes with t
     device_weights_.add(std::move(names), placed.device_buffer());
     if (source_.offload_weights && placed.device_buffer()) placed.device_buffer()->offload();
     return placed;

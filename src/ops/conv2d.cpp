@@ -14,6 +14,7 @@
 #include "ops/conv2d_impl.h"
 #include "ops/im2col.h"
 #include "ops/device_ops.h"
+#include "ops/device_weight.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
 #include "ops/tuning.h"
@@ -56,7 +57,7 @@ private:
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) {
-    if (x.on_device()) return device_ops(x).conv2d(x, w, b, stride, padding);
+    if (x.on_device()) return device_ops(x).conv2d(x, *DeviceWeight(x, w), b, stride, padding);
     return detail::conv2d_tiled(x, w, b, stride, padding, detail::kIm2colBudgetBytes);
 }
 
@@ -68,7 +69,8 @@ Tensor detail::conv2d_tiled(const Tensor& x, const Tensor& w, const Tensor* b, i
 Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
                               const Tensor& w, const Tensor* b, int stride, int padding) {
     if (x.on_device())
-        return device_ops(x).conv2d_group_norm_silu(x, groups, gamma, beta, eps, w, b, stride, padding);
+        return device_ops(x).conv2d_group_norm_silu(x, groups, gamma, beta, eps, *DeviceWeight(x, w), b, stride,
+                                                    padding);
     return detail::conv2d_group_norm_silu_tiled(x, groups, gamma, beta, eps, w, b, stride, padding,
                                                 detail::kIm2colBudgetBytes);
 }
@@ -80,7 +82,8 @@ Tensor conv2d_affine_silu(const Tensor& x, const std::vector<float>& scale, cons
             ErrorKind::InvalidArgument,
             "conv2d_affine_silu: x " + shape_str(x.shape()) + " must be [N, C, H, W] with " +
                 std::to_string(scale.size()) + " scales and " + std::to_string(shift.size()) + " shifts, one a channel");
-    if (x.on_device()) return device_ops(x).conv2d_affine_silu(x, scale, shift, w, b, stride, padding);
+    if (x.on_device())
+        return device_ops(x).conv2d_affine_silu(x, scale, shift, *DeviceWeight(x, w), b, stride, padding);
     detail::InputNorm norm;  // per (image, channel) plane
     for (int64_t n = 0; n < x.dim(0); ++n) {
         norm.scale.insert(norm.scale.end(), scale.begin(), scale.end());
@@ -98,8 +101,8 @@ Tensor conv2d_group_norm_silu_plus(const Tensor& x, int groups, const Tensor& ga
             "conv2d_group_norm_silu_plus: image_bias " + shape_str(image_bias.shape()) + " has no columns [" +
                 std::to_string(at) + ", " + std::to_string(at + count) + ")");
     if (x.on_device())
-        return device_ops(x).conv2d_group_norm_silu_plus(x, groups, gamma, beta, eps, w, b, image_bias, at, stride,
-                                                         padding);
+        return device_ops(x).conv2d_group_norm_silu_plus(x, groups, gamma, beta, eps, *DeviceWeight(x, w), b,
+                                                         image_bias, at, stride, padding);
     Tensor y = conv2d_group_norm_silu(x, groups, gamma, beta, eps, w, b, stride, padding);
     add_channel_bias_(y, at == 0 && count == image_bias.dim(1) ? image_bias : columns(image_bias, at, count));
     return y;

@@ -15,6 +15,7 @@
 #include "ops/checks.h"
 #include "ops/conv2d_impl.h"
 #include "ops/device_ops.h"
+#include "ops/device_weight.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
 #include "ops/tuning.h"
@@ -107,7 +108,8 @@ void conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const T
                     (y_bias->on_device() == y.on_device() ? "" : " in another place"));
     }
     if (y.on_device())
-        return device_ops(y).conv2d_group_norm_silu_add_(y, x, groups, gamma, beta, eps, w, b, stride, padding, y_bias);
+        return device_ops(y).conv2d_group_norm_silu_add_(y, x, groups, gamma, beta, eps, *DeviceWeight(x, w), b,
+                                                         stride, padding, y_bias);
     if (y_bias) {  // the same row of bias for every image: add_channel_bias_'s float sums
         const Tensor bias = y_bias->to_f32();
         std::vector<float> rows;
@@ -137,7 +139,9 @@ void detail::conv2d_group_norm_silu_add_tiled(Tensor& y, const Tensor& x, int gr
 
 Tensor conv2d_group_norm_silu_inplace(Tensor x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
                                       const Tensor& w, const Tensor* b, int stride, int padding) {
-    if (x.on_device()) return device_ops(x).conv2d_group_norm_silu(x, groups, gamma, beta, eps, w, b, stride, padding);
+    if (x.on_device())
+        return device_ops(x).conv2d_group_norm_silu(x, groups, gamma, beta, eps, *DeviceWeight(x, w), b, stride,
+                                                    padding);
     return detail::conv2d_group_norm_silu_inplace_tiled(std::move(x), groups, gamma, beta, eps, w, b, stride,
                                                         padding, detail::kIm2colBudgetBytes);
 }

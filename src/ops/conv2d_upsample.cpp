@@ -6,13 +6,14 @@
 #include "ops/checks.h"
 #include "ops/conv2d_impl.h"
 #include "ops/device_ops.h"
+#include "ops/device_weight.h"
 #include "ops/ops.h"
 #include "ops/tuning.h"
 
 namespace kiln::ops {
 
 Tensor conv2d_upsample2x(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) {
-    if (x.on_device()) return device_ops(x).conv2d_upsample2x(x, w, b, stride, padding);
+    if (x.on_device()) return device_ops(x).conv2d_upsample2x(x, *DeviceWeight(x, w), b, stride, padding);
     return detail::conv2d_upsample2x_tiled(x, w, b, stride, padding, detail::kIm2colBudgetBytes);
 }
 

@@ -16,6 +16,12 @@ enum class DeviceActivation { Silu, Gelu, GeluTanh, QuickGelu };
 class DeviceOps {
 public:
     virtual ~DeviceOps() = default;
+    // Whether linear, conv2d and the fused convolutions here read weights of block format `weight` as they are;
+    // otherwise the ops layer hands them a transient dequantized copy (ops/device_weight.h).
+    virtual bool reads_blocks(DType weight) const {
+        (void)weight;
+        return false;
+    }
     virtual Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) const = 0;
     // acc += linear(x, w, b); a backend without a fused form composes the two.
     virtual void linear_add_(Tensor& acc, const Tensor& x, const Tensor& w, const Tensor* b) const {
@@ -32,8 +38,8 @@ public:
         const int64_t c = x.dim(1);
         Tensor diagonal({c, c, 1, 1});
         for (int64_t i = 0; i < c; ++i) diagonal[i * c + i] = scale[i];
-        const Tensor shift_on_device = Tensor({c}, shift).to_device(w.backend(), w.dtype());
-        Tensor y = conv2d(x, diagonal.to_device(w.backend(), w.dtype()), &shift_on_device, 1, 0);
+        const Tensor shift_on_device = Tensor({c}, shift).to_device(x.backend(), x.dtype());
+        Tensor y = conv2d(x, diagonal.to_device(x.backend(), x.dtype()), &shift_on_device, 1, 0);
         activation_(y, DeviceActivation::Silu);
         return conv2d(y, w, b, stride, padding);
     }

@@ -5,6 +5,7 @@
 #include "ops/blas.h"
 #include "ops/checks.h"
 #include "ops/device_ops.h"
+#include "ops/device_weight.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
 #include "ops/tuning.h"
@@ -13,12 +14,12 @@
 namespace kiln::ops {
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) {
-    if (x.on_device()) return device_ops(x).linear(x, w, b);
+    if (x.on_device()) return device_ops(x).linear(x, *DeviceWeight(x, w), b);
     return detail::linear_tiled(x, w, b, detail::kWeightTileBudgetBytes);
 }
 
 void linear_add_(Tensor& acc, const Tensor& x, const Tensor& w, const Tensor* b) {
-    if (x.on_device()) return device_ops(x).linear_add_(acc, x, w, b);
+    if (x.on_device()) return device_ops(x).linear_add_(acc, x, *DeviceWeight(x, w), b);
     add_(acc, linear(x, w, b));
 }
 

@@ -117,53 +117,49 @@ KILN_HOST_DEVICE bool quantize_k_affine(const float* x, int top, uint8_t* block,
     return true;
 }
 
-// The two scales of sub-blocks 2g and 2g+1 of a q4_K/q5_K block.
-KILN_HOST_DEVICE void k_group_scales(const uint8_t* block, int g, float* d1, float* m1, float* d2, float* m2) {
-    const float d = half_to_float(load_u16(block)), dmin = half_to_float(load_u16(block + 2));
-    int sc, m;
-    k_scale_min(block + 4, 2 * g, &sc, &m);
-    *d1 = d * float(sc), *m1 = dmin * float(m);
-    k_scale_min(block + 4, 2 * g + 1, &sc, &m);
-    *d2 = d * float(sc), *m2 = dmin * float(m);
-}
-
 }  // namespace detail
 
-KILN_HOST_DEVICE void dequantize_q4_K(const uint8_t* block, float* out) {
-    const uint8_t* q = block + 16;
-    for (int g = 0; g < 4; ++g) {
-        float d1, m1, d2, m2;
-        detail::k_group_scales(block, g, &d1, &m1, &d2, &m2);
-        for (int l = 0; l < 32; ++l) {
-            out[64 * g + l] = d1 * float(q[32 * g + l] & 0x0f) - m1;
-            out[64 * g + 32 + l] = d2 * float(q[32 * g + l] >> 4) - m2;
-        }
-    }
+// ---- dequantization, 32 values at a time: part p (0..7) of a block is its values [32 p, 32 p + 32) ----
+// (a GPU thread decodes one part: cuda/dequantize.cu; the whole-block functions below are the 8 parts)
+
+KILN_HOST_DEVICE void dequantize_q4_K_part(const uint8_t* block, int p, float* out) {
+    const float d = half_to_float(detail::load_u16(block)), dmin = half_to_float(detail::load_u16(block + 2));
+    int sc, m;
+    detail::k_scale_min(block + 4, p, &sc, &m);
+    const float step = d * float(sc), off = dmin * float(m);
+    const uint8_t* q = block + 16 + 32 * (p / 2);  // group p/2's nibbles: low for even p, high for odd
+    for (int l = 0; l < 32; ++l) out[l] = step * float(p % 2 ? q[l] >> 4 : q[l] & 0x0f) - off;
 }
 
-KILN_HOST_DEVICE void dequantize_q5_K(const uint8_t* block, float* out) {
-    const uint8_t *qh = block + 16, *ql = block + 48;
-    for (int g = 0; g < 4; ++g) {
-        float d1, m1, d2, m2;
-        detail::k_group_scales(block, g, &d1, &m1, &d2, &m2);
-        for (int l = 0; l < 32; ++l) {
-            out[64 * g + l] = d1 * float((ql[32 * g + l] & 0x0f) | (((qh[l] >> (2 * g)) & 1) << 4)) - m1;
-            out[64 * g + 32 + l] = d2 * float((ql[32 * g + l] >> 4) | (((qh[l] >> (2 * g + 1)) & 1) << 4)) - m2;
-        }
-    }
+KILN_HOST_DEVICE void dequantize_q5_K_part(const uint8_t* block, int p, float* out) {
+    const float d = half_to_float(detail::load_u16(block)), dmin = half_to_float(detail::load_u16(block + 2));
+    int sc, m;
+    detail::k_scale_min(block + 4, p, &sc, &m);
+    const float step = d * float(sc), off = dmin * float(m);
+    const uint8_t *qh = block + 16, *ql = block + 48 + 32 * (p / 2);
+    for (int l = 0; l < 32; ++l)
+        out[l] = step * float((p % 2 ? ql[l] >> 4 : ql[l] & 0x0f) | (((qh[l] >> p) & 1) << 4)) - off;
 }
 
-KILN_HOST_DEVICE void dequantize_q6_K(const uint8_t* block, float* out) {
-    const uint8_t *ql = block, *qh = block + 128, *sc = block + 192;
+KILN_HOST_DEVICE void dequantize_q6_K_part(const uint8_t* block, int p, float* out) {
+    const uint8_t *sc = block + 192;
     const float d = half_to_float(detail::load_u16(block + 208));
-    for (int h = 0; h < 2; ++h)
-        for (int l = 0; l < 32; ++l)
-            for (int k = 0; k < 4; ++k) {
-                const uint8_t lo = ql[64 * h + l + 32 * (k & 1)];
-                const int q = ((k < 2 ? lo : lo >> 4) & 0x0f) | (((qh[32 * h + l] >> (2 * k)) & 3) << 4);
-                const int i = 128 * h + l + 32 * k;
-                out[i] = d * float(int8_t(sc[i / 16])) * float(q - 32);
-            }
+    const int h = p / 4, k = p % 4;  // half h, quarter k: values 128h + 32k + l
+    const uint8_t *ql = block + 64 * h + 32 * (k & 1), *qh = block + 128 + 32 * h;
+    for (int l = 0; l < 32; ++l) {
+        const int q = ((k < 2 ? ql[l] : ql[l] >> 4) & 0x0f) | (((qh[l] >> (2 * k)) & 3) << 4);
+        out[l] = d * float(int8_t(sc[(32 * p + l) / 16])) * float(q - 32);
+    }
+}
+
+KILN_HOST_DEVICE void dequantize_q4_K(const uint8_t* block, float* out) {
+    for (int p = 0; p < 8; ++p) dequantize_q4_K_part(block, p, out + 32 * p);
+}
+KILN_HOST_DEVICE void dequantize_q5_K(const uint8_t* block, float* out) {
+    for (int p = 0; p < 8; ++p) dequantize_q5_K_part(block, p, out + 32 * p);
+}
+KILN_HOST_DEVICE void dequantize_q6_K(const uint8_t* block, float* out) {
+    for (int p = 0; p < 8; ++p) dequantize_q6_K_part(block, p, out + 32 * p);
 }
 
 // ---- quantization of one block of 256 floats; false for a NaN or infinite value or an fp16 overflow ----

@@ -16,6 +16,7 @@ __global__ void convert_kernel(const S* src, D* dst, int64_t n) {
 }  // namespace
 
 void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n, cudaStream_t stream) {
+    if (is_block_quantized(src_type)) return dequantize(src, src_type, dst, dst_type, n, stream);
     const int64_t count = detail::checked_count("convert", {n});
     // Types first, so that a bad one is reported even for an empty tensor.
     detail::dispatch("convert", src_type, [](auto) {});

@@ -200,7 +200,7 @@ void CudaBackend::carry_layout(const void* src, void* dst, const DType* type) {
 }
 
 void CudaBackend::convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) {
-    if (src_type == dst_type) return copy(dst, src, n * int64_t(dtype_size(src_type)));
+    if (src_type == dst_type) return copy(dst, src, dtype_storage_bytes(src_type, n));
     cuda::convert(src, src_type, dst, dst_type, n, stream_);
     carry_layout(src, dst, &dst_type);  // value by value: the layout stays
 }

@@ -51,6 +51,7 @@ public:
     const ops::DeviceOps& ops() const override { return *ops_; }
     // bfloat16 products need the tensor cores of compute capability 8.0 (Ampere) or later; HIP builds keep to
     // F32 and F16 until an AMD GPU has run them.
+    // Block formats (Q8_0 ... Q6_K) are kept as blocks and dequantized beside each product (dequantize.cu).
     bool supports(DType t) const override {
 #if defined(KILN_HIP)
         return t != DType::BF16;

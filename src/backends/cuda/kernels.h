@@ -13,7 +13,11 @@
 namespace kiln::cuda {
 
 // dst[i] = src[i] rounded to dst_type (round to nearest even); src and dst must not overlap unless equal types.
+// A block-format src (Q8_0 ... Q6_K, n whole blocks' values) is dequantized: see dequantize below.
 void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n, cudaStream_t stream);
+// dst (F32, F16 or BF16) = the n values of the blocks at src (is_block_quantized(src_type)), each as the host's
+// decoder computes it in float32 (bit for bit), rounded once to dst_type (dequantize.cu).
+void dequantize(const void* src, DType src_type, void* dst, DType dst_type, int64_t n, cudaStream_t stream);
 
 // In place, x[i] = f(x[i]).
 enum class Activation { Silu, Gelu, GeluTanh, QuickGelu };

@@ -6,10 +6,13 @@
 # without shared memory (gemm_direct.glsl), for devices that run on the CPU, and, for float16 products, COOP
 # on matrix units through VK_NV_cooperative_matrix (gemm_coop.glsl), made only on devices that have them;
 # the "_coopk_" kernels are that build through VK_KHR_cooperative_matrix (COOP_KHR), compiled by glslangValidator
-# 13+ (CMakeLists.txt: KILN_GLSLANG) and left out of builds without one.
+# 13+ (CMakeLists.txt: KILN_GLSLANG) and left out of builds without one. The "_q8" products read a q8_0 weight
+# as blocks (B_Q8, W_Q8: blocks.glsl), in the FMA builds only (KILN_VULKAN_Q8=fused, docs/VULKAN.md).
 set(KILN_VULKAN_KERNELS
   "convert_f32_f16|convert.comp|DST_F16"
   "convert_f16_f32|convert.comp|SRC_F16"
+  "dequantize_f32|dequantize.comp"
+  "dequantize_f16|dequantize.comp|T_F16"
   "matmul_f32|matmul.comp"
   "matmul_f16|matmul.comp|A_F16,B_F16,C_F16"
   "matmul_scores_f16|matmul.comp|A_F16,B_F16"
@@ -36,6 +39,18 @@ set(KILN_VULKAN_KERNELS
   "matmul_scores_coopk_f16|matmul.comp|COOP,COOP_KHR,A_F16,B_F16"
   "matmul_pv_coopk_f16|matmul.comp|COOP,COOP_KHR,B_F16,C_F16"
   "conv2d_coopk_f16|conv2d.comp|COOP,COOP_KHR,T_F16"
+  "matmul_q8_f32|matmul.comp|B_Q8"
+  "matmul_q8_f16|matmul.comp|A_F16,B_Q8,C_F16"
+  "matmul_q8_small_f32|matmul.comp|SMALL,B_Q8"
+  "matmul_q8_small_f16|matmul.comp|SMALL,A_F16,B_Q8,C_F16"
+  "matmul_q8_direct_f32|matmul.comp|DIRECT,B_Q8"
+  "matmul_q8_direct_f16|matmul.comp|DIRECT,A_F16,B_Q8,C_F16"
+  "conv2d_q8_f32|conv2d.comp|W_Q8"
+  "conv2d_q8_f16|conv2d.comp|T_F16,W_Q8"
+  "conv2d_q8_small_f32|conv2d.comp|SMALL,W_Q8"
+  "conv2d_q8_small_f16|conv2d.comp|SMALL,T_F16,W_Q8"
+  "conv2d_q8_direct_f32|conv2d.comp|DIRECT,W_Q8"
+  "conv2d_q8_direct_f16|conv2d.comp|DIRECT,T_F16,W_Q8"
   "group_norm_stats_f32|group_norm_stats.comp"
   "group_norm_stats_f16|group_norm_stats.comp|T_F16"
   "group_norm_apply_f32|group_norm_apply.comp"

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include "backends/vulkan/vulkan_device_ops.h"
 #include "kiln/error.h"
@@ -57,6 +58,14 @@ VulkanBackend::Attention attention_from_env(const char* value) {
     fail(ErrorKind::InvalidArgument, "KILN_VULKAN_ATTENTION=" + v + ": expected flash or products");
 }
 
+VulkanBackend::Q8Products q8_products_from_env(const char* value) {
+    using Q = VulkanBackend::Q8Products;
+    const std::string v = value ? value : "";
+    if (v.empty() || v == "transient") return Q::Transient;
+    if (v == "fused") return Q::Fused;
+    fail(ErrorKind::InvalidArgument, "KILN_VULKAN_Q8=" + v + ": expected transient or fused");
+}
+
 VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physical_(physical), index_(index) {
     const char* sync = std::getenv("KILN_VULKAN_SYNC_OPS");
     sync_ops_ = sync && std::string(sync) == "1";
@@ -66,6 +75,7 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
                                   physical_.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU);
     split_k_ = split_k_from_env(std::getenv("KILN_VULKAN_SPLIT_K"));
     attention_ = attention_from_env(std::getenv("KILN_VULKAN_ATTENTION"));
+    q8_products_ = q8_products_from_env(std::getenv("KILN_VULKAN_Q8"));
     const Api& a = api();
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -313,14 +323,24 @@ void VulkanBackend::copy_strided(void* dst, int64_t dst_pitch, const void* src, 
 void VulkanBackend::convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) {
     require(supports(src_type) && supports(dst_type), ErrorKind::Unsupported,
             device_name(device()) + " cannot convert " + dtype_name(src_type) + " to " + dtype_name(dst_type));
-    if (src_type == dst_type) return copy(dst, src, n * int64_t(dtype_size(src_type)));
+    if (src_type == dst_type) return copy(dst, src, dtype_storage_bytes(src_type, n));
+    require(!is_block_quantized(dst_type), ErrorKind::Unsupported,
+            device_name(device()) + " cannot quantize to " + dtype_name(dst_type) + " (quantize on the host)");
+    require(n < (int64_t(1) << 32), ErrorKind::Unsupported, "vulkan: a tensor of 2^32 or more values");
     struct {
         uint64_t src, dst;
-        uint32_t n, pad;
+        uint32_t n, format;  // format: the block format's code in dequantize.comp (convert.comp ignores it)
     } p{reinterpret_cast<uint64_t>(src), reinterpret_cast<uint64_t>(dst), uint32_t(n), 0};
-    require(n < (int64_t(1) << 32), ErrorKind::Unsupported, "vulkan: a tensor of 2^32 or more values");
-    dispatch(src_type == DType::F32 ? "convert_f32_f16" : "convert_f16_f32", p,
-             uint32_t(std::min<int64_t>((n + 255) / 256, 65535)));
+    const uint32_t groups = uint32_t(std::min<int64_t>((n + 255) / 256, 65535));
+    if (is_block_quantized(src_type)) {
+        require(n % dtype_block_values(src_type) == 0, ErrorKind::InvalidArgument,
+                std::to_string(n) + " values are not whole " + dtype_name(src_type) + " blocks");
+        constexpr DType kCodes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                                    DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+        p.format = uint32_t(std::find(std::begin(kCodes), std::end(kCodes), src_type) - std::begin(kCodes));
+        return dispatch(dst_type == DType::F32 ? "dequantize_f32" : "dequantize_f16", p, groups);
+    }
+    dispatch(src_type == DType::F32 ? "convert_f32_f16" : "convert_f16_f32", p, groups);
 }
 
 Tensor VulkanBackend::run_recorded(const std::string& key, const std::vector<const Tensor*>& inputs,

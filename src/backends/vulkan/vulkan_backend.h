@@ -44,7 +44,10 @@ public:
                       int64_t count) override;
     void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) override;
     void synchronize() override;
-    bool supports(DType t) const override { return t == DType::F32 || (t == DType::F16 && physical_.fp16_storage); }
+    // Block formats (Q8_0 ... Q6_K) are kept as blocks and dequantized beside each product (dequantize.comp).
+    bool supports(DType t) const override {
+        return t == DType::F32 || (t == DType::F16 && physical_.fp16_storage) || is_block_quantized(t);
+    }
     const ops::DeviceOps& ops() const override { return *ops_; }
     // The second call with a key records fn into a command buffer (its memory from a pool of its own); later
     // calls copy the inputs in and resubmit it. A call that needs the host inside (an upload or download)
@@ -85,6 +88,13 @@ public:
     enum class Attention { Flash, Products };
     Attention attention() const { return attention_; }
     void set_attention(Attention a) { attention_ = a; }
+    // q8_0 weights: dequantized into a transient weight before each product like every block format (Transient,
+    // the default: ops/device_weight.h), or read as blocks by the FMA builds of the products themselves (Fused:
+    // the "_q8" kernels, no transient; not yet measured against Transient on a GPU).
+    // KILN_VULKAN_Q8=transient|fused chooses; tests switch with set_q8_products.
+    enum class Q8Products { Transient, Fused };
+    Q8Products q8_products() const { return q8_products_; }
+    void set_q8_products(Q8Products q) { q8_products_ = q; }
     // Inside run_recorded's recording nothing may wait for the device (so nothing is timed there).
     bool recording_call() const { return capturing_; }
     // Submits what is recorded and waits for it.
@@ -130,6 +140,7 @@ private:
     Products products_ = Products::Measured;
     int split_k_ = 0;
     Attention attention_ = Attention::Products;
+    Q8Products q8_products_ = Q8Products::Transient;
     int64_t recorded_ = 0;  // commands in the buffer since the last submit
     // Host-visible memory that uploads are staged through and downloads come back in.
     VkBuffer staging_ = VK_NULL_HANDLE;
@@ -149,6 +160,7 @@ BackendFactory vulkan_backend_factory();
 VulkanBackend::Products products_from_env(const char* value, bool runs_on_cpu);
 // KILN_VULKAN_ATTENTION (unset: Products).
 VulkanBackend::Attention attention_from_env(const char* value);
+VulkanBackend::Q8Products q8_products_from_env(const char* value);
 int split_k_from_env(const char* value);
 
 }  // namespace kiln::vulkan

@@ -226,7 +226,7 @@ void VulkanDeviceOps::matmul(const MatmulParams& params, const char* base, const
     require((params.m + 31) / 32 <= 65535, ErrorKind::Unsupported, "vulkan: a product with more than 2M rows");
     // Every float16 product has a matrix-unit build (kernels.cmake). It reads 8 float16 values at once where
     // they are contiguous and 16-byte aligned (flags 8 for A, 16 for B; the shader ignores 8 on float32 A).
-    const bool matrix = std::string(suffix) == "_f16";
+    const bool matrix = std::string(suffix) == "_f16" && std::string(base) != "matmul_q8";  // q8: FMA builds only
     MatmulParams p = params;
     auto aligned = [&](uint64_t address, uint32_t stride, uint32_t batch_stride) {
         return address % 16 == 0 && stride % 8 == 0 && (batch == 1 || batch_stride % 8 == 0);
@@ -240,10 +240,20 @@ void VulkanDeviceOps::matmul(const MatmulParams& params, const char* base, const
     });
 }
 
+bool VulkanDeviceOps::reads_blocks(DType weight) const {
+    return weight == DType::Q8_0 && backend_.q8_products() == VulkanBackend::Q8Products::Fused;
+}
+
+// A weight on x's device in x's dtype, or, where the products read it as blocks, in q8_0.
+void VulkanDeviceOps::require_weight(const char* op, const Tensor& x, const Tensor& w) const {
+    if (w.on_device() && w.device() == x.device() && reads_blocks(w.dtype())) return;
+    require_same_place(op, x, w, "w");
+}
+
 Tensor VulkanDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b) const {
     if (x.rank() < 1 || w.rank() != 2 || x.dim(-1) != w.dim(1))
         bad_device_operands("linear", x, device_operand("x", x) + " and " + device_operand("w", w));
-    require_same_place("linear", x, w, "w");
+    require_weight("linear", x, w);
     const int64_t k = w.dim(1), n = w.dim(0), m = k ? x.numel() / k : 0;
     if (b) {
         require_same_place("linear", x, *b, "b");
@@ -262,7 +272,7 @@ Tensor VulkanDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b
     p.scm = p.n, p.scn = 1;
     p.alpha = 1.0f;
     p.flags = 1 | 2 | (b ? 4 : 0);
-    matmul(p, "matmul", x.dtype() == DType::F16 ? "_f16" : "_f32", 1);
+    matmul(p, w.dtype() == DType::Q8_0 ? "matmul_q8" : "matmul", x.dtype() == DType::F16 ? "_f16" : "_f32", 1);
     return y;
 }
 
@@ -317,7 +327,7 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
         bad_device_operands("conv2d", x, device_operand("x", x) + ", " + device_operand("w", w) + ", stride " +
                                              std::to_string(stride) + ", padding " + std::to_string(padding) +
                                              " (square kernels only)");
-    require_same_place("conv2d", x, w, "w");
+    require_weight("conv2d", x, w);
     const int64_t n = x.dim(0), cin = x.dim(1), h = x.dim(2), wd = x.dim(3), cout = w.dim(0), kk = w.dim(2);
     if (h + 2 * padding < kk || wd + 2 * padding < kk)
         bad_device_operands("conv2d", x, device_operand("x", x) + " is smaller than the kernel");
@@ -333,13 +343,14 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
     ConvParams p{addr(x), addr(w), addr(b), addr(y), addr(stats), addr(gamma), addr(beta), 0, uint32_t(cin),
                  uint32_t(h), uint32_t(wd), uint32_t(cout), uint32_t(oh), uint32_t(ow), uint32_t(kk), uint32_t(stride),
                  uint32_t(padding), uint32_t(groups), uint32_t((b ? 1 : 0) | (stats ? 2 : 0)), 1, 0};
-    if (p.w % 16 == 0 && (cin * kk * kk) % 8 == 0) p.flags |= 4;
+    const bool q8 = w.dtype() == DType::Q8_0;  // read as blocks by the FMA builds ("conv2d_q8")
+    if (p.w % 16 == 0 && (cin * kk * kk) % 8 == 0 && !q8) p.flags |= 4;
     if (p.x % 16 == 0 && kk == 1 && stride == 1 && padding == 0 && !stats && (h * wd) % 8 == 0) p.flags |= 8;
     require(n <= 65535 && (cout + 31) / 32 <= 65535 && (oh * ow + 31) / 32 <= 65535, ErrorKind::Unsupported,
             "vulkan: conv2d of " + device_operand("x", x) + " exceeds the workgroup grid");
-    const std::string suffix = x.dtype() == DType::F16 ? "_f16" : "_f32";
-    run_product({"conv2d" + suffix, cout, oh * ow, cin * kk * kk, n}, x.dtype() == DType::F16, [&](const char* variant, uint32_t tile) {
-        dispatch_product("conv2d" + std::string(variant) + suffix, p, uint32_t((oh * ow + tile - 1) / tile),
+    const std::string suffix = x.dtype() == DType::F16 ? "_f16" : "_f32", base = q8 ? "conv2d_q8" : "conv2d";
+    run_product({base + suffix, cout, oh * ow, cin * kk * kk, n}, x.dtype() == DType::F16 && !q8, [&](const char* variant, uint32_t tile) {
+        dispatch_product(base + std::string(variant) + suffix, p, uint32_t((oh * ow + tile - 1) / tile),
                          uint32_t((cout + tile - 1) / tile), uint32_t(n), cin * kk * kk, y.numel(), 16);
     });
     return y;

@@ -19,6 +19,8 @@ struct MatmulParams;  // matmul.comp's push constants (vulkan_device_ops.cpp)
 class VulkanDeviceOps final : public ops::DeviceOps {
 public:
     explicit VulkanDeviceOps(VulkanBackend& backend) : backend_(backend) {}
+    // q8_0 weights with KILN_VULKAN_Q8=fused: the "_q8" products decode them as their tiles load them.
+    bool reads_blocks(DType weight) const override;
     Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) const override;
     Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const override;
     Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
@@ -45,6 +47,7 @@ public:
 
 private:
     class Timed;
+    void require_weight(const char* op, const Tensor& x, const Tensor& w) const;
     Tensor conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding, const Tensor* stats,
                 const Tensor* gamma, const Tensor* beta, int groups) const;
     Tensor group_norm_stats(const Tensor& x, int groups, float eps) const;  // F32 [N, groups, 2]

@@ -11,9 +11,16 @@ layout(local_size_x = 8, local_size_y = 8) in;
 #else
 layout(local_size_x = 16, local_size_y = 16) in;
 #endif
+#ifdef W_Q8
+// The filter is a q8_0 weight read as blocks (blocks.glsl): each value decoded as the tiles load it.
+#include "blocks.glsl"
+#define Wt U32s
+#else
+#define Wt Ts
+#endif
 layout(push_constant) uniform Params {
     Ts x;
-    Ts w;
+    Wt w;
     Ts bias;  // read when flags & 1
     Ts y;
     F32s stats;  // [N, groups, 2], read when flags & 2
@@ -26,7 +33,11 @@ layout(push_constant) uniform Params {
 } p;
 
 uint batch, slice;  // the batch entry and slice of k of this workgroup
+#ifdef W_Q8
+float load_a(uint m, uint k) { return q8_0_value(p.w, m * (p.cin * p.ks * p.ks) + k); }
+#else
 float load_a(uint m, uint k) { return ld(p.w, m * (p.cin * p.ks * p.ks) + k); }
+#endif
 // a / d for the index arithmetic of every operand read, where an integer division by a value known only at
 // run time costs tens of instructions: a float32 estimate (off by less than 1 for a < 2^22 d) and one
 // correction step, exact for every a and d a convolution here has.

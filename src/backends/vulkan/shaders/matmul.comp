@@ -14,7 +14,11 @@ layout(local_size_x = 16, local_size_y = 16) in;
 #else
 #define At F32s
 #endif
-#ifdef B_F16
+#ifdef B_Q8
+// B is a q8_0 weight read as blocks (blocks.glsl): each value decoded as the tiles load it, no transient copy.
+#include "blocks.glsl"
+#define Bt U32s
+#elif defined(B_F16)
 #define Bt F16s
 #else
 #define Bt F32s
@@ -43,7 +47,11 @@ layout(push_constant) uniform Params {
 
 uint z, slice;  // the batch entry and slice of k of this workgroup
 float load_a(uint m, uint k) { return ld(p.a, z * p.saz + m * p.sam + k * p.sak); }
+#ifdef B_Q8
+float load_b(uint k, uint n) { return q8_0_value(p.b, z * p.sbz + k * p.sbk + n * p.sbn); }
+#else
 float load_b(uint k, uint n) { return ld(p.b, z * p.sbz + k * p.sbk + n * p.sbn); }
+#endif
 void store_c(uint m, uint n, float sum) {
     if (p.slices > 1u && (p.flags & 32u) == 0u) {
         p.ws.v[((z * p.slices + slice) * p.M + m) * p.N + n] = sum;
