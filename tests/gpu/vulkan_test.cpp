@@ -18,6 +18,7 @@
 #include "ops/ops.h"
 #include "ops/op_observer.h"
 #include "gpu/linked_backends.h"
+#include "gpu/vulkan_test_device.h"
 #include "common/op_bounds.h"
 #if KILN_HAS_VULKAN
 #include "backends/vulkan/physical_devices.h"
@@ -29,30 +30,6 @@
 using namespace kiln;
 
 namespace {
-
-// CI installs lavapipe and glslc so that every Vulkan test runs; without this, a build that lost them
-// would skip the tests and stay green.
-bool vulkan_expected() {
-    const char* v = std::getenv("KILN_EXPECT_VULKAN");
-    return v && std::string(v) == "1";
-}
-
-#if KILN_HAS_VULKAN
-// The first Vulkan device, or nullptr with a reason.
-Backend* vulkan_or_null(std::string* why) {
-    test::register_linked_backends();
-    for (const DeviceDescription& d : list_devices())
-        if (d.device.kind == DeviceKind::Vulkan) return &backend_for(d.device);
-    vulkan::physical_devices(why);
-    if (why->empty()) *why = "no Vulkan device";
-    return nullptr;
-}
-#define KILN_VULKAN_OR_SKIP(var)                                                         \
-    std::string var##_why;                                                               \
-    Backend* var = vulkan_or_null(&var##_why);                                           \
-    if (!var && vulkan_expected()) FAIL() << "KILN_EXPECT_VULKAN=1 but " << var##_why;   \
-    if (!var) GTEST_SKIP() << var##_why
-#endif
 
 #if KILN_HAS_VULKAN
 // Values in [-1, 1) from a linear congruential generator: the same inputs on every run and platform.
@@ -74,10 +51,10 @@ Tensor abs_of(Tensor t) {
 // The per-device suites (Devices/Ops, Devices/Models) have no instance without a device, so they cannot
 // skip loudly; this test is where a missing device fails when one is expected.
 TEST(VulkanDevices, PresentWhereExpected) {
-    if (!vulkan_expected()) GTEST_SKIP() << "KILN_EXPECT_VULKAN is not 1";
+    if (!test::vulkan_expected()) GTEST_SKIP() << "KILN_EXPECT_VULKAN is not 1";
 #if KILN_HAS_VULKAN
     std::string why;
-    EXPECT_NE(vulkan_or_null(&why), nullptr) << "KILN_EXPECT_VULKAN=1 but " << why;
+    EXPECT_NE(test::vulkan_or_null(&why), nullptr) << "KILN_EXPECT_VULKAN=1 but " << why;
 #else
     FAIL() << "KILN_EXPECT_VULKAN=1 but kiln was built without Vulkan (CMake found no libvulkan-dev or glslc)";
 #endif

@@ -3,8 +3,15 @@
 // pointer: offsets into a tensor are plain arithmetic on the host and shaders read through the address, so
 // no descriptor sets and no maxStorageBufferRange limit. Requests under 4 MiB are cut from 64 MiB slabs
 // (drivers allow only a few thousand allocations); larger ones get an allocation of their own, which can
-// be given back to the driver when memory runs short. A single request above maxMemoryAllocationSize
-// (2-4 GiB on many AMD drivers) is an OutOfMemory error naming that limit.
+// be given back to the driver when memory runs short.
+// Limits (docs/VULKAN.md, "Allocation limits"), each an OutOfMemory error naming it, never a driver failure:
+// - one allocation: maxMemoryAllocationSize / maxBufferSize (2-4 GiB on many drivers; KILN_VULKAN_MAX_ALLOCATION
+//   lowers it);
+// - what one kernel operand may span (max_binding): the kernels index values with 32-bit integers, so a tensor
+//   may not hold more than kMaxKernelValues of them (KILN_VULKAN_MAX_BINDING lowers it, in bytes);
+// - the heap budget (VK_EXT_memory_budget, where the driver has it): a new allocation past what the driver says
+//   the process may still use gives the cache back first, then fails.
+// KILN_FAIL_ALLOCATION_AT=N makes the Nth allocation fail (core/allocation_faults.h).
 // Blocks belong to pools, as in the CUDA allocator: pool 0 serves ordinary work, a recorded call gets a pool of
 // its own for as long as the recording lives (its command buffer keeps the addresses it was recorded with).
 // Not thread-safe: the backend calls it from the thread that records its commands.
@@ -18,6 +25,14 @@
 #include "backends/vulkan/physical_devices.h"
 
 namespace kiln::vulkan {
+
+// The most values one kernel operand may hold: 32-bit indices, less the elementwise kernels' largest grid step
+// (65535 workgroups of 256, common.glsl), so that no loop index wraps past 2^32.
+constexpr int64_t kMaxKernelValues = (int64_t(1) << 32) - int64_t(65535) * 256;
+
+// A byte size from an environment setting: digits with an optional K, M or G (binary) suffix; unset or empty: 0.
+// Anything else is an InvalidArgument naming the setting.
+int64_t byte_size_from_env(const char* name);
 
 class VulkanMemory {
 public:
@@ -43,7 +58,15 @@ public:
     void set_limit(int64_t bytes) { limit_ = bytes; }
     // Dedicated allocations no block uses go back to the driver (slabs stay: their blocks are cached).
     void release_cached() noexcept { release_free_chunks(); }
+    // The largest single allocation (0: no stated limit), and the most bytes of `elem`-byte values one kernel
+    // operand may span.
     int64_t max_allocation() const { return max_allocation_; }
+    int64_t max_binding(int64_t elem) const;
+    // Lowers (or, with the driver's figures, restores) the two limits; for tests, as the environment settings do.
+    void set_max_allocation(int64_t bytes) { max_allocation_ = bytes; }
+    void set_max_binding(int64_t bytes) { max_binding_ = bytes; }
+    bool forced_binding() const { return max_binding_ > 0; }
+    int64_t driver_max_allocation() const { return static_cast<int64_t>(physical_.max_allocation); }
 
     int new_pool();
     void set_current_pool(int pool) { current_ = pool; }
@@ -64,6 +87,7 @@ private:
     uint64_t new_chunk(int64_t size, bool slab);  // its address; OutOfMemory when the driver refuses
     void release_free_chunks() noexcept;  // dedicated chunks no block uses back to the driver
     [[noreturn]] void out_of_memory(int64_t bytes, const std::string& why) const;
+    std::string allocation_limit_name() const;  // which setting the allocation limit comes from
 
     VkDevice device_;
     const PhysicalDevice& physical_;
@@ -71,6 +95,7 @@ private:
     std::function<void()> wait_idle_;
     uint32_t memory_type_ = UINT32_MAX;
     int64_t max_allocation_ = 0;
+    int64_t max_binding_ = 0;  // KILN_VULKAN_MAX_BINDING (0: only the kernels' index range)
     std::map<uint64_t, Chunk> chunks_;  // by base address
     std::unordered_map<uint64_t, Block> live_;  // by address
     std::vector<std::multimap<int64_t, uint64_t>> free_{1};  // per pool: block size -> address
