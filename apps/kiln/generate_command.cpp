@@ -148,7 +148,8 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     load.vae_encoder = img2img;  // txt2img only decodes
     require(req.memory_budget < 0 || load.device.is_cpu(), ErrorKind::Unsupported,
             "--memory bounds the memory of a CPU run; a GPU's takes --vram");
-    apply_vram_limit(o.vram, load.device);
+    const std::string vram = apply_vram_limit(o.vram, load.device);
+    if (o.vram == "auto") req.notice(vram);  // what auto resolved to (a size given is already known)
     // LoRA: the prompt's tags (AUTOMATIC1111's syntax only; plain prompts are words) and --lora files.
     if (req.prompt_syntax == PromptSyntax::A1111) load.loras = loras_from_prompt(req.prompt, o.lora_dir);
     for (const std::string& arg : o.loras) load.loras.push_back(lora_from_argument(arg));

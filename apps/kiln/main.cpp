@@ -88,8 +88,9 @@ int main(int argc, char** argv) {
                         "SIZE (e.g. 1.6G): keep a CPU run's resident memory within it, streaming the UNet's weights "
                         "from the file and decoding in bands as far as needed (kiln plan shows the plan)");
         cmd->add_option("--vram", gen.vram,
-                        "SIZE (e.g. 3G): cap what kiln holds of the GPU's memory, weights and cache included (CUDA); "
-                        "the VAE decode falls back to bands when it does not fit");
+                        "SIZE (e.g. 3G) or auto: cap what kiln holds of the GPU's memory, weights and cache included "
+                        "(CUDA, Vulkan; auto: the free memory less max(512 MiB, 10%)); the VAE decode falls back to "
+                        "bands when it does not fit");
         cmd->add_flag("-q,--quiet", gen.quiet, "no progress bar");
         cmd->add_flag("--profile", gen.profile, "print time per stage and per op kind, and memory, to stderr at the end");
         cmd->add_option("--trace", gen.trace, "write a Chrome trace (Perfetto, chrome://tracing) of the run to FILE");
@@ -118,7 +119,7 @@ int main(int argc, char** argv) {
                       "vae-decode-tiled: where the activations wait between bands, auto | host | device")
         ->check(CLI::IsMember({"auto", "host", "device"}))
         ->capture_default_str();
-    bench->add_option("--vram", bench_opts.vram, "SIZE: cap what kiln holds of the GPU's memory (CUDA), as txt2img's --vram");
+    bench->add_option("--vram", bench_opts.vram, "SIZE or auto: cap what kiln holds of the GPU's memory (CUDA, Vulkan), as txt2img's --vram");
     bench->add_option("--batch", bench_opts.batch, "unet: the UNet batch (2 = one image with guidance); text/vae: rows")
         ->capture_default_str();
     bench->add_option("--steps", bench_opts.steps, "txt2img sampling steps")->capture_default_str();

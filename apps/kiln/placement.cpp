@@ -6,6 +6,7 @@
 #include "kiln/error.h"
 #include "pipeline/backend_plugins.h"
 #include "pipeline/memory_plan.h"
+#include "pipeline/vram_budget.h"
 
 namespace kiln::cli {
 
@@ -30,12 +31,14 @@ Placement resolve_placement(const std::string& device, const std::string& precis
     return p;
 }
 
-void apply_vram_limit(const std::string& vram, const Device& device) {
-    if (vram.empty()) return;
-    const int64_t bytes = parse_byte_size(vram, "--vram");
+std::string apply_vram_limit(const std::string& vram, const Device& device) {
+    if (vram.empty()) return "";
     require(!device.is_cpu(), ErrorKind::InvalidArgument, "--vram bounds a GPU's memory; a CPU run takes --memory");
-    require(backend_for(device).set_memory_limit(bytes), ErrorKind::Unsupported,
+    Backend& backend = backend_for(device);
+    const VramBudget budget = resolve_vram_budget(vram, backend);
+    require(backend.set_memory_limit(budget.bytes), ErrorKind::Unsupported,
             "--vram: " + device_name(device) + " cannot cap its memory yet (CUDA and Vulkan can)");
+    return budget.describe(device_name(device));
 }
 
 }  // namespace kiln::cli

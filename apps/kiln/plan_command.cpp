@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "commands.h"
 #include "kiln/error.h"
 #include "pipeline/generate.h"
 #include "pipeline/memory_plan.h"
@@ -11,12 +12,16 @@ namespace kiln::cli {
 
 CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
     CLI::App* cmd = app.add_subcommand(
-        "plan", "how a CPU generation would hold its memory within --memory, and the predicted peak of each stage");
+        "plan", "how a CPU generation would hold its memory within --memory, and the predicted peak of each stage; "
+        "for a GPU (--device), the budget --vram resolves to");
     cmd->add_option("-m,--model", o.model, "checkpoint: a .safetensors file or a diffusers folder")->required();
     cmd->add_option("-W,--width", o.width, "image width in pixels (default: the model's native size)");
     cmd->add_option("-H,--height", o.height, "image height in pixels (default: the model's native size)");
     cmd->add_option("--batch-size", o.batch_size, "images sampled together")->capture_default_str();
     cmd->add_option("--memory", o.memory, "SIZE (e.g. 1.6G): the budget for the process's resident memory");
+    cmd->add_option("--device", o.device, "cpu (the plan of each stage), or a GPU: vulkan, cuda:1, ... (its budget)")
+        ->capture_default_str();
+    cmd->add_option("--vram", o.vram, "SIZE or auto, as txt2img takes it: the GPU budget it resolves to");
     cmd->add_option("--vae-tiling", o.vae_tiling, "auto | on | off, as txt2img takes it")
         ->check(CLI::IsMember({"auto", "on", "off"}))
         ->capture_default_str();
@@ -24,6 +29,16 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
 }
 
 int run_plan(const PlanOptions& o) {
+    const Placement placement = resolve_placement(o.device, "");
+    if (!placement.device.is_cpu()) {
+        // A GPU run's stages are not predicted yet (issue 21): what the plan says is the budget --vram gives.
+        require(o.memory.empty(), ErrorKind::Unsupported, "--memory bounds the memory of a CPU run; a GPU's takes --vram");
+        const std::string vram = apply_vram_limit(o.vram, placement.device);
+        std::printf("%s, %s: %s\n(the stages of a GPU run are not predicted yet)\n", o.model.c_str(),
+                    device_name(placement.device).c_str(), vram.empty() ? "no --vram budget" : vram.c_str());
+        return 0;
+    }
+    require(o.vram.empty(), ErrorKind::InvalidArgument, "--vram bounds a GPU's memory; a CPU run takes --memory");
     const int64_t budget = o.memory.empty() ? -1 : parse_byte_size(o.memory, "--memory");
     const VaeTiling tiling = parse_vae_tiling(o.vae_tiling);
     LoadOptions load;

@@ -12,6 +12,8 @@ struct PlanOptions {
     std::optional<int> width, height;
     int batch_size = 1;
     std::string memory;  // --memory SIZE
+    std::string device = "cpu";  // --device: a GPU's plan is its --vram budget only, for now
+    std::string vram;    // --vram SIZE|auto
     std::string vae_tiling = "auto";
 };
 
