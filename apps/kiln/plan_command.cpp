@@ -19,7 +19,7 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
     cmd->add_option("-H,--height", o.height, "image height in pixels (default: the model's native size)");
     cmd->add_option("--batch-size", o.batch_size, "images sampled together")->capture_default_str();
     cmd->add_option("--memory", o.memory, "SIZE (e.g. 1.6G): the budget for the process's resident memory");
-    cmd->add_option("--device", o.device, "cpu (the plan of each stage), or a GPU: vulkan, cuda:1, ... (its budget)")
+    cmd->add_option("--device", o.device, "cpu, or a GPU (vulkan, cuda:1, ...: its --vram budget)")
         ->capture_default_str();
     cmd->add_option("--vram", o.vram, "SIZE or auto, as txt2img takes it: the GPU budget it resolves to");
     cmd->add_option("--vae-tiling", o.vae_tiling, "auto | on | off, as txt2img takes it")
@@ -31,7 +31,6 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
 int run_plan(const PlanOptions& o) {
     const Placement placement = resolve_placement(o.device, "");
     if (!placement.device.is_cpu()) {
-        // A GPU run's stages are not predicted yet (issue 21): what the plan says is the budget --vram gives.
         require(o.memory.empty(), ErrorKind::Unsupported, "--memory bounds the memory of a CPU run; a GPU's takes --vram");
         const std::string vram = apply_vram_limit(o.vram, placement.device);
         std::printf("%s, %s: %s\n(the stages of a GPU run are not predicted yet)\n", o.model.c_str(),

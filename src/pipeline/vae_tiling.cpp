@@ -97,7 +97,7 @@ bool tiled_decode_fits_device(const StableDiffusionModel& model, int width, int 
 Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
                       const std::function<void(const std::string&)>& notice) {
     const bool gpu = !model.device.is_cpu();
-    // On a GPU a band's tensors (each within the band's bytes) stay within one allocation as well.
+    // On a GPU a band's tensors stay within one allocation too.
     const int64_t max_tensor = gpu ? backend_for(model.device).max_allocation_bytes() : 0;
     const int64_t band = max_tensor > 0 ? std::min(default_vae_band_bytes(gpu), max_tensor) : default_vae_band_bytes(gpu);
     if (tiling == VaeTiling::On) return model.vae->decode_tiled(latents, band);
@@ -112,8 +112,7 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
     // A GPU says when it runs out: the whole decode is tried first, and what it allocated is freed as the error
     // unwinds, before the bands start. They park the activations on the GPU too where those fit in half of what
     // it has free (no transfers; the whole decode's scratch was what did not fit), else on the host.
-    // Where the whole decode's largest tensor is more than one allocation may be (a Vulkan driver's limit), it is
-    // not tried at all.
+    // Not tried where its largest tensor exceeds one allocation (a Vulkan driver's limit).
     const int64_t largest = largest_vae_decode_tensor_bytes(model, width, height, n);
     const bool too_large = max_tensor > 0 && largest > max_tensor;
     if (!too_large) {

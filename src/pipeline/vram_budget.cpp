@@ -18,7 +18,6 @@ int64_t vram_auto_margin(int64_t total_bytes) { return std::max<int64_t>(int64_t
 VramBudget vram_auto_budget(int64_t free_bytes, int64_t held_bytes, int64_t total_bytes, const std::string& device) {
     VramBudget b;
     b.automatic = true;
-    // The cap counts what kiln holds (its cache included), which the free figure no longer shows.
     b.available = std::max<int64_t>(0, free_bytes) + std::max<int64_t>(0, held_bytes);
     b.margin = vram_auto_margin(total_bytes);
     b.bytes = b.available - b.margin;

@@ -40,7 +40,8 @@ VulkanMemory::VulkanMemory(VkDevice device, const PhysicalDevice& physical, std:
     : device_(device), physical_(physical), name_(std::move(name)), wait_idle_(std::move(wait_idle)) {
     max_allocation_ = static_cast<int64_t>(physical.max_allocation);
     const int64_t forced = byte_size_from_env("KILN_VULKAN_MAX_ALLOCATION");
-    if (forced > 0 && (max_allocation_ == 0 || forced < max_allocation_)) max_allocation_ = forced;
+    forced_allocation_ = forced > 0 && (max_allocation_ == 0 || forced < max_allocation_);
+    if (forced_allocation_) max_allocation_ = forced;
     max_binding_ = byte_size_from_env("KILN_VULKAN_MAX_BINDING");
 }
 
@@ -65,16 +66,14 @@ VulkanMemory::~VulkanMemory() {
 
 uint64_t VulkanMemory::new_chunk(int64_t size, bool slab) {
     if (max_allocation_ > 0 && size > max_allocation_)
-        out_of_memory(size, "; at most " + mib(max_allocation_) + " may be one allocation (" + allocation_limit_name() +
-                                ")");
+        out_of_memory(size, "; the driver allows at most " + mib(max_allocation_) + " in one allocation");
     if (limit_ > 0 && reserved_ + size > limit_) {
         release_free_chunks();
         if (reserved_ + size > limit_)
             fail(ErrorKind::OutOfMemory, name_ + ": the memory limit of " + mib(limit_) + " (--vram) is reached: asked for " +
                                              mib(size) + ", kiln holds " + mib(reserved_));
     }
-    // The driver's budget for this process (VK_EXT_memory_budget): past it an allocation may succeed and then
-    // page or fail later, so kiln stops at it, after giving its cache back.
+    // The driver's budget (VK_EXT_memory_budget): past it a driver may page or fail later, so kiln stops there.
     if (physical_.memory_budget && size > heap_memory(physical_, reserved_).free) {
         release_free_chunks();
         if (size > heap_memory(physical_, reserved_).free)
@@ -142,16 +141,11 @@ void VulkanMemory::release_pool(int pool) noexcept {
     released_[pool] = true;
 }
 
-std::string VulkanMemory::allocation_limit_name() const {
-    return max_allocation_ < driver_max_allocation() || driver_max_allocation() == 0 ? "KILN_VULKAN_MAX_ALLOCATION"
-                                                                                    : "the driver's maxMemoryAllocationSize";
-}
-
 void* VulkanMemory::allocate(int64_t bytes) {
     count_allocation(name_, bytes);
     if (max_allocation_ > 0 && bytes > max_allocation_)
-        out_of_memory(bytes, "; at most " + mib(max_allocation_) + " may be one allocation (" + allocation_limit_name() +
-                                 ")");
+        out_of_memory(bytes, "; at most " + mib(max_allocation_) + " may be one allocation (" +
+                                 (forced_allocation_ ? "KILN_VULKAN_MAX_ALLOCATION" : "maxMemoryAllocationSize") + ")");
     // Rounded up to a granule, but never past the limit (a request just under it still fits).
     const int64_t size = max_allocation_ > 0 ? std::min(rounded(bytes), max_allocation_) : rounded(bytes);
     auto& pool = free_[current_];

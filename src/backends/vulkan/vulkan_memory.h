@@ -4,14 +4,9 @@
 // no descriptor sets and no maxStorageBufferRange limit. Requests under 4 MiB are cut from 64 MiB slabs
 // (drivers allow only a few thousand allocations); larger ones get an allocation of their own, which can
 // be given back to the driver when memory runs short.
-// Limits (docs/VULKAN.md, "Allocation limits"), each an OutOfMemory error naming it, never a driver failure:
-// - one allocation: maxMemoryAllocationSize / maxBufferSize (2-4 GiB on many drivers; KILN_VULKAN_MAX_ALLOCATION
-//   lowers it);
-// - what one kernel operand may span (max_binding): the kernels index values with 32-bit integers, so a tensor
-//   may not hold more than kMaxKernelValues of them (KILN_VULKAN_MAX_BINDING lowers it, in bytes);
-// - the heap budget (VK_EXT_memory_budget, where the driver has it): a new allocation past what the driver says
-//   the process may still use gives the cache back first, then fails.
-// KILN_FAIL_ALLOCATION_AT=N makes the Nth allocation fail (core/allocation_faults.h).
+// Limits (docs/VULKAN.md, "Allocation limits"), each an OutOfMemory error naming it: one allocation
+// (maxMemoryAllocationSize / maxBufferSize, or KILN_VULKAN_MAX_ALLOCATION), one kernel operand (max_binding: the
+// kernels' 32-bit indices, or KILN_VULKAN_MAX_BINDING), the heap budget (VK_EXT_memory_budget).
 // Blocks belong to pools, as in the CUDA allocator: pool 0 serves ordinary work, a recorded call gets a pool of
 // its own for as long as the recording lives (its command buffer keeps the addresses it was recorded with).
 // Not thread-safe: the backend calls it from the thread that records its commands.
@@ -26,12 +21,11 @@
 
 namespace kiln::vulkan {
 
-// The most values one kernel operand may hold: 32-bit indices, less the elementwise kernels' largest grid step
-// (65535 workgroups of 256, common.glsl), so that no loop index wraps past 2^32.
+// The most values one kernel operand may hold: 32-bit indices, less the elementwise kernels' grid step
+// (65535 x 256, common.glsl), so that no loop index wraps.
 constexpr int64_t kMaxKernelValues = (int64_t(1) << 32) - int64_t(65535) * 256;
 
-// A byte size from an environment setting: digits with an optional K, M or G (binary) suffix; unset or empty: 0.
-// Anything else is an InvalidArgument naming the setting.
+// An environment setting's byte size: digits and an optional K, M or G (binary); unset: 0; else InvalidArgument.
 int64_t byte_size_from_env(const char* name);
 
 class VulkanMemory {
@@ -58,12 +52,14 @@ public:
     void set_limit(int64_t bytes) { limit_ = bytes; }
     // Dedicated allocations no block uses go back to the driver (slabs stay: their blocks are cached).
     void release_cached() noexcept { release_free_chunks(); }
-    // The largest single allocation (0: no stated limit), and the most bytes of `elem`-byte values one kernel
-    // operand may span.
+    // The largest allocation (0: none stated); the bytes of `elem`-byte values one kernel operand may span.
     int64_t max_allocation() const { return max_allocation_; }
     int64_t max_binding(int64_t elem) const;
-    // Lowers (or, with the driver's figures, restores) the two limits; for tests, as the environment settings do.
-    void set_max_allocation(int64_t bytes) { max_allocation_ = bytes; }
+    // For tests, as the environment settings do (0 lifts the forced binding limit).
+    void set_max_allocation(int64_t bytes) {
+        forced_allocation_ = bytes < driver_max_allocation();
+        max_allocation_ = bytes;
+    }
     void set_max_binding(int64_t bytes) { max_binding_ = bytes; }
     bool forced_binding() const { return max_binding_ > 0; }
     int64_t driver_max_allocation() const { return static_cast<int64_t>(physical_.max_allocation); }
@@ -87,7 +83,6 @@ private:
     uint64_t new_chunk(int64_t size, bool slab);  // its address; OutOfMemory when the driver refuses
     void release_free_chunks() noexcept;  // dedicated chunks no block uses back to the driver
     [[noreturn]] void out_of_memory(int64_t bytes, const std::string& why) const;
-    std::string allocation_limit_name() const;  // which setting the allocation limit comes from
 
     VkDevice device_;
     const PhysicalDevice& physical_;
@@ -95,6 +90,7 @@ private:
     std::function<void()> wait_idle_;
     uint32_t memory_type_ = UINT32_MAX;
     int64_t max_allocation_ = 0;
+    bool forced_allocation_ = false;
     int64_t max_binding_ = 0;  // KILN_VULKAN_MAX_BINDING (0: only the kernels' index range)
     std::map<uint64_t, Chunk> chunks_;  // by base address
     std::unordered_map<uint64_t, Block> live_;  // by address
