@@ -33,6 +33,7 @@ Placement resolve_placement(const std::string& device, const std::string& precis
 
 std::string apply_vram_limit(const std::string& vram, const Device& device) {
     if (vram.empty()) return "";
+    if (vram != "auto") (void)parse_byte_size(vram, "--vram");  // a bad size is named before anything else
     require(!device.is_cpu(), ErrorKind::InvalidArgument, "--vram bounds a GPU's memory; a CPU run takes --memory");
     Backend& backend = backend_for(device);
     const VramBudget budget = resolve_vram_budget(vram, backend);

@@ -181,7 +181,6 @@ std::vector<PhysicalDevice> physical_devices(std::string* why) {
                 d.max_allocation = m3.maxMemoryAllocationSize;
                 if (m4.maxBufferSize > 0 && (d.max_allocation == 0 || m4.maxBufferSize < d.max_allocation))
                     d.max_allocation = m4.maxBufferSize;
-                d.storage_buffer_range = d.properties.limits.maxStorageBufferRange;
             }
             d.cooperative_matrix_khr = has_extension(a, h, "VK_KHR_cooperative_matrix");
             d.cooperative_matrix = d.cooperative_matrix_khr || has_extension(a, h, "VK_NV_cooperative_matrix");

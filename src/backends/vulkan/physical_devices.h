@@ -28,9 +28,6 @@ struct PhysicalDevice {
     // The driver's limits on one allocation: maxMemoryAllocationSize (Vulkan 1.1, from maintenance3) and, where
     // VK_KHR_maintenance4 is offered, maxBufferSize (each of kiln's allocations is one buffer); 0: none stated.
     uint64_t max_allocation = 0;
-    // maxStorageBufferRange: what one descriptor may span. kiln's kernels bind no descriptors (they read through
-    // buffer device addresses, which the limit does not cover), so it is reported, not enforced (VulkanMemory).
-    uint64_t storage_buffer_range = 0;
 };
 
 // The developer setting KILN_VULKAN_MATRIX: "khr" or "nv" limits the matrix units to that extension (to compare
