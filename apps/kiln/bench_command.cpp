@@ -40,7 +40,9 @@ int run_bench(const BenchOptions& o) {
     if (!o.compare.empty()) return run_compare(o);
 
     const Placement placement = resolve_placement(o.device, o.precision);
-    const int64_t vram_budget = apply_vram_limit(o.vram, placement.device);
+    const VramBudget vram = apply_vram_limit(o.vram, placement.device);
+    if (o.vram == "auto") std::fprintf(stderr, "kiln: %s\n", vram.describe(device_name(placement.device)).c_str());
+    const int64_t vram_budget = vram.bytes;
     require(!o.suites.empty(), ErrorKind::InvalidArgument,
             "name the suites to run with --suite (unet, text, vae-decode, vae-decode-tiled, vae-encode, txt2img)");
     require(o.arch.empty() || o.model.empty(), ErrorKind::InvalidArgument,

@@ -8,6 +8,7 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "pipeline/vram_budget.h"
 
 namespace kiln::cli {
 
@@ -33,7 +34,7 @@ struct GenerateOptions {
     std::string latents_out;  // --latents-out FILE: the final latents as safetensors ("latents")
     std::string vae_tiling = "auto";  // --vae-tiling auto|on|off
     std::string memory;    // --memory SIZE: bound on the resident set of a CPU run
-    std::string vram;      // --vram SIZE: bound on what kiln holds of the GPU's memory
+    std::string vram;      // --vram SIZE|auto: bound on what kiln holds of the GPU's memory
     std::string prompt_syntax = "a1111";  // --prompt-syntax a1111|none
     std::string emphasis = "original";     // --emphasis original|no-norm|ignore|none
     std::vector<std::string> loras;       // --lora FILE[:WEIGHT], repeatable
@@ -47,7 +48,7 @@ struct BenchOptions {
     std::string weights;  // --weights f32|f16|bf16; empty: the file's (synthetic: f32)
     int width = 512, height = 512, batch = 1, steps = 20, warmup = 2, repeats = 10, threads = 0;
     std::string vae_park = "auto";  // --vae-park auto|host|device (vae-decode-tiled)
-    std::string vram;                 // --vram SIZE
+    std::string vram;                 // --vram SIZE|auto
     std::string device = default_device(), precision;
     std::string json;                 // --json FILE
     std::vector<std::string> compare; // --compare OLD NEW
@@ -63,10 +64,11 @@ struct Placement {
 };
 Placement resolve_placement(const std::string& device, const std::string& precision);
 
-// --vram SIZE (empty: none) as a cap on what the device's backend holds (Backend::set_memory_limit); before the
-// model loads, so that the weights count. InvalidArgument on the CPU, Unsupported where the backend cannot cap.
-// Returns the cap in bytes (-1: none), the budget generation plans with (GenerationRequest::vram_budget).
-int64_t apply_vram_limit(const std::string& vram, const Device& device);
+// --vram SIZE|auto (empty: none) as a cap on what the device's backend holds (Backend::set_memory_limit); before
+// the model loads, so that the weights count. auto: the device's free memory less a margin (pipeline/vram_budget.h).
+// Returns the budget (bytes -1 when none), the one generation plans with (GenerationRequest::vram_budget), and
+// describe() words it for a notice line. InvalidArgument on the CPU, Unsupported where the backend cannot cap.
+VramBudget apply_vram_limit(const std::string& vram, const Device& device);
 
 // --weights as a dtype: empty (keep the file's) gives none; CLI11 has checked the spelling.
 inline std::optional<DType> weights_option(const std::string& s) {

@@ -149,7 +149,9 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     load.vae_encoder = img2img;  // txt2img only decodes
     require(req.memory_budget < 0 || load.device.is_cpu(), ErrorKind::Unsupported,
             "--memory bounds the memory of a CPU run; a GPU's takes --vram");
-    req.vram_budget = apply_vram_limit(o.vram, load.device);
+    const VramBudget vram = apply_vram_limit(o.vram, load.device);
+    if (o.vram == "auto") req.notice(vram.describe(device_name(load.device)));  // what auto resolved to
+    req.vram_budget = vram.bytes;
     // Under a budget the weights load off the device and come to it by stage or by block (gpu_memory_plan.h).
     load.offload_weights = req.vram_budget >= 0;
     // LoRA: the prompt's tags (AUTOMATIC1111's syntax only; plain prompts are words) and --lora files.

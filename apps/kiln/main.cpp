@@ -93,9 +93,10 @@ int main(int argc, char** argv) {
                         "SIZE (e.g. 1.6G): keep a CPU run's resident memory within it, streaming the UNet's weights "
                         "from the file and decoding in bands as far as needed (kiln plan shows the plan)");
         cmd->add_option("--vram", gen.vram,
-                        "SIZE (e.g. 3G): cap what kiln holds of the GPU's memory, weights and cache included (CUDA, "
-                        "Vulkan): the weights leave the device between stages or stream through it block by "
-                        "block, and the VAE decodes in bands, as far as needed (kiln plan --vram shows the plan)");
+                        "SIZE (e.g. 3G) or auto: cap what kiln holds of the GPU's memory, weights and cache included "
+                        "(CUDA, Vulkan; auto: the free memory less max(512 MiB, 10%)): the weights leave the device "
+                        "between stages or stream through it block by block, and the VAE decodes in bands, as far "
+                        "as needed (kiln plan --vram shows the plan)");
         cmd->add_flag("-q,--quiet", gen.quiet, "no progress bar");
         cmd->add_flag("--profile", gen.profile, "print time per stage and per op kind, and memory, to stderr at the end");
         cmd->add_option("--trace", gen.trace, "write a Chrome trace (Perfetto, chrome://tracing) of the run to FILE");
@@ -124,7 +125,7 @@ int main(int argc, char** argv) {
                       "vae-decode-tiled: where the activations wait between bands, auto | host | device")
         ->check(CLI::IsMember({"auto", "host", "device"}))
         ->capture_default_str();
-    bench->add_option("--vram", bench_opts.vram, "SIZE: cap what kiln holds of the GPU's memory, as txt2img's --vram (the txt2img suite plans with it too)");
+    bench->add_option("--vram", bench_opts.vram, "SIZE or auto: cap what kiln holds of the GPU's memory, as txt2img's --vram (the txt2img suite plans with it too)");
     bench->add_option("--batch", bench_opts.batch, "unet: the UNet batch (2 = one image with guidance); text/vae: rows")
         ->capture_default_str();
     bench->add_option("--steps", bench_opts.steps, "txt2img sampling steps")->capture_default_str();

@@ -6,6 +6,7 @@
 #include "kiln/error.h"
 #include "pipeline/backend_plugins.h"
 #include "pipeline/memory_plan.h"
+#include "pipeline/vram_budget.h"
 
 namespace kiln::cli {
 
@@ -30,13 +31,15 @@ Placement resolve_placement(const std::string& device, const std::string& precis
     return p;
 }
 
-int64_t apply_vram_limit(const std::string& vram, const Device& device) {
-    if (vram.empty()) return -1;
-    const int64_t bytes = parse_byte_size(vram, "--vram");
+VramBudget apply_vram_limit(const std::string& vram, const Device& device) {
+    if (vram.empty()) return VramBudget{-1};
+    if (vram != "auto") (void)parse_byte_size(vram, "--vram");  // a bad size is named before anything else
     require(!device.is_cpu(), ErrorKind::InvalidArgument, "--vram bounds a GPU's memory; a CPU run takes --memory");
-    require(backend_for(device).set_memory_limit(bytes), ErrorKind::Unsupported,
+    Backend& backend = backend_for(device);
+    const VramBudget budget = resolve_vram_budget(vram, backend);
+    require(backend.set_memory_limit(budget.bytes), ErrorKind::Unsupported,
             "--vram: " + device_name(device) + " cannot cap its memory yet (CUDA and Vulkan can)");
-    return bytes;
+    return budget;
 }
 
 }  // namespace kiln::cli

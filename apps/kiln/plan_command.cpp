@@ -10,6 +10,7 @@
 #include "pipeline/generate.h"
 #include "pipeline/gpu_memory_plan.h"
 #include "pipeline/memory_plan.h"
+#include "pipeline/vram_budget.h"
 #include "commands.h"
 #include "core/backend.h"
 
@@ -24,7 +25,7 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
     cmd->add_option("-H,--height", o.height, "image height in pixels (default: the model's native size)");
     cmd->add_option("--batch-size", o.batch_size, "images sampled together")->capture_default_str();
     cmd->add_option("--memory", o.memory, "SIZE (e.g. 1.6G): the budget for a CPU run's resident memory");
-    cmd->add_option("--vram", o.vram, "SIZE (e.g. 1G): the budget for kiln's device memory on a GPU (--device)");
+    cmd->add_option("--vram", o.vram, "SIZE (e.g. 1G) or auto: the budget for kiln's device memory on a GPU (--device)");
     cmd->add_option("--device", o.device, "cpu (the default here), cuda, cuda:N, vulkan, vulkan:N or auto")
         ->capture_default_str();
     cmd->add_option("--precision", o.precision, "fp16 | bf16 | fp32 on a GPU, as txt2img takes it")
@@ -41,9 +42,12 @@ int run_plan(const PlanOptions& o) {
     const bool gpu = !placement.device.is_cpu();
     require(gpu || o.vram.empty(), ErrorKind::InvalidArgument, "--vram plans a GPU run: name one with --device");
     require(!gpu || o.memory.empty(), ErrorKind::InvalidArgument, "--memory plans a CPU run; a GPU's takes --vram");
-    const int64_t budget = !o.memory.empty() ? parse_byte_size(o.memory, "--memory")
-                           : !o.vram.empty() ? parse_byte_size(o.vram, "--vram")
-                                             : -1;
+    int64_t budget = o.memory.empty() ? -1 : parse_byte_size(o.memory, "--memory");
+    if (gpu && !o.vram.empty()) {  // auto: what the device has free now (pipeline/vram_budget.h)
+        const VramBudget vram = resolve_vram_budget(o.vram, backend_for(placement.device));
+        if (vram.automatic) std::printf("%s\n", vram.describe(device_name(placement.device)).c_str());
+        budget = vram.bytes;
+    }
     LoadOptions load;
     load.vae_encoder = false;
     load.device = placement.device;

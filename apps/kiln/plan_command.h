@@ -13,7 +13,7 @@ struct PlanOptions {
     std::optional<int> width, height;
     int batch_size = 1;
     std::string memory;  // --memory SIZE (CPU)
-    std::string vram;    // --vram SIZE (GPU)
+    std::string vram;    // --vram SIZE|auto (GPU)
     std::string device = "cpu";
     std::string precision;
     std::string vae_tiling = "auto";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/allocation_faults.h"
 #include "core/dtype_convert.h"
 #include "kiln/error.h"
 #include "quant/block_formats.h"
@@ -23,9 +24,17 @@ int64_t shape_numel(const Shape& shape) {
     return n;
 }
 
+namespace {
+// A host tensor's values about to be allocated: counted for KILN_FAIL_ALLOCATION_AT.
+int64_t counted_host_values(int64_t numel) {
+    count_allocation("cpu", numel * int64_t(sizeof(float)));
+    return numel;
+}
+}  // namespace
+
 Tensor::Tensor(Shape shape)
     : shape_(std::move(shape)),
-      numel_(shape_numel(shape_)),
+      numel_(counted_host_values(shape_numel(shape_))),
       data_(numel_, 0.0f),
       lease_(int64_t(data_.size() * sizeof(float))) {}
 

@@ -5,6 +5,7 @@
 #include "core/backend.h"
 #include "kiln/error.h"
 #include "pipeline/memory_check.h"
+#include "pipeline/memory_plan.h"
 
 namespace kiln {
 
@@ -79,6 +80,11 @@ Parking tiled_parking_bytes(const StableDiffusionModel& model, int width, int he
 
 }  // namespace
 
+int64_t largest_vae_decode_tensor_bytes(const StableDiffusionModel& model, int width, int height, int batch) {
+    // The whole decode holds whole what the bands park: the same largest tensor.
+    return tiled_parking_bytes(model, width, height, batch, int64_t(dtype_size(model.vae->weight_dtype()))).largest;
+}
+
 bool tiled_decode_fits_device(const StableDiffusionModel& model, int width, int height, int batch) {
     if (model.device.is_cpu()) return false;
     Backend& gpu = backend_for(model.device);
@@ -91,7 +97,10 @@ bool tiled_decode_fits_device(const StableDiffusionModel& model, int width, int 
 Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
                       const std::function<void(const std::string&)>& notice, int64_t band_bytes) {
     const bool gpu = !model.device.is_cpu();
-    const int64_t band = band_bytes > 0 ? band_bytes : default_vae_band_bytes(gpu);
+    // On a GPU a band's tensors stay within one allocation too.
+    const int64_t max_tensor = gpu ? backend_for(model.device).max_allocation_bytes() : 0;
+    const int64_t wanted = band_bytes > 0 ? band_bytes : default_vae_band_bytes(gpu);
+    const int64_t band = max_tensor > 0 ? std::min(wanted, max_tensor) : wanted;
     if (tiling == VaeTiling::On) return model.vae->decode_tiled(latents, band);
     if (tiling == VaeTiling::Off) return model.vae->decode(latents).to_host();
     const int f = model.vae->config().downsample_factor();
@@ -104,16 +113,24 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
     // A GPU says when it runs out: the whole decode is tried first, and what it allocated is freed as the error
     // unwinds, before the bands start. They park the activations on the GPU too where those fit in half of what
     // it has free (no transfers; the whole decode's scratch was what did not fit), else on the host.
-    try {
-        return model.vae->decode(latents).to_host();
-    } catch (const Error& e) {
-        if (e.kind() != ErrorKind::OutOfMemory) throw;
+    // Not tried where its largest tensor exceeds one allocation (a Vulkan driver's limit).
+    const int64_t largest = largest_vae_decode_tensor_bytes(model, width, height, n);
+    const bool too_large = max_tensor > 0 && largest > max_tensor;
+    if (!too_large) {
+        try {
+            return model.vae->decode(latents).to_host();
+        } catch (const Error& e) {
+            if (e.kind() != ErrorKind::OutOfMemory) throw;
+        }
     }
     const bool park_on_device = tiled_decode_fits_device(model, width, height, n);
+    const std::string why = too_large ? " needs a tensor of " + format_mib(largest) + ", more than one allocation may be on " +
+                                            device_name(model.device) + " (" + format_mib(max_tensor) + ")"
+                                      : " ran out of memory on " + device_name(model.device);
     if (notice)
-        notice("the VAE decode of " + std::to_string(width) + "x" + std::to_string(height) + " ran out of memory on " +
-               device_name(model.device) + "; decoding in bands instead, the activations kept on the " +
-               (park_on_device ? "GPU" : "host") + " (--vae-tiling on skips the first try)");
+        notice("the VAE decode of " + std::to_string(width) + "x" + std::to_string(height) + why +
+               "; decoding in bands instead, the activations kept on the " + (park_on_device ? "GPU" : "host") +
+               (too_large ? "" : " (--vae-tiling on skips the first try)"));
     return model.vae->decode_tiled(latents, band, park_on_device);
 }
 

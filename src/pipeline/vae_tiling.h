@@ -27,13 +27,19 @@ int64_t default_vae_band_bytes(bool gpu);
 // Peak bytes of the decode of `batch` width x height images on the CPU, whole or in bands of the default size.
 int64_t estimate_vae_decode_bytes(const StableDiffusionModel& model, int width, int height, int batch, bool tiled);
 
+// The largest single tensor of the whole decode on the model's device, in bytes of the VAE's dtype (an upsampler's
+// output at full size): what must fit one allocation (Backend::max_allocation_bytes) for the whole decode to run.
+int64_t largest_vae_decode_tensor_bytes(const StableDiffusionModel& model, int width, int height, int batch);
+
 // Whether a tiled decode on the model's GPU keeps its activations there: when the most it parks at once fits in
 // half of the device's free memory, and its largest tensor in one allocation (Vulkan drivers cap it, 4 GiB on
 // NVIDIA's).
 bool tiled_decode_fits_device(const StableDiffusionModel& model, int width, int height, int batch);
 
 // The decoded image [N, 3, H, W] on the host (float32, about [-1, 1]) of raw latents (already divided by the VAE
-// scale). `notice` hears one line when Auto falls back to bands after the GPU ran out of memory.
+// scale). `notice` hears one line when Auto falls back to bands after the GPU ran out of memory, or goes to bands
+// at once because the whole decode's largest tensor is more than one allocation may be. On a GPU the bands'
+// tensors stay within that limit too.
 // band_bytes > 0 sizes the bands (a --vram budget's plan), else default_vae_band_bytes.
 Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
                       const std::function<void(const std::string&)>& notice, int64_t band_bytes = 0);

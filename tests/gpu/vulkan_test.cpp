@@ -19,6 +19,9 @@
 #include "ops/op_observer.h"
 #include "gpu/linked_backends.h"
 #include "common/op_bounds.h"
+#include "common/fixtures.h"
+#include "pipeline/generate.h"
+#include "pipeline/vae_tiling.h"
 #if KILN_HAS_VULKAN
 #include "backends/vulkan/physical_devices.h"
 #include "backends/vulkan/vulkan_backend.h"
@@ -546,5 +549,92 @@ TEST(VulkanSettings, ProductBuildsAndSplitKFromTheEnvironment) {
             EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_SPLIT_K"), std::string::npos) << e.what();
         }
     }
+}
+#endif
+
+#if KILN_HAS_VULKAN
+// Vulkan's allocation limits (docs/VULKAN.md), forced low as KILN_VULKAN_MAX_ALLOCATION / _BINDING do: past them,
+// OutOfMemory naming the setting; restored (and the cache emptied) after each test.
+namespace {
+struct ForcedLimits {
+    vulkan::VulkanMemory& m;
+    ForcedLimits(vulkan::VulkanBackend& vk, int64_t allocation, int64_t binding) : m(vk.memory()) {
+        vk.synchronize();
+        m.release_cached();  // no cached block past the limit is handed out again
+        if (allocation > 0) m.set_max_allocation(allocation);
+        m.set_max_binding(binding);
+    }
+    ~ForcedLimits() {
+        m.set_max_allocation(m.driver_max_allocation());
+        m.set_max_binding(0);
+        m.release_cached();
+    }
+};
+
+void expect_out_of_memory_naming(const std::function<void()>& f, const std::string& limit) {
+    try {
+        f();
+        ADD_FAILURE() << "no error; expected OutOfMemory naming " << limit;
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory) << e.what();
+        EXPECT_NE(std::string(e.what()).find(limit), std::string::npos) << e.what();
+    }
+}
+}  // namespace
+
+TEST(VulkanAllocationLimits, PastTheLimitsIsOutOfMemoryNamingThem) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    constexpr int64_t kMiB = int64_t(1) << 20;
+    EXPECT_GT(vk.memory().driver_max_allocation(), 0) << "maxMemoryAllocationSize is Vulkan 1.1";
+    EXPECT_EQ(vk.max_binding_bytes(4), vulkan::kMaxKernelValues * 4);  // unforced: the 32-bit indices
+    {
+        ForcedLimits forced(vk, 8 * kMiB, 0);
+        EXPECT_EQ(vk.max_allocation_bytes(), 8 * kMiB);
+        expect_out_of_memory_naming([&] { (void)Tensor::empty_on(vk, {2 * kMiB + 1}, DType::F32); },
+                                    "KILN_VULKAN_MAX_ALLOCATION");
+        vk.deallocate(vk.allocate(8 * kMiB - 4096));  // its granule is not past the limit
+        Tensor small = Tensor::empty_on(vk, {1000}, DType::F32);  // a slab within the limit
+    }
+    Tensor x_host = uniform_values({2, 1, 256, 1024}, 7);  // 2 MiB of float32
+    Tensor x = x_host.to_device(vk, DType::F32);
+    {
+        ForcedLimits forced(vk, 0, kMiB);
+        EXPECT_EQ(vk.max_allocation_bytes(), kMiB);
+        expect_out_of_memory_naming([&] { ops::scale_(x, 2.0f); }, "KILN_VULKAN_MAX_BINDING");
+    }
+    ops::scale_(x, 2.0f);  // the refused call changed nothing; lifted, the limit lets it run
+    const Tensor after = x.to_host();
+    for (int64_t i = 0; i < after.numel(); ++i) ASSERT_EQ(after[i], 2.0f * x_host[i]) << i;
+    ::setenv("KILN_TEST_SIZE", "64M", 1);
+    EXPECT_EQ(vulkan::byte_size_from_env("KILN_TEST_SIZE"), 64 * kMiB);
+    ::setenv("KILN_TEST_SIZE", "64MB", 1);
+    EXPECT_THROW((void)vulkan::byte_size_from_env("KILN_TEST_SIZE"), Error);
+    ::unsetenv("KILN_TEST_SIZE");
+}
+
+// A 128x128 decode on the fixture VAE needs a 1 MiB tensor whole: under 512 KiB `auto` runs in bands, within the
+// tiled bound of the CPU's untiled decode (model_conformance_test.cpp: 1.5 x float32's); `off` is the error.
+TEST(VulkanAllocationLimits, VaeDecodeRunsInBandsWithinTheLimit) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    LoadOptions on_gpu;
+    on_gpu.device = vk.device();
+    on_gpu.precision = DType::F32;
+    const std::string path = test::data_path("sd15-mini/diffusers");
+    const StableDiffusionModel cpu = load_model(path, LoadOptions{}), dev = load_model(path, on_gpu);
+    const Tensor latents = uniform_values({1, 4, 16, 16}, 11), want = cpu.vae->decode(latents);
+    ASSERT_EQ(largest_vae_decode_tensor_bytes(dev, 128, 128, 1), 1 << 20) << "the fixture changed: new size";
+    ForcedLimits forced(vk, 1 << 19, 0);
+    std::string notice;
+    const Tensor got = decode_latents(dev, latents, VaeTiling::Auto, [&](const std::string& l) { notice += l; });
+    EXPECT_NE(notice.find("more than one allocation may be"), std::string::npos) << notice;
+    const double err = test::relative_error(got, want), l2 = test::relative_l2_error(got, want), bound = 1.5 * 2e-5;
+    std::printf("[ vulkan ] VAE decode in bands under a 512 KiB allocation limit: %.2e (L2 %.2e), bound %.1e\n", err,
+                l2, bound);
+    EXPECT_LT(err, bound);
+    EXPECT_LT(l2, bound);
+    expect_out_of_memory_naming([&] { (void)decode_latents(dev, latents, VaeTiling::Off, nullptr); },
+                                "KILN_VULKAN_MAX_ALLOCATION");
 }
 #endif

@@ -171,6 +171,17 @@ std::vector<PhysicalDevice> physical_devices(std::string* why) {
                 continue;
             }
             d.memory_budget = has_extension(a, h, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+            {
+                VkPhysicalDeviceMaintenance4Properties m4{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_4_PROPERTIES};
+                VkPhysicalDeviceMaintenance3Properties m3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+                if (has_extension(a, h, "VK_KHR_maintenance4")) m3.pNext = &m4;
+                VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+                props.pNext = &m3;
+                a.vkGetPhysicalDeviceProperties2(h, &props);
+                d.max_allocation = m3.maxMemoryAllocationSize;
+                if (m4.maxBufferSize > 0 && (d.max_allocation == 0 || m4.maxBufferSize < d.max_allocation))
+                    d.max_allocation = m4.maxBufferSize;
+            }
             d.cooperative_matrix_khr = has_extension(a, h, "VK_KHR_cooperative_matrix");
             d.cooperative_matrix = d.cooperative_matrix_khr || has_extension(a, h, "VK_NV_cooperative_matrix");
             const MatrixUnits units = matrix_units(a, h, d.fp16_storage);
@@ -224,7 +235,8 @@ DeviceDescription describe(const PhysicalDevice& d, int index, int64_t held_byte
                   : d.cooperative_matrix && !embedded_kernel("matmul_coopk_f16") && d.cooperative_matrix_khr
                       ? ", matrix units this build has no shaders for (VK_KHR_cooperative_matrix needs glslang 13: docs/VULKAN.md)"
                   : d.cooperative_matrix ? ", cooperative matrices (not of a kind kiln uses)"
-                                         : "") + ", heap " + mib(d.heap_bytes);
+                                         : "") + ", heap " + mib(d.heap_bytes) +
+                 (d.max_allocation ? ", at most " + mib(d.max_allocation) + " an allocation" : "");
     out.memory = heap_memory(d, held_bytes);
     out.emulated = d.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     return out;

@@ -25,6 +25,9 @@ struct PhysicalDevice {
     bool matrix_subgroup_32 = false;
     uint32_t device_local_heap = 0;       // the largest device-local heap
     uint64_t heap_bytes = 0;              // its size
+    // The driver's limits on one allocation: maxMemoryAllocationSize (Vulkan 1.1, from maintenance3) and, where
+    // VK_KHR_maintenance4 is offered, maxBufferSize (each of kiln's allocations is one buffer); 0: none stated.
+    uint64_t max_allocation = 0;
 };
 
 // The developer setting KILN_VULKAN_MATRIX: "khr" or "nv" limits the matrix units to that extension (to compare

@@ -5,6 +5,7 @@
 // into a command buffer of its own once and resubmitted afterwards. Memory comes from VulkanMemory (device
 // addresses as pointers), the kernels from VulkanKernels (docs/VULKAN.md).
 #pragma once
+#include <algorithm>
 #include <array>
 #include <map>
 #include <memory>
@@ -34,7 +35,17 @@ public:
         return true;
     }
     void release_cached_memory() override { memory_->release_cached(); }
-    int64_t max_allocation_bytes() const override { return memory_->max_allocation(); }
+    // The largest tensor: within one allocation and within what one kernel operand may span (in the narrowest
+    // dtype this backend computes in, float32, the most a planner must assume).
+    int64_t max_allocation_bytes() const override {
+        const int64_t a = memory_->max_allocation(), b = memory_->max_binding(4);
+        return a > 0 ? std::min(a, b) : b;
+    }
+    int64_t max_binding_bytes(int64_t elem) const { return memory_->max_binding(elem); }
+    std::string binding_limit_name() const {
+        return memory_->forced_binding() ? "KILN_VULKAN_MAX_BINDING" : "the kernels' 32-bit indices";
+    }
+    VulkanMemory& memory() { return *memory_; }
     void* allocate(int64_t bytes) override { return memory_->allocate(bytes); }
     void deallocate(void* p) noexcept override { memory_->deallocate(p); }
     void upload(void* dst, const void* src, int64_t bytes) override;

@@ -50,16 +50,15 @@ using ops::bad_device_operands;
 using ops::device_operand;
 using ops::require_same_place;
 
-uint64_t addr(const Tensor& t) { return reinterpret_cast<uint64_t>(t.device_data()); }
-uint64_t addr(const Tensor* t) { return t ? addr(*t) : 0; }
-uint64_t addr(const Tensor& t, int64_t elements) { return reinterpret_cast<uint64_t>(ops::device_at(t, elements)); }
-
-// Shaders index with 32-bit unsigned integers.
+// Shaders index with 32-bit unsigned integers, and the elementwise kernels' grid step must not wrap past 2^32.
 uint32_t u32(int64_t v, const char* op, const Tensor& x) {
-    if (v < 0 || v >= (int64_t(1) << 32))
-        bad_device_operands(op, x, device_operand("x", x) + " has 2^32 or more values (too large for one Vulkan kernel)");
+    if (v < 0 || v > kMaxKernelValues)
+        bad_device_operands(op, x, device_operand("x", x) + " has more than " + std::to_string(kMaxKernelValues) +
+                                       " values (too many for one Vulkan kernel's 32-bit indices)");
     return static_cast<uint32_t>(v);
 }
+
+std::string mib(int64_t bytes) { return std::to_string((bytes + (1 << 19)) >> 20) + " MiB"; }
 
 std::string kernel(const char* base, const Tensor& t) {
     return std::string(base) + (t.dtype() == DType::F16 ? "_f16" : "_f32");
@@ -145,6 +144,20 @@ constexpr uint32_t kFlashSharedBytes = 1600 * 16 + 1024 * 4;
 
 }  // namespace
 
+uint64_t VulkanDeviceOps::bind(const Tensor& t, int64_t elements) const {
+    // A kernel reads the operand from this address to the tensor's end: that span must be within what one
+    // kernel operand may span (VulkanMemory::max_binding), else the indices would wrap. OutOfMemory, as for an
+    // allocation past its limit: the same work in smaller pieces (the VAE decode's bands) fits.
+    const int64_t elem = int64_t(dtype_size(t.dtype())), span = (t.numel() - elements) * elem;
+    const int64_t limit = backend_.max_binding_bytes(elem);
+    if (span > limit)
+        fail(ErrorKind::OutOfMemory, device_name(t.device()) + ": a kernel operand of " + mib(span) + " (" +
+                                         shape_str(t.shape()) + " " + dtype_name(t.dtype()) + ") is more than one kernel may read, " +
+                                         mib(limit) + " (" + backend_.binding_limit_name() + ")");
+    return reinterpret_cast<uint64_t>(ops::device_at(t, elements));
+}
+uint64_t VulkanDeviceOps::bind(const Tensor* t) const { return t ? bind(*t) : 0; }
+
 namespace {
 struct ProductBuild {
     const char* variant;
@@ -213,7 +226,7 @@ void VulkanDeviceOps::dispatch_product(const std::string& name, Params p, uint32
     Tensor partials;  // freed after the second pass is queued: the stream's order keeps it until then
     if (split.slices > 1) {
         partials = Tensor::empty_on(backend_, {int64_t(split.slices) * outputs}, DType::F32);
-        p.ws = addr(partials);
+        p.ws = bind(partials);
     }
     backend_.dispatch(name.c_str(), p, gx, gy, batch * split.slices);
     if (split.slices > 1) {
@@ -265,7 +278,7 @@ Tensor VulkanDeviceOps::linear(const Tensor& x, const Tensor& w, const Tensor* b
     if (y.numel() == 0) return y;
     Timed scope(backend_, ops::OpKind::Linear, 2.0 * double(m) * double(n) * double(k));
     MatmulParams p{};
-    p.a = addr(x), p.b = addr(w), p.c = addr(y), p.bias = addr(b);
+    p.a = bind(x), p.b = bind(w), p.c = bind(y), p.bias = bind(b);
     p.m = u32(m, "linear", x), p.n = u32(n, "linear", x), p.k = u32(k, "linear", x);
     p.sam = p.k, p.sak = 1;  // x [m, k]
     p.sbk = 1, p.sbn = p.k;  // B(k, n) = w[n, k]
@@ -283,7 +296,7 @@ Tensor VulkanDeviceOps::group_norm_stats(const Tensor& x, int groups, float eps)
     Tensor stats = Tensor::empty_on(backend_, {n, int64_t(groups), 2}, DType::F32);
     if (x.numel() == 0) return stats;
     const int64_t count = x.numel() / (n * groups), groups_total = n * groups;
-    NormStatsParams p{addr(x), addr(stats), 0, u32(count, "group_norm", x), eps, 1, 0, 0, uint32_t(groups_total)};
+    NormStatsParams p{bind(x), bind(stats), 0, u32(count, "group_norm", x), eps, 1, 0, 0, uint32_t(groups_total)};
     const std::string name = kernel("group_norm_stats", x);
     // Groups of 8192 values or more are reduced in chunks of 4096 by many workgroups (group_norm_stats.comp).
     constexpr int64_t kChunk = 4096;
@@ -294,7 +307,7 @@ Tensor VulkanDeviceOps::group_norm_stats(const Tensor& x, int groups, float eps)
     }
     const int64_t chunks = (count + kChunk - 1) / kChunk;
     const Tensor ws = Tensor::empty_on(backend_, {2 * groups_total * chunks}, DType::F32);
-    p.ws = addr(ws), p.chunks = uint32_t(chunks), p.chunk = uint32_t(kChunk);
+    p.ws = bind(ws), p.chunks = uint32_t(chunks), p.chunk = uint32_t(kChunk);
     const RowGrid grid = row_grid(groups_total * chunks);
     for (uint32_t phase : {1u, 2u}) {
         p.phase = phase;
@@ -315,7 +328,7 @@ Tensor VulkanDeviceOps::group_norm(const Tensor& x, int groups, const Tensor& ga
     if (y.numel() == 0) return y;
     Timed scope(backend_, ops::OpKind::GroupNorm);
     const Tensor stats = group_norm_stats(x, groups, eps);
-    NormApplyParams p{addr(x), addr(y), addr(stats), addr(gamma), addr(beta), u32(x.numel(), "group_norm", x),
+    NormApplyParams p{bind(x), bind(y), bind(stats), bind(gamma), bind(beta), u32(x.numel(), "group_norm", x),
                       uint32_t(x.dim(1)), uint32_t(x.numel() / (x.dim(0) * x.dim(1))), uint32_t(groups)};
     backend_.dispatch(kernel("group_norm_apply", x).c_str(), p, element_groups(x.numel()));
     return y;
@@ -340,7 +353,7 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
     if (y.numel() == 0) return y;
     Timed scope(backend_, ops::OpKind::Conv2d, 2.0 * double(n) * double(cout) * double(oh * ow) * double(cin * kk * kk));
     u32(x.numel(), "conv2d", x), u32(y.numel(), "conv2d", y);
-    ConvParams p{addr(x), addr(w), addr(b), addr(y), addr(stats), addr(gamma), addr(beta), 0, uint32_t(cin),
+    ConvParams p{bind(x), bind(w), bind(b), bind(y), bind(stats), bind(gamma), bind(beta), 0, uint32_t(cin),
                  uint32_t(h), uint32_t(wd), uint32_t(cout), uint32_t(oh), uint32_t(ow), uint32_t(kk), uint32_t(stride),
                  uint32_t(padding), uint32_t(groups), uint32_t((b ? 1 : 0) | (stats ? 2 : 0)), 1, 0};
     const bool q8 = w.dtype() == DType::Q8_0;  // read as blocks by the FMA builds ("conv2d_q8")
@@ -380,7 +393,7 @@ Tensor VulkanDeviceOps::layer_norm(const Tensor& x, const Tensor& gamma, const T
     if (y.numel() == 0) return y;
     Timed scope(backend_, ops::OpKind::LayerNorm);
     const int64_t d = x.dim(-1), rows = x.numel() / d;
-    LayerNormParams p{addr(x), addr(y), addr(gamma), addr(beta), u32(rows, "layer_norm", x), uint32_t(d), eps};
+    LayerNormParams p{bind(x), bind(y), bind(gamma), bind(beta), u32(rows, "layer_norm", x), uint32_t(d), eps};
     u32(x.numel(), "layer_norm", x);
     const RowGrid g = row_grid(rows);
     backend_.dispatch(kernel("layer_norm", x).c_str(), p, g.x, g.y);
@@ -392,7 +405,7 @@ Tensor VulkanDeviceOps::softmax_lastdim(const Tensor& x) const {
     if (y.numel() == 0 || x.rank() == 0) return y;
     Timed scope(backend_, ops::OpKind::SoftmaxLastdim);
     const int64_t len = x.dim(-1), rows = x.numel() / len;
-    SoftmaxParams p{addr(x), addr(y), u32(rows, "softmax_lastdim", x), uint32_t(len), 1.0f, 0, 1, 0};
+    SoftmaxParams p{bind(x), bind(y), u32(rows, "softmax_lastdim", x), uint32_t(len), 1.0f, 0, 1, 0};
     u32(x.numel(), "softmax_lastdim", x);
     const RowGrid g = row_grid(rows);
     backend_.dispatch(kernel("softmax", x).c_str(), p, g.x, g.y);
@@ -407,7 +420,7 @@ bool VulkanDeviceOps::flash_attention_fits(int64_t head_dim) const {
 void VulkanDeviceOps::flash_attention(const AttentionOperands& a, Tensor& out, int heads, bool causal) const {
     const int64_t lq = out.dim(1), hd = out.dim(2), d = hd / heads;
     FlashAttentionParams p{};
-    p.q = a.q, p.k = a.k, p.v = a.v, p.o = addr(out);
+    p.q = a.q, p.k = a.k, p.v = a.v, p.o = bind(out);
     p.lq = uint32_t(lq), p.lk = uint32_t(a.lk), p.d = uint32_t(d), p.causal = causal ? 1u : 0u;
     p.sq = uint32_t(a.sq), p.sk = uint32_t(a.sk), p.sv = uint32_t(a.sv), p.so = uint32_t(hd);
     p.scale = 1.0f / std::sqrt(float(d));
@@ -430,18 +443,20 @@ Tensor VulkanDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor
     Timed scope(backend_, ops::OpKind::Attention, 4.0 * double(batch) * double(lq) * double(lk) * double(hd));
     u32(q.numel(), "attention", q), u32(k.numel(), "attention", k);
     if (flash_attention_fits(d)) {
-        flash_attention({addr(q), addr(k), addr(v), lk, hd, hd, hd}, out, heads, causal);
+        flash_attention({bind(q), bind(k), bind(v), lk, hd, hd, hd}, out, heads, causal);
         return out;
     }
-    // Queries per block: the float32 scores of every head for one block stay under the budget.
-    const int64_t block = std::clamp<int64_t>(kScoreBudgetBytes / (4 * heads * lk), 1, lq);
+    // Queries per block: the float32 scores of every head for one block stay under the budget, and within one
+    // allocation where the device allows less.
+    const int64_t budget = std::min(kScoreBudgetBytes, backend_.max_allocation_bytes());
+    const int64_t block = std::clamp<int64_t>(budget / (4 * heads * lk), 1, lq);
     Tensor scores = Tensor::empty_on(backend_, {int64_t(heads), block, lk}, DType::F32);
     const bool f16 = q.dtype() == DType::F16;
     for (int64_t b = 0; b < batch; ++b)
         for (int64_t q0 = 0; q0 < lq; q0 += block) {
             const int64_t qn = std::min(block, lq - q0);
             MatmulParams s{};  // scores[h, i, j] = q[b, q0 + i, h d + .] . k[b, j, h d + .] / sqrt(d)
-            s.a = addr(q, (b * lq + q0) * hd), s.b = addr(k, b * lk * hd), s.c = addr(scores);
+            s.a = bind(q, (b * lq + q0) * hd), s.b = bind(k, b * lk * hd), s.c = bind(scores);
             s.m = uint32_t(qn), s.n = uint32_t(lk), s.k = uint32_t(d);
             s.sam = uint32_t(hd), s.sak = 1, s.saz = uint32_t(d);
             s.sbk = 1, s.sbn = uint32_t(hd), s.sbz = uint32_t(d);
@@ -449,12 +464,12 @@ Tensor VulkanDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor
             s.alpha = 1.0f / std::sqrt(float(d));
             s.flags = 1 | 2;
             matmul(s, f16 ? "matmul_scores" : "matmul", f16 ? "_f16" : "_f32", uint32_t(heads));
-            SoftmaxParams sm{addr(scores), addr(scores), uint32_t(heads * qn), uint32_t(lk), 1.0f, causal ? 1u : 0u,
+            SoftmaxParams sm{bind(scores), bind(scores), uint32_t(heads * qn), uint32_t(lk), 1.0f, causal ? 1u : 0u,
                              uint32_t(qn), uint32_t(q0)};
             const RowGrid g = row_grid(heads * qn);
             backend_.dispatch("softmax_f32", sm, g.x, g.y);
             MatmulParams o{};  // out[b, q0 + i, h d + c] = sum_j p[h, i, j] v[b, j, h d + c]
-            o.a = addr(scores), o.b = addr(v, b * lk * hd), o.c = addr(out, (b * lq + q0) * hd);
+            o.a = bind(scores), o.b = bind(v, b * lk * hd), o.c = bind(out, (b * lq + q0) * hd);
             o.m = uint32_t(qn), o.n = uint32_t(d), o.k = uint32_t(lk);
             o.sam = uint32_t(lk), o.sak = 1, o.saz = uint32_t(qn * lk);
             o.sbk = uint32_t(hd), o.sbn = 1, o.sbz = uint32_t(d);
@@ -475,7 +490,7 @@ Tensor VulkanDeviceOps::attention_qkv(const Tensor& qkv, int heads) const {
     if (out.numel() == 0) return out;
     Timed scope(backend_, ops::OpKind::Attention, 4.0 * double(batch) * double(l) * double(l) * double(c));
     u32(qkv.numel(), "attention", qkv);
-    flash_attention({addr(qkv), addr(qkv, c), addr(qkv, 2 * c), l, w, w, w}, out, heads, false);
+    flash_attention({bind(qkv), bind(qkv, c), bind(qkv, 2 * c), l, w, w, w}, out, heads, false);
     return out;
 }
 
@@ -490,7 +505,7 @@ Tensor VulkanDeviceOps::attention_kv(const Tensor& q, const Tensor& kv, int head
     Tensor out = Tensor::empty_on(backend_, q.shape(), q.dtype());
     Timed scope(backend_, ops::OpKind::Attention, 4.0 * double(batch) * double(lq) * double(lk) * double(c));
     u32(q.numel(), "attention", q), u32(kv.numel(), "attention", kv);
-    flash_attention({addr(q), addr(kv, at), addr(kv, at + c), lk, c, w, w}, out, heads, false);
+    flash_attention({bind(q), bind(kv, at), bind(kv, at + c), lk, c, w, w}, out, heads, false);
     return out;
 }
 
@@ -499,14 +514,14 @@ void VulkanDeviceOps::activation_(Tensor& x, ops::DeviceActivation f) const {
     static constexpr ops::OpKind kinds[] = {ops::OpKind::Silu, ops::OpKind::Gelu, ops::OpKind::GeluTanh,
                                             ops::OpKind::QuickGelu};
     Timed scope(backend_, kinds[int(f)]);
-    UnaryParams p{addr(x), u32(x.numel(), "activation", x), uint32_t(f), 1.0f};
+    UnaryParams p{bind(x), u32(x.numel(), "activation", x), uint32_t(f), 1.0f};
     backend_.dispatch(kernel("unary", x).c_str(), p, element_groups(x.numel()));
 }
 
 void VulkanDeviceOps::scale_(Tensor& x, float s) const {
     if (x.numel() == 0) return;
     Timed scope(backend_, ops::OpKind::Scale);
-    UnaryParams p{addr(x), u32(x.numel(), "scale_", x), 4u, s};
+    UnaryParams p{bind(x), u32(x.numel(), "scale_", x), 4u, s};
     backend_.dispatch(kernel("unary", x).c_str(), p, element_groups(x.numel()));
 }
 
@@ -517,7 +532,7 @@ Tensor VulkanDeviceOps::geglu(const Tensor& x) const {
     Tensor y = Tensor::empty_on(backend_, shape, x.dtype());
     if (y.numel() == 0) return y;
     Timed scope(backend_, ops::OpKind::Geglu);
-    GegluParams p{addr(x), addr(y), u32(y.numel(), "geglu", x), uint32_t(d)};
+    GegluParams p{bind(x), bind(y), u32(y.numel(), "geglu", x), uint32_t(d)};
     u32(x.numel(), "geglu", x);
     backend_.dispatch(kernel("geglu", x).c_str(), p, element_groups(y.numel()));
     return y;
@@ -528,7 +543,7 @@ void VulkanDeviceOps::add_(Tensor& a, const Tensor& b) const {
     if (a.numel() != b.numel()) bad_device_operands("add_", a, device_operand("a", a) + " and " + device_operand("b", b));
     if (a.numel() == 0) return;
     Timed scope(backend_, ops::OpKind::Add);
-    BinaryParams p{addr(a), addr(b), u32(a.numel(), "add_", a), 1};
+    BinaryParams p{bind(a), bind(b), u32(a.numel(), "add_", a), 1};
     backend_.dispatch(kernel("binary", a).c_str(), p, element_groups(a.numel()));
 }
 
@@ -536,7 +551,7 @@ void VulkanDeviceOps::add_channel_bias_(Tensor& x, const Tensor& bias_nc) const 
     require_same_place("add_channel_bias_", x, bias_nc, "bias");
     if (x.numel() == 0) return;
     Timed scope(backend_, ops::OpKind::AddChannelBias);
-    BinaryParams p{addr(x), addr(bias_nc), u32(x.numel(), "add_channel_bias_", x),
+    BinaryParams p{bind(x), bind(bias_nc), u32(x.numel(), "add_channel_bias_", x),
                    uint32_t(x.numel() / (x.dim(0) * x.dim(1)))};
     backend_.dispatch(kernel("binary", x).c_str(), p, element_groups(x.numel()));
 }
@@ -544,7 +559,7 @@ void VulkanDeviceOps::add_channel_bias_(Tensor& x, const Tensor& bias_nc) const 
 void VulkanDeviceOps::layout(int op, const Tensor& a, const Tensor* b, Tensor& y, int64_t c, int64_t c2, int64_t h,
                              int64_t w) const {
     if (y.numel() == 0) return;
-    LayoutParams p{addr(a), addr(b), addr(y), u32(y.numel(), "layout", a), uint32_t(op), uint32_t(c), uint32_t(c2),
+    LayoutParams p{bind(a), bind(b), bind(y), u32(y.numel(), "layout", a), uint32_t(op), uint32_t(c), uint32_t(c2),
                    uint32_t(h), uint32_t(w)};
     backend_.dispatch(kernel("layout", a).c_str(), p, element_groups(y.numel()));
 }
@@ -616,7 +631,7 @@ Tensor VulkanDeviceOps::timestep_embedding(const Tensor& timesteps, int dim, boo
     struct {
         uint64_t t, freq, y;
         uint32_t n, dim, half_dim, sin_at, cos_at;
-    } p{addr(timesteps), addr(it->second), addr(y), u32(timesteps.numel(), "timestep_embedding", timesteps),
+    } p{bind(timesteps), bind(it->second), bind(y), u32(timesteps.numel(), "timestep_embedding", timesteps),
         uint32_t(dim), uint32_t(half), uint32_t(flip_sin_to_cos ? half : 0), uint32_t(flip_sin_to_cos ? 0 : half)};
     backend_.dispatch(kernel("timestep_embedding", y).c_str(), p, element_groups(timesteps.numel() * half));
     return y;

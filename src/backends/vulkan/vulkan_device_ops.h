@@ -48,6 +48,10 @@ public:
 private:
     class Timed;
     void require_weight(const char* op, const Tensor& x, const Tensor& w) const;
+    // The device address of a tensor's value `elements` in, for a kernel's push constants; OutOfMemory naming the
+    // limit where the span from there to the tensor's end is more than one kernel operand may span.
+    uint64_t bind(const Tensor& t, int64_t elements = 0) const;
+    uint64_t bind(const Tensor* t) const;  // null: 0
     Tensor conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding, const Tensor* stats,
                 const Tensor* gamma, const Tensor* beta, int groups) const;
     Tensor group_norm_stats(const Tensor& x, int groups, float eps) const;  // F32 [N, groups, 2]

@@ -1,5 +1,10 @@
 #include "backends/vulkan/vulkan_memory.h"
 
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+
+#include "core/allocation_faults.h"
 #include "kiln/error.h"
 
 namespace kiln::vulkan {
@@ -17,14 +22,32 @@ constexpr VkBufferUsageFlags kUsage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BU
                                       VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
 }  // namespace
 
+int64_t byte_size_from_env(const char* name) {
+    const char* env = std::getenv(name);
+    if (!env || !*env) return 0;
+    const std::string s = env;
+    size_t digits = 0;
+    while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits]))) ++digits;
+    const std::string suffix = s.substr(digits);
+    const int shift = suffix.empty() ? 0 : suffix == "K" ? 10 : suffix == "M" ? 20 : suffix == "G" ? 30 : -1;
+    require(digits > 0 && digits <= 12 && shift >= 0, ErrorKind::InvalidArgument,
+            std::string(name) + "=" + s + ": a size in bytes expected, with an optional K, M or G (e.g. 64M)");
+    return std::stoll(s.substr(0, digits)) << shift;
+}
+
 VulkanMemory::VulkanMemory(VkDevice device, const PhysicalDevice& physical, std::string name,
                            std::function<void()> wait_idle)
     : device_(device), physical_(physical), name_(std::move(name)), wait_idle_(std::move(wait_idle)) {
-    VkPhysicalDeviceVulkan11Properties p11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_PROPERTIES};
-    VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
-    props.pNext = &p11;
-    api().vkGetPhysicalDeviceProperties2(physical.handle, &props);
-    max_allocation_ = static_cast<int64_t>(p11.maxMemoryAllocationSize);
+    max_allocation_ = static_cast<int64_t>(physical.max_allocation);
+    const int64_t forced = byte_size_from_env("KILN_VULKAN_MAX_ALLOCATION");
+    forced_allocation_ = forced > 0 && (max_allocation_ == 0 || forced < max_allocation_);
+    if (forced_allocation_) max_allocation_ = forced;
+    max_binding_ = byte_size_from_env("KILN_VULKAN_MAX_BINDING");
+}
+
+int64_t VulkanMemory::max_binding(int64_t elem) const {
+    const int64_t values = kMaxKernelValues * elem;
+    return max_binding_ > 0 ? std::min(max_binding_, values) : values;
 }
 
 VulkanMemory::~VulkanMemory() {
@@ -49,6 +72,12 @@ uint64_t VulkanMemory::new_chunk(int64_t size, bool slab) {
         if (reserved_ + size > limit_)
             fail(ErrorKind::OutOfMemory, name_ + ": the memory limit of " + mib(limit_) + " (--vram) is reached: asked for " +
                                              mib(size) + ", kiln holds " + mib(reserved_));
+    }
+    // The driver's budget (VK_EXT_memory_budget): past it a driver may page or fail later, so kiln stops there.
+    if (physical_.memory_budget && size > heap_memory(physical_, reserved_).free) {
+        release_free_chunks();
+        if (size > heap_memory(physical_, reserved_).free)
+            out_of_memory(size, "; past the driver's memory budget (VK_EXT_memory_budget)");
     }
     const Api& a = api();
     VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
@@ -113,7 +142,12 @@ void VulkanMemory::release_pool(int pool) noexcept {
 }
 
 void* VulkanMemory::allocate(int64_t bytes) {
-    const int64_t size = rounded(bytes);
+    count_allocation(name_, bytes);
+    if (max_allocation_ > 0 && bytes > max_allocation_)
+        out_of_memory(bytes, "; at most " + mib(max_allocation_) + " may be one allocation (" +
+                                 (forced_allocation_ ? "KILN_VULKAN_MAX_ALLOCATION" : "maxMemoryAllocationSize") + ")");
+    // Rounded up to a granule, but never past the limit (a request just under it still fits).
+    const int64_t size = max_allocation_ > 0 ? std::min(rounded(bytes), max_allocation_) : rounded(bytes);
     auto& pool = free_[current_];
     // A cached block at most a quarter (plus one granule) larger: reuse without wasting much.
     auto it = pool.lower_bound(size);
@@ -125,11 +159,12 @@ void* VulkanMemory::allocate(int64_t bytes) {
     }
     uint64_t address;
     int64_t block = size;
-    if (size < kSmall) {
+    const int64_t slab = max_allocation_ > 0 ? std::min(kSlab, max_allocation_) : kSlab;
+    if (size < kSmall && size <= slab) {
         if (slab_next_ + size > slab_end_) {
             if (slab_end_ > slab_next_) free_[0].emplace(int64_t(slab_end_ - slab_next_), slab_next_);  // the tail
-            slab_next_ = new_chunk(kSlab, true);
-            slab_end_ = slab_next_ + kSlab;
+            slab_next_ = new_chunk(slab, true);
+            slab_end_ = slab_next_ + slab;
         }
         address = slab_next_;
         slab_next_ += size;

@@ -3,8 +3,10 @@
 // pointer: offsets into a tensor are plain arithmetic on the host and shaders read through the address, so
 // no descriptor sets and no maxStorageBufferRange limit. Requests under 4 MiB are cut from 64 MiB slabs
 // (drivers allow only a few thousand allocations); larger ones get an allocation of their own, which can
-// be given back to the driver when memory runs short. A single request above maxMemoryAllocationSize
-// (2-4 GiB on many AMD drivers) is an OutOfMemory error naming that limit.
+// be given back to the driver when memory runs short.
+// Limits (docs/VULKAN.md, "Allocation limits"), each an OutOfMemory error naming it: one allocation
+// (maxMemoryAllocationSize / maxBufferSize, or KILN_VULKAN_MAX_ALLOCATION), one kernel operand (max_binding: the
+// kernels' 32-bit indices, or KILN_VULKAN_MAX_BINDING), the heap budget (VK_EXT_memory_budget).
 // Blocks belong to pools, as in the CUDA allocator: pool 0 serves ordinary work, a recorded call gets a pool of
 // its own for as long as the recording lives (its command buffer keeps the addresses it was recorded with).
 // Not thread-safe: the backend calls it from the thread that records its commands.
@@ -18,6 +20,13 @@
 #include "backends/vulkan/physical_devices.h"
 
 namespace kiln::vulkan {
+
+// The most values one kernel operand may hold: 32-bit indices, less the elementwise kernels' grid step
+// (65535 x 256, common.glsl), so that no loop index wraps.
+constexpr int64_t kMaxKernelValues = (int64_t(1) << 32) - int64_t(65535) * 256;
+
+// An environment setting's byte size: digits and an optional K, M or G (binary); unset: 0; else InvalidArgument.
+int64_t byte_size_from_env(const char* name);
 
 class VulkanMemory {
 public:
@@ -43,7 +52,17 @@ public:
     void set_limit(int64_t bytes) { limit_ = bytes; }
     // Dedicated allocations no block uses go back to the driver (slabs stay: their blocks are cached).
     void release_cached() noexcept { release_free_chunks(); }
+    // The largest allocation (0: none stated); the bytes of `elem`-byte values one kernel operand may span.
     int64_t max_allocation() const { return max_allocation_; }
+    int64_t max_binding(int64_t elem) const;
+    // For tests, as the environment settings do (0 lifts the forced binding limit).
+    void set_max_allocation(int64_t bytes) {
+        forced_allocation_ = bytes < driver_max_allocation();
+        max_allocation_ = bytes;
+    }
+    void set_max_binding(int64_t bytes) { max_binding_ = bytes; }
+    bool forced_binding() const { return max_binding_ > 0; }
+    int64_t driver_max_allocation() const { return static_cast<int64_t>(physical_.max_allocation); }
 
     int new_pool();
     void set_current_pool(int pool) { current_ = pool; }
@@ -71,6 +90,8 @@ private:
     std::function<void()> wait_idle_;
     uint32_t memory_type_ = UINT32_MAX;
     int64_t max_allocation_ = 0;
+    bool forced_allocation_ = false;
+    int64_t max_binding_ = 0;  // KILN_VULKAN_MAX_BINDING (0: only the kernels' index range)
     std::map<uint64_t, Chunk> chunks_;  // by base address
     std::unordered_map<uint64_t, Block> live_;  // by address
     std::vector<std::multimap<int64_t, uint64_t>> free_{1};  // per pool: block size -> address
