@@ -40,7 +40,7 @@ int run_plan(const PlanOptions& o) {
     const VaeTiling tiling = parse_vae_tiling(o.vae_tiling);
     const Placement placement = resolve_placement(o.device, o.precision);
     const bool gpu = !placement.device.is_cpu();
-    require(gpu || o.vram.empty(), ErrorKind::InvalidArgument, "--vram plans a GPU run: name one with --device");
+    require(gpu || o.vram.empty(), ErrorKind::InvalidArgument, "--vram bounds a GPU's memory (name one with --device); a CPU run takes --memory");
     require(!gpu || o.memory.empty(), ErrorKind::InvalidArgument, "--memory plans a CPU run; a GPU's takes --vram");
     int64_t budget = o.memory.empty() ? -1 : parse_byte_size(o.memory, "--memory");
     if (gpu && !o.vram.empty()) {  // auto: what the device has free now (pipeline/vram_budget.h)

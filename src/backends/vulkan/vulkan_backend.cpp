@@ -194,6 +194,8 @@ VulkanBackend::~VulkanBackend() {
     timeline_.reset();
     kernels_.reset();
     memory_.reset();
+    for (const auto& slab : host_slabs_) free_host_slab(slab.get());  // blocks still out: their owners outlived us
+    host_slabs_.clear();
     a.vkUnmapMemory(device_, staging_memory_);
     a.vkDestroyBuffer(device_, staging_, nullptr);
     a.vkFreeMemory(device_, staging_memory_, nullptr);
@@ -281,6 +283,89 @@ void VulkanBackend::upload(void* dst, const void* src, int64_t bytes) {
         to += n;
         bytes -= n;
     }
+}
+
+void* VulkanBackend::allocate_host(int64_t bytes) {
+    constexpr int64_t kSlab = int64_t(64) << 20, kAlign = 256;
+    const int64_t size = (bytes + kAlign - 1) / kAlign * kAlign;
+    HostSlab* slab = host_slabs_.empty() ? nullptr : host_slabs_.back().get();
+    if (!slab || slab->used + size > slab->size) {
+        const Api& a = api();
+        auto made = std::make_unique<HostSlab>();
+        made->size = std::max(size, kSlab);
+        VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+        info.size = VkDeviceSize(made->size);
+        info.usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT;
+        if (a.vkCreateBuffer(device_, &info, nullptr, &made->buffer) != VK_SUCCESS) return nullptr;
+        VkMemoryRequirements req;
+        a.vkGetBufferMemoryRequirements(device_, made->buffer, &req);
+        VkMemoryAllocateInfo alloc{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+        alloc.allocationSize = req.size;
+        void* map = nullptr;
+        try {
+            alloc.memoryTypeIndex = host_memory_type(physical_, req.memoryTypeBits);
+        } catch (const Error&) {
+            a.vkDestroyBuffer(device_, made->buffer, nullptr);
+            return nullptr;
+        }
+        // The host may refuse (it is host memory): the caller keeps the bytes in ordinary memory then.
+        if (a.vkAllocateMemory(device_, &alloc, nullptr, &made->memory) != VK_SUCCESS ||
+            a.vkBindBufferMemory(device_, made->buffer, made->memory, 0) != VK_SUCCESS ||
+            a.vkMapMemory(device_, made->memory, 0, VK_WHOLE_SIZE, 0, &map) != VK_SUCCESS) {
+            if (made->memory) a.vkFreeMemory(device_, made->memory, nullptr);
+            a.vkDestroyBuffer(device_, made->buffer, nullptr);
+            return nullptr;
+        }
+        made->map = static_cast<char*>(map);
+        host_slabs_.push_back(std::move(made));
+        slab = host_slabs_.back().get();
+    }
+    char* block = slab->map + slab->used;
+    slab->used += size;
+    ++slab->live;
+    host_blocks_[block] = slab;
+    return block;
+}
+
+void VulkanBackend::free_host_slab(HostSlab* slab) noexcept {
+    const Api& a = api();
+    a.vkUnmapMemory(device_, slab->memory);
+    a.vkDestroyBuffer(device_, slab->buffer, nullptr);
+    a.vkFreeMemory(device_, slab->memory, nullptr);
+}
+
+void VulkanBackend::deallocate_host(void* p) noexcept {
+    auto it = host_blocks_.find(static_cast<const char*>(p));
+    if (it == host_blocks_.end()) return;
+    HostSlab* slab = it->second;
+    host_blocks_.erase(it);
+    if (--slab->live > 0) return;
+    try {
+        submit_and_wait();  // a queued copy may still read it
+    } catch (...) {
+    }
+    for (auto s = host_slabs_.begin(); s != host_slabs_.end(); ++s)
+        if (s->get() == slab) {
+            free_host_slab(slab);
+            host_slabs_.erase(s);
+            break;
+        }
+}
+
+void VulkanBackend::upload_async(void* dst, const void* src, int64_t bytes) {
+    if (bytes <= 0) return;
+    require(!capturing_, ErrorKind::Unsupported, "vulkan: an upload inside a recorded call");
+    auto it = host_blocks_.upper_bound(static_cast<const char*>(src));
+    require(it != host_blocks_.begin(), ErrorKind::InvalidArgument, "vulkan: upload_async from memory allocate_host did not give");
+    const HostSlab* slab = std::prev(it)->second;
+    const int64_t offset = static_cast<const char*>(src) - slab->map;
+    require(offset >= 0 && offset + bytes <= slab->used, ErrorKind::InvalidArgument,
+            "vulkan: upload_async from memory allocate_host did not give");
+    const VulkanMemory::Location where = memory_->locate(dst);
+    record_begin();
+    VkBufferCopy region{VkDeviceSize(offset), where.offset, VkDeviceSize(bytes)};
+    api().vkCmdCopyBuffer(commands_, slab->buffer, where.buffer, 1, &region);
+    record_barrier();
 }
 
 void VulkanBackend::download(void* dst, const void* src, int64_t bytes) {

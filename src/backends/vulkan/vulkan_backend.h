@@ -64,6 +64,11 @@ public:
     // calls copy the inputs in and resubmit it. A call that needs the host inside (an upload or download)
     // cannot be recorded and runs eagerly from then on. KILN_VULKAN_RECORD=0 runs every call eagerly.
     void forget_recordings(const std::string& key_prefix) override;
+    // Host-visible memory that copies go from straight to the device (weights offloaded under --vram): carved
+    // from 64 MiB slabs (drivers cap the number of allocations), a slab freed with its last block.
+    void* allocate_host(int64_t bytes) override;
+    void deallocate_host(void* p) noexcept override;
+    void upload_async(void* dst, const void* src, int64_t bytes) override;
     Tensor run_recorded(const std::string& key, const std::vector<const Tensor*>& inputs,
                         const RecordedFn& fn) override;
 
@@ -158,6 +163,16 @@ private:
     VkDeviceMemory staging_memory_ = VK_NULL_HANDLE;
     char* staging_map_ = nullptr;
     int64_t staging_bytes_ = 0, staging_used_ = 0;
+    struct HostSlab {
+        VkBuffer buffer = VK_NULL_HANDLE;
+        VkDeviceMemory memory = VK_NULL_HANDLE;
+        char* map = nullptr;
+        int64_t size = 0, used = 0;
+        int live = 0;  // blocks handed out and not yet given back
+    };
+    void free_host_slab(HostSlab* slab) noexcept;
+    std::vector<std::unique_ptr<HostSlab>> host_slabs_;
+    std::map<const char*, HostSlab*> host_blocks_;  // each block's start -> its slab
     std::unique_ptr<VulkanMemory> memory_;
     std::unique_ptr<VulkanKernels> kernels_;
     std::unique_ptr<ops::DeviceOps> ops_;
