@@ -255,15 +255,22 @@ void CudaDeviceOps::conv_routed(const ConvCall& c, Tensor& y) const {
         try {
             run_conv_route(route, c, y);
         } catch (const Error& e) {
-            if (e.kind() == ErrorKind::OutOfMemory || route == ConvRoute::Im2col) throw;
-            continue;  // no cuDNN kernel for this shape (or its workspace does not fit)
+            if (route == ConvRoute::Im2col) throw;
+            // No cuDNN kernel for this shape, or it needs more memory than is left (a --vram cap): the next.
+            continue;
         }
         last = route;
         if (!backend_.conv_measured()) {  // the named route (or im2col after it) works here
             best = route;
             break;
         }
-        const float ms = timer.mean_ms(s, 3, [&] { run_conv_route(route, c, y); });
+        float ms = 0.0f;
+        try {
+            ms = timer.mean_ms(s, 3, [&] { run_conv_route(route, c, y); });
+        } catch (const Error& e) {
+            if (e.kind() != ErrorKind::OutOfMemory || route == ConvRoute::Im2col) throw;
+            continue;
+        }
         if (best_ms < 0.0f || ms < best_ms) best_ms = ms, best = route;
         log += std::string(" ") + route_name(route) + " " + std::to_string(ms * 1000.0f).substr(0, 7) + " us";
     }
