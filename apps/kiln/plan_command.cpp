@@ -1,8 +1,6 @@
 // `kiln plan`.
 #include "plan_command.h"
 
-#include <algorithm>
-#include <climits>
 #include <cstdio>
 #include <functional>
 
@@ -62,30 +60,26 @@ int run_plan(const PlanOptions& o) {
     const std::string where = gpu ? device_name(placement.device) : "CPU";
     const std::string limit = budget < 0 ? ", no budget" : (gpu ? ", --vram " : ", --memory ") + format_mib(budget);
     std::string described;
-    std::function<int64_t(int)> leanest;  // the leanest plan's peak for a batch
+    std::function<bool(int)> fits;  // whether some plan for a batch of that many fits the budget
     if (gpu) {
         described = plan_gpu_memory(model, r.width, r.height, r.batch_size, budget, tiling).describe();
-        leanest = [&](int batch) {
-            int64_t least = INT64_MAX;
-            for (const GpuMemoryPlan& p : gpu_memory_plans(model, r.width, r.height, batch, tiling))
-                least = std::min(least, p.peak());
-            return least;
+        fits = [&](int batch) {
+            const GpuMemoryPlan* leanest = nullptr;
+            return first_plan_within(gpu_memory_plans(model, r.width, r.height, batch, tiling), budget, leanest) != nullptr;
         };
     } else {
         described = plan_cpu_memory(model, r.width, r.height, r.batch_size, budget, tiling).describe();
         const int64_t fixed = measure_fixed_bytes(model);
-        leanest = [&, fixed](int batch) {
-            int64_t least = INT64_MAX;
-            for (const MemoryPlan& p : cpu_memory_plans(model, r.width, r.height, batch, tiling, fixed))
-                least = std::min(least, p.peak());
-            return least;
+        fits = [&, fixed](int batch) {
+            const MemoryPlan* leanest = nullptr;
+            return first_plan_within(cpu_memory_plans(model, r.width, r.height, batch, tiling, fixed), budget, leanest) != nullptr;
         };
     }
     std::printf("%s %dx%d, batch %d, %s%s:\n%s", o.model.c_str(), r.width, r.height, r.batch_size, where.c_str(),
                 limit.c_str(), described.c_str());
     if (budget >= 0) {
         int largest = 0;  // peaks grow with the batch: the first that does not fit ends the search
-        while (largest < 64 && leanest(largest + 1) <= budget) ++largest;
+        while (largest < 64 && fits(largest + 1)) ++largest;
         std::printf("  largest batch that fits %s: %d%s\n", format_mib(budget).c_str(), largest,
                     largest == 64 ? " (kiln's limit)" : "");
     }

@@ -17,29 +17,25 @@ class DeviceWeights {
 public:
     struct Entry {
         // The weights whose values the buffer holds: one, or several stacked into one product
-        // (WeightReader::get_matrix_stack), which belongs to a prefix only when every name has it.
+        // (WeightReader::get_matrix_stack).
         std::vector<std::string> names;
         std::shared_ptr<DeviceBuffer> buffer;
     };
     void add(std::vector<std::string> names, std::shared_ptr<DeviceBuffer> buffer);
-    bool empty() const { return entries_.empty(); }
     const std::vector<Entry>& entries() const { return entries_; }
-    // Bytes of the buffers under `prefix` ("" is all), resident or not.
-    int64_t bytes(const std::string& prefix = "") const;
-    // Bytes of the buffers on the device now.
-    int64_t resident_bytes() const;
-    // The buffers under `prefix` leave the device (offload) or come back (restore); each returns the bytes
-    // moved. A restore that moved anything forgets the backend's recorded calls whose keys start with the
-    // recording prefix: they hold the old addresses.
-    int64_t offload(const std::string& prefix = "") const;
-    int64_t restore(const std::string& prefix = "") const;
+    int64_t bytes() const;           // every buffer's, resident or not
+    int64_t resident_bytes() const;  // of the buffers on the device now
+    // Every buffer leaves the device (offload) or comes back (restore). A restore that moved anything forgets
+    // the backend's recorded calls whose keys start with the recording prefix: they hold the old addresses.
+    // (The UNet streams its blocks' buffers itself: UNet::stream_in/out.)
+    void offload() const;
+    void restore() const;
     // The start of the keys of the component's recorded calls (Backend::run_recorded).
     void set_recording_prefix(std::string prefix) { recording_prefix_ = std::move(prefix); }
     // Forgets those calls (for a caller that moved buffers itself).
     void forget_recordings() const;
 
 private:
-    bool under(const Entry& e, const std::string& prefix) const;
     std::vector<Entry> entries_;
     std::string recording_prefix_;
 };

@@ -107,16 +107,12 @@ std::vector<GpuMemoryPlan> gpu_memory_plans(const StableDiffusionModel& model, i
 GpuMemoryPlan plan_gpu_memory(const StableDiffusionModel& model, int width, int height, int batch, int64_t budget,
                               VaeTiling tiling) {
     const std::vector<GpuMemoryPlan> plans = gpu_memory_plans(model, width, height, batch, tiling);
-    const GpuMemoryPlan* leanest = &plans.front();
-    for (const GpuMemoryPlan& p : plans) {
-        if (budget < 0 || p.peak() <= budget) return p;
-        if (p.peak() < leanest->peak()) leanest = &p;
-    }
+    const GpuMemoryPlan* leanest = nullptr;
+    if (const GpuMemoryPlan* p = first_plan_within(plans, budget, leanest)) return *p;
     fail(ErrorKind::OutOfMemory,
          "a device memory budget of " + format_mib(budget) + " is too small: the leanest plan (" +
              gpu_weight_placement_name(leanest->weights) + ", VAE decode " + (leanest->vae_tiled ? "in bands" : "whole") +
-             ") needs about " + format_mib(leanest->peak()) + " (--vram " +
-             std::to_string((leanest->peak() + (1 << 20) - 1) >> 20) + "M)");
+             ") needs about " + format_mib(leanest->peak()) + " (--vram " + budget_in_mib(leanest->peak()) + ")");
 }
 
 GpuMemoryPlan gpu_memory_plan_with(const StableDiffusionModel& model, int width, int height, int batch,

@@ -113,17 +113,16 @@ std::vector<MemoryPlan> cpu_memory_plans(const StableDiffusionModel& model, int 
     return plans;
 }
 
+std::string budget_in_mib(int64_t peak) { return std::to_string((peak + (1 << 20) - 1) >> 20) + "M"; }
+
 MemoryPlan choose_memory_plan(const std::vector<MemoryPlan>& plans, int64_t budget) {
     require(!plans.empty(), ErrorKind::InvalidArgument, "choose_memory_plan: no plans");
-    const MemoryPlan* leanest = &plans.front();
-    for (const MemoryPlan& p : plans) {
-        if (budget < 0 || p.peak() <= budget) return p;
-        if (p.peak() < leanest->peak()) leanest = &p;
-    }
+    const MemoryPlan* leanest = nullptr;
+    if (const MemoryPlan* p = first_plan_within(plans, budget, leanest)) return *p;
     fail(ErrorKind::OutOfMemory, "a memory budget of " + format_mib(budget) + " is too small: the leanest plan (UNet " +
                                      "streamed, VAE decode " + (leanest->vae_tiled ? "in bands" : "whole") +
                                      ") needs about " + format_mib(leanest->peak()) + " (--memory " +
-                                     std::to_string((leanest->peak() + (1 << 20) - 1) >> 20) + "M)");
+                                     budget_in_mib(leanest->peak()) + ")");
 }
 
 MemoryPlan plan_cpu_memory(const StableDiffusionModel& model, int width, int height, int batch, int64_t budget,

@@ -56,6 +56,22 @@ std::vector<MemoryPlan> cpu_memory_plans(const StableDiffusionModel& model, int 
 // would do, in whole MiB (--memory NNNM).
 MemoryPlan choose_memory_plan(const std::vector<MemoryPlan>& plans, int64_t budget);
 
+// Shared by the CPU's and the GPU's plans (gpu_memory_plan.h): the first of `plans` (fastest first) whose peak()
+// fits `budget` (< 0: the first), or null when none does; `leanest` is then the one of the smallest peak, for
+// the error that names a budget that would do.
+template <class Plan>
+const Plan* first_plan_within(const std::vector<Plan>& plans, int64_t budget, const Plan*& leanest) {
+    leanest = plans.empty() ? nullptr : &plans.front();
+    for (const Plan& p : plans) {
+        if (budget < 0 || p.peak() <= budget) return &p;
+        if (p.peak() < leanest->peak()) leanest = &p;
+    }
+    return nullptr;
+}
+
+// The smallest budget that holds `peak`, in whole MiB as an option takes it: "1234M".
+std::string budget_in_mib(int64_t peak);
+
 // The plan for `batch` width x height images on the CPU: the fastest configuration whose estimated peak fits
 // `budget` bytes (< 0: no budget, so no streaming; the decode whole unless `tiling` is On; Off never tiles), with
 // the fixed part measured now (measure_fixed_bytes): call it between generations.

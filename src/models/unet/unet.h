@@ -24,7 +24,7 @@ struct UNetInputs {
     // a recorded call's inputs (list()).
     const std::function<void(const std::string&)>* after_block = nullptr;
     // Likewise before each block runs, with the same prefix: a --vram budget brings the block's weights back
-    // to the device there (DeviceWeights::restore), when the UNet is streamed.
+    // to the device there (UNet::stream_in), when the UNet is streamed.
     const std::function<void(const std::string&)>* before_block = nullptr;
 
     // As a flat list, the form a recorded call takes (Backend::run_recorded): sample, timesteps, context,
