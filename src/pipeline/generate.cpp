@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "kiln/error.h"
@@ -357,18 +358,23 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     // it ran out in the call's first generation: that one also picks the algorithms, with workspaces the plan
     // does not count, and later ones may fit (SD 1.5 in --vram 1G: the whole decode fits from the second image
     // on, 0.96 s against 1.7 s in bands).
+    static std::mutex remembered_mutex;  // generations may run on several threads (a server's)
     static std::map<std::string, GpuMemoryPlan> worked;
     static std::set<std::string> done_once;
     const std::string key = std::to_string(model.serial) + " " + std::to_string(r.width) + "x" +
                             std::to_string(r.height) + " " + std::to_string(r.batch_size) + " " +
                             std::to_string(r.vram_budget) + " " + vae_tiling_name(r.vae_tiling);
-    if (auto it = worked.find(key); it != worked.end()) plan = it->second;
+    {
+        std::lock_guard lock(remembered_mutex);
+        if (auto it = worked.find(key); it != worked.end()) plan = it->second;
+    }
     notice_plan(r, plan);
     // The plan's figures are estimates: where the device runs out under the budget all the same, the generation
     // runs again (from the same seed, so to the same image) with each leaner placement in turn.
     for (;;) {
         try {
             GenerationResult result = generate_with(model, r, plan);
+            std::lock_guard lock(remembered_mutex);
             if (r.vram_budget >= 0 && !done_once.insert(key).second) worked[key] = plan;
             return result;
         } catch (const Error& e) {

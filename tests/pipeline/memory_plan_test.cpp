@@ -9,6 +9,7 @@
 #include "common/fixtures.h"
 #include "kiln/error.h"
 #include "pipeline/generate.h"
+#include "pipeline/gpu_memory_plan.h"
 #include "pipeline/memory_plan.h"
 
 using namespace kiln;
@@ -131,5 +132,21 @@ TEST(MemoryPlan, ABudgetedGenerationGivesTheSameImage) {
     } catch (const Error& e) {
         EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory);
         EXPECT_NE(std::string(e.what()).find("--memory "), std::string::npos) << e.what();
+    }
+}
+
+// The placement a request may force (GenerationRequest::gpu_weights): the four names, anything else an error
+// naming them.
+TEST(GpuMemoryPlan, PlacementNames) {
+    EXPECT_EQ(parse_gpu_weight_placement("resident"), GpuWeightPlacement::Resident);
+    EXPECT_EQ(parse_gpu_weight_placement("stages"), GpuWeightPlacement::Stages);
+    EXPECT_EQ(parse_gpu_weight_placement("each_stage"), GpuWeightPlacement::EachStage);
+    EXPECT_EQ(parse_gpu_weight_placement("streamed"), GpuWeightPlacement::Streamed);
+    try {
+        (void)parse_gpu_weight_placement("Streamed");
+        ADD_FAILURE() << "an unknown placement was accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+        EXPECT_NE(std::string(e.what()).find("each_stage"), std::string::npos) << e.what();
     }
 }
