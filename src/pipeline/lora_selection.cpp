@@ -86,7 +86,8 @@ std::vector<fs::path> network_files(const std::string& folder) {
 std::string alias_of(const fs::path& file) {
     if (lower(file.extension().string()) != ".safetensors") return file.stem().string();
     try {
-        const std::map<std::string, std::string>& meta = SafetensorsFile::open(file.string()).metadata();
+        const SafetensorsFile opened = SafetensorsFile::open(file.string());  // metadata() refers into it
+        const std::map<std::string, std::string>& meta = opened.metadata();
         const auto it = meta.find("ss_output_name");
         if (it != meta.end()) return it->second;
     } catch (const Error&) {
