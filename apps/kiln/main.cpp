@@ -85,8 +85,8 @@ int main(int argc, char** argv) {
         cmd->add_option("--latents-out", gen.latents_out,
                         "also write the final latents (float32, before VAE scaling) to FILE.safetensors");
         cmd->add_option("--vae-tiling", gen.vae_tiling,
-                        "auto | on | off: decode the image in bands of rows, the same image in less memory "
-                        "(auto: where the whole decode does not fit)")
+                        "auto | on | off: decode the image (and encode an init image) in bands of rows, the same "
+                        "image in less memory (auto: where the whole pass does not fit)")
             ->check(CLI::IsMember({"auto", "on", "off"}))
             ->capture_default_str();
         cmd->add_option("--memory", gen.memory,

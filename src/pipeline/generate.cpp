@@ -157,11 +157,18 @@ GenerationResult generate_with(const StableDiffusionModel& model, const Generati
     const std::function<void(const std::string&)> drop_block = [&](const std::string& block) {
         model.unet->pages().drop(block);
     };
+    // The VAE (an img2img's encode, the decode) in bands where a budget's plan says so, in bands of what its
+    // weights leave of a --vram budget (parked on the host).
+    const VaeTiling vae_tiling = plan.vae_tiled || gpu_plan.vae_tiled ? VaeTiling::On : r.vae_tiling;
+    const int64_t vae_band = gpu && r.vram_budget > 0
+                                 ? std::clamp<int64_t>((r.vram_budget - model.vae->device_weights().bytes()) / 3,
+                                                       int64_t(8) << 20, default_vae_band_bytes(true))
+                                 : 0;
     if (r.notice && (plan.stream_unet || (plan.vae_tiled && r.vae_tiling == VaeTiling::Auto)))
         r.notice("--memory " + format_mib(r.memory_budget) + ": " +
                  (plan.stream_unet ? "the UNet's weights are read from the file block by block in each step" : "") +
                  (plan.stream_unet && plan.vae_tiled ? ", and " : "") +
-                 (plan.vae_tiled ? "the VAE decodes in bands" : "") + " (predicted peak " + format_mib(plan.peak()) +
+                 (plan.vae_tiled ? "the VAE works in bands" : "") + " (predicted peak " + format_mib(plan.peak()) +
                  ")");
 
     // diffusers guides only when guidance_scale > 1.
@@ -268,7 +275,7 @@ GenerationResult generate_with(const StableDiffusionModel& model, const Generati
         Vae::Posterior posterior = [&] {
             StageScope zone(Stage::VaeEncode);
             place_for("vae_encode");
-            Vae::Posterior p = model.vae->encode(scaled);
+            Vae::Posterior p = encode_image(model, scaled, vae_tiling, r.notice, vae_band);
             model.vae->pages().drop();
             return p;
         }();
@@ -303,13 +310,7 @@ GenerationResult generate_with(const StableDiffusionModel& model, const Generati
         // about one element in five.
         for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = latents[i] / model.vae_scale;
         place_for("vae_decode");
-        // Under a --vram budget the bands share what the VAE's weights leave of it (parked on the host).
-        const int64_t band = gpu && r.vram_budget > 0
-                                 ? std::clamp<int64_t>((r.vram_budget - model.vae->device_weights().bytes()) / 3,
-                                                       int64_t(8) << 20, default_vae_band_bytes(true))
-                                 : 0;
-        Tensor decoded = decode_latents(model, latents, plan.vae_tiled || gpu_plan.vae_tiled ? VaeTiling::On : r.vae_tiling,
-                                        r.notice, band);
+        Tensor decoded = decode_latents(model, latents, vae_tiling, r.notice, vae_band);
         model.vae->pages().drop();
         if (gpu) report_stage();
         // A reduced-precision VAE that overflowed gives NaN or infinity, which would be a black picture.

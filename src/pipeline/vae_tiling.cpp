@@ -94,13 +94,24 @@ bool tiled_decode_fits_device(const StableDiffusionModel& model, int width, int 
     return p.most <= gpu.memory_info().free / 2 && (limit == 0 || p.largest <= limit);
 }
 
+namespace {
+
+// The band size: band_bytes or the default, and on a GPU within one allocation.
+int64_t band_size(const StableDiffusionModel& model, int64_t band_bytes) {
+    const bool gpu = !model.device.is_cpu();
+    const int64_t max_tensor = gpu ? backend_for(model.device).max_allocation_bytes() : 0;
+    const int64_t wanted = band_bytes > 0 ? band_bytes : default_vae_band_bytes(gpu);
+    return max_tensor > 0 ? std::min(wanted, max_tensor) : wanted;
+}
+
+}  // namespace
+
 Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
                       const std::function<void(const std::string&)>& notice, int64_t band_bytes) {
     const bool gpu = !model.device.is_cpu();
-    // On a GPU a band's tensors stay within one allocation too.
     const int64_t max_tensor = gpu ? backend_for(model.device).max_allocation_bytes() : 0;
-    const int64_t wanted = band_bytes > 0 ? band_bytes : default_vae_band_bytes(gpu);
-    const int64_t band = max_tensor > 0 ? std::min(wanted, max_tensor) : wanted;
+    // On a GPU a band's tensors stay within one allocation too.
+    const int64_t band = band_size(model, band_bytes);
     if (tiling == VaeTiling::On) return model.vae->decode_tiled(latents, band);
     if (tiling == VaeTiling::Off) return model.vae->decode(latents).to_host();
     const int f = model.vae->config().downsample_factor();
@@ -132,6 +143,44 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
                "; decoding in bands instead, the activations kept on the " + (park_on_device ? "GPU" : "host") +
                (too_large ? "" : " (--vae-tiling on skips the first try)"));
     return model.vae->decode_tiled(latents, band, park_on_device);
+}
+
+Vae::Posterior encode_image(const StableDiffusionModel& model, const Tensor& image, VaeTiling tiling,
+                            const std::function<void(const std::string&)>& notice, int64_t band_bytes) {
+    const int64_t band = band_size(model, band_bytes);
+    if (tiling == VaeTiling::On) return model.vae->encode_tiled(image, band);
+    if (tiling == VaeTiling::Off) return model.vae->encode(image);
+    const int n = int(image.dim(0)), height = int(image.dim(2)), width = int(image.dim(3));
+    if (model.device.is_cpu()) {
+        // The whole encode's first level holds as much as the whole decode's last: the same estimate.
+        const int64_t free = available_host_bytes();
+        const bool fits = free < 0 || estimate_vae_decode_bytes(model, width, height, n, false) <= free;
+        return fits ? model.vae->encode(image) : model.vae->encode_tiled(image, band);
+    }
+    Backend& gpu = backend_for(model.device);
+    const int64_t max_tensor = gpu.max_allocation_bytes();
+    // The largest tensor either encode makes on the device: the first level's activation.
+    const int64_t elem = int64_t(dtype_size(model.vae->weight_dtype()));
+    const int64_t largest = int64_t(n) * model.vae->config().block_out_channels.at(0) * width * height * elem;
+    const bool too_large = max_tensor > 0 && largest > max_tensor;
+    if (!too_large) {
+        try {
+            return model.vae->encode(image);
+        } catch (const Error& e) {
+            if (e.kind() != ErrorKind::OutOfMemory) throw;
+        }
+    }
+    // The bands park the activations on the GPU where the first level's (that activation and the downsampler's
+    // output, a quarter of it) fit in half of what it has free and in one allocation.
+    const bool park_on_device = !too_large && largest + largest / 4 <= gpu.memory_info().free / 2;
+    const std::string why = too_large ? " needs a tensor of " + format_mib(largest) + ", more than one allocation may be on " +
+                                            device_name(model.device) + " (" + format_mib(max_tensor) + ")"
+                                      : " ran out of memory on " + device_name(model.device);
+    if (notice)
+        notice("the VAE encode of " + std::to_string(width) + "x" + std::to_string(height) + why +
+               "; encoding in bands instead, the activations kept on the " + (park_on_device ? "GPU" : "host") +
+               (too_large ? "" : " (--vae-tiling on skips the first try)"));
+    return model.vae->encode_tiled(image, band, park_on_device);
 }
 
 }  // namespace kiln

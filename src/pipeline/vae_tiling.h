@@ -1,5 +1,6 @@
 // When the VAE decode runs in bands (Vae::decode_tiled) instead of whole: the decode is a run's memory peak (at
 // 1024x1024 an SD VAE's last level holds 512 MiB a float32 activation), and a tiled decode gives the same image.
+// The encode of an init image (img2img) has the same choice (Vae::encode_tiled): its first level is as large.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -43,5 +44,12 @@ bool tiled_decode_fits_device(const StableDiffusionModel& model, int width, int 
 // band_bytes > 0 sizes the bands (a --vram budget's plan), else default_vae_band_bytes.
 Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
                       const std::function<void(const std::string&)>& notice, int64_t band_bytes = 0);
+
+// The posterior of images [N, 3, H, W] in [-1, 1] (Vae::encode), whole or in bands (Vae::encode_tiled) as
+// `tiling` says; Auto as decode_latents chooses: on the CPU by the estimate against free memory, on a GPU the whole
+// encode tried first and bands after it ran out of memory (or at once where its largest tensor exceeds one
+// allocation), `notice` hearing one line. band_bytes > 0 sizes the bands, else default_vae_band_bytes.
+Vae::Posterior encode_image(const StableDiffusionModel& model, const Tensor& image, VaeTiling tiling,
+                            const std::function<void(const std::string&)>& notice, int64_t band_bytes = 0);
 
 }  // namespace kiln

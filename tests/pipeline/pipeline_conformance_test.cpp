@@ -7,6 +7,7 @@
 #include "common/fixtures.h"
 #include "io/safetensors.h"
 #include "pipeline/generate.h"
+#include "pipeline/vae_tiling.h"
 #include "sampling/scheduler_config.h"
 
 using namespace kiln;
@@ -119,6 +120,29 @@ TEST_P(PipelineConformance, Img2ImgEverySampler) {
         ++checked;
     }
     EXPECT_EQ(checked, 5);
+}
+
+// --vae-tiling on: the init image's encode and the decode go through the banded passes (at these sizes one band
+// each: tests/models/vae_tiled_*_test.cpp cut them finer), within the same bound against diffusers.
+TEST_P(PipelineConformance, Img2ImgWithTheVaeInBands) {
+    const ModelCase& c = GetParam();
+    StableDiffusionModel model = load_case(c);
+    const nlohmann::json meta = read_fixture_json(data_path(c.model + "/img2img.json"));
+    SafetensorsFile ref = SafetensorsFile::open(data_path(c.model + "/img2img.safetensors"));
+    const Tensor init = ref.load("init_image");
+    const std::string spacing =
+        read_fixture_json(data_path(c.model + "/diffusers/scheduler/scheduler_config.json")).at("timestep_spacing");
+    for (const auto& [key, entry] : meta.items()) {
+        if (key.front() == '_') continue;
+        GenerationRequest req = request_from_call(meta.at("_call"));
+        req.sampler = key;
+        req.timestep_spacing = spacing;
+        req.init_image = &init;
+        req.vae_tiling = VaeTiling::On;
+        check_run(model, req, ref, key, c.model + (c.single_file ? " single file" : " diffusers") + " img2img, VAE in bands");
+        return;  // one sampler: the encode does not depend on it
+    }
+    FAIL() << "no img2img call in the fixture";
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModels, PipelineConformance,

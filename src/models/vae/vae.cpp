@@ -86,7 +86,7 @@ Tensor Vae::decode(const Tensor& latents) const {
     return vae::norm_silu_conv(x, dec_norm_out_, groups, dec_conv_out_);
 }
 
-Vae::Posterior Vae::encode(const Tensor& image) const {
+void Vae::check_encode_input(const Tensor& image) const {
     require(has_encoder_, ErrorKind::InvalidArgument,
             "VAE encode: the VAE was loaded without its encoder (LoadOptions::vae_encoder is false)");
     const int64_t f = config_.downsample_factor();
@@ -96,12 +96,22 @@ Vae::Posterior Vae::encode(const Tensor& image) const {
     require(image.dim(2) >= f && image.dim(3) >= f, ErrorKind::InvalidArgument,
             "VAE encode: image of " + std::to_string(image.dim(3)) + "x" + std::to_string(image.dim(2)) +
                 " is smaller than the VAE's downsampling factor " + std::to_string(f));
+}
+
+Vae::Posterior Vae::encode(const Tensor& image) const {
+    check_encode_input(image);
     const int groups = config_.norm_num_groups;
     Tensor x = ops::conv2d(ops::on_device_of(image, enc_conv_in_.w), enc_conv_in_.w, &enc_conv_in_.b, 1, 1);
     for (const Level& level : down_) {
         for (const vae::Resnet& res : level.resnets) x = res.forward(std::move(x), groups);
         if (level.resample) x = vae::downsample(x, *level.resample);
     }
+    return encode_from_mid_block(std::move(x));
+}
+
+Vae::Posterior Vae::encode_from_mid_block(Tensor x) const {
+    const int groups = config_.norm_num_groups;
+    x = ops::on_device_of(std::move(x), enc_conv_in_.w);
     x = enc_mid_.forward(std::move(x), groups);
     x = vae::norm_silu_conv(x, enc_norm_out_, groups, enc_conv_out_);
     if (quant_conv_) x = ops::conv2d(x, quant_conv_->w, &quant_conv_->b);

@@ -45,6 +45,11 @@ public:
     };
     // Throws InvalidArgument when the VAE was loaded without its encoder.
     Posterior encode(const Tensor& image) const;
+    // encode() a band of rows at a time up to its mid block, each GroupNorm with the whole image's statistics:
+    // the same posterior up to float rounding, with the device (or, on the CPU, the scratch) holding one band's
+    // tensors of about band_bytes and the host the parked activations (vae_tiled_encode.cpp); with
+    // park_on_device, a GPU holds those instead (in its dtype).
+    Posterior encode_tiled(const Tensor& image, int64_t band_bytes, bool park_on_device = false) const;
 
 private:
     WeightPages pages_;
@@ -52,6 +57,10 @@ private:
     // The decoder up to and with its mid block (whole in both decodes: latent size, global attention), after
     // checking the latents' shape.
     Tensor decode_to_mid_block(const Tensor& latents) const;
+    // The encoder's checks of its input (the encoder loaded, the image's shape), and its part from the mid block
+    // on (whole in both encodes: latent size, global attention) with the posterior made of its moments.
+    void check_encode_input(const Tensor& image) const;
+    Posterior encode_from_mid_block(Tensor x) const;
 
     struct Level {
         std::vector<vae::Resnet> resnets;
