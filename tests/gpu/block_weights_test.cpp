@@ -62,8 +62,9 @@ KILN_GPU_TEST_SUITE(BlockWeights);
 // each dtype the backend computes in, as the host's decoder's values (then rounded once to that dtype).
 TEST_P(BlockWeights, StayBlocksAndDequantizeAsTheHost) {
     Backend& gpu = this->gpu();
+    // 129 rows: several whole CTAs of the CUDA kernel (4096 values each), then a partial one.
     for (DType f : kFormats)
-        for (int64_t rows : {1, 31, 33})
+        for (int64_t rows : {1, 31, 33, 129})
             for (int64_t cols : widths(f)) {
                 const std::string what = std::string(dtype_name(f)) + " " + std::to_string(rows) + "x" + std::to_string(cols);
                 const Tensor w = blocks({rows, cols}, uint32_t(rows * 7 + cols), f);
