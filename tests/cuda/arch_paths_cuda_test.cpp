@@ -1,7 +1,5 @@
-// The paths each NVIDIA architecture gets (arch_paths.h) and KILN_CUDA_ARCH's reading, without a GPU; on one, that
-// the backend follows them. Expected features: NVIDIA's PTX ISA target notes (mma.sync, cp.async, griddepcontrol,
-// cp.async.bulk) and cuDNN's SDPA support matrix (SM80+); shared memory: the CUDA C++ Programming Guide's
-// "Technical Specifications per Compute Capability" (maximum per block, opt-in).
+// Each architecture's paths (arch_paths.h), as NVIDIA documents them (PTX ISA target notes, cuDNN's SDPA support
+// matrix, the Programming Guide's per-capability shared memory), and KILN_CUDA_ARCH; on a GPU, the backend's.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -38,8 +36,7 @@ TEST(ArchPaths, EachArchitectureGetsWhatItsHardwareHas) {
     }
 }
 
-// The flash kernel from 8.0 where a configuration fits the shared memory, and the chosen one fits: SD's head dims
-// 40, 64, 80 from 8.0; 160 not in the 99 KiB of 8.6 / 8.9 (products there).
+// The flash kernel from 8.0 where a configuration fits the shared memory (SD's D = 160 not on 8.6 / 8.9).
 TEST(ArchPaths, TheFlashKernelRunsWhereItsSharedMemoryFits) {
     for (int cc : {75, 80, 86, 89, 90})
         for (int d : {40, 64, 80, 96, 128, 160, 256}) {

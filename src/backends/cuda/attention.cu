@@ -44,9 +44,8 @@ struct NvtxRange {
     ~NvtxRange() { nvtxRangePop(); }
 };
 
-// The kernel's instructions need compute capability 8.0 (mma.sync m16n8k16, cp.async; ldmatrix 7.5). A build
-// that also targets older GPUs (CMakeLists.txt: 7.5) compiles an empty kernel for them that traps; the host
-// never launches it there (cuda_attention_f16 checks device_arch_paths, and the backend attends by products).
+// mma.sync m16n8k16 and cp.async need 8.0: for 7.5 the kernel is a trap, never launched (cuda_attention_f16
+// checks device_arch_paths; the backend attends by products there).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #define KILN_ATTENTION_COMPILED 0
 #else
