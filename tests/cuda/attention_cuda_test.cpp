@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/arch_paths.h"
 #include "backends/cuda/attention.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_device_ops.h"
@@ -242,12 +243,18 @@ Outcome run_gpu(const Case& c, const Expected& e, int config) {
 
 uint64_t seed_of(const Case& c) { return 1000 + uint64_t(c.Lq) * 7 + c.Lk * 13 + c.D; }
 
+// The flash kernel runs from compute capability 8.0, in configurations within the device's shared memory
+// (arch_paths.h; under KILN_CUDA_ARCH as on a device of that capability).
 void check_case(const Case& c) {
     const std::vector<detail::AttentionConfig> configs = detail::attention_configs(c.D);
     ASSERT_FALSE(configs.empty()) << "no configuration for D = " << c.D;
+    const ArchPaths& arch = device_arch_paths(0);
+    if (!arch.flash_attention) GTEST_SKIP() << "the flash kernel needs compute capability 8.0; cuda:0 chooses as "
+                                            << capability_name(arch.capability);
     const Expected e = expect_case(c, seed_of(c));
     for (int i = 0; i < int(configs.size()); ++i) {
         const detail::AttentionConfig& cfg = configs[i];
+        if (cfg.smem_bytes > size_t(arch.max_shared_per_block)) continue;  // never chosen here
         const Outcome r = run_gpu(c, e, i);
         std::printf("[ figures  ] %-30s padded_d %3d rows %3d (%d warps x %d) stages %d q %s: max|err| %.3g, "
                     "max|ref| %.3g, worst err/bound %.3f\n",
@@ -310,6 +317,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionCudaLarge,
 TEST(CudnnAttentionCuda, MatchesCpuWhereItHasAnEngine) {
     KILN_REQUIRE_GPU();
     const int64_t version = CudnnAttention::version();
+    if (!device_arch_paths(0).cudnn_attention)
+        GTEST_SKIP() << "cuDNN's attention needs compute capability 8.0; cuda:0 chooses as "
+                     << capability_name(device_arch_paths(0).capability);
     if (!CudnnAttention::available())
         GTEST_SKIP() << "no fused attention operation: kiln built without cuDNN 9.13+ headers, or library " << version;
     CudnnAttention cudnn;
@@ -410,6 +420,22 @@ TEST(CudnnAttentionCuda, EveryRouteThroughTheBackendMatchesTheCpu) {
                                       << ", element " << i << ": got " << got[i] << ", want " << e.ref[i]
                                       << ", bound " << e.bound[i];
             }
+    }
+}
+
+// Below 8.0 (or under KILN_CUDA_ARCH=75) the kernel is not launched: Unsupported (the backend uses products there).
+TEST(AttentionCuda, TheKernelRefusesDevicesBelowAmpere) {
+    KILN_REQUIRE_GPU();
+    const ArchPaths& arch = device_arch_paths(0);
+    if (arch.flash_attention)
+        GTEST_SKIP() << "cuda:0 chooses as " << capability_name(arch.capability) << ": run with KILN_CUDA_ARCH=75";
+    DeviceBuffer q(64 * 2), out(64 * 2);
+    try {
+        cuda_attention_f16(q.as<__half>(), q.as<__half>(), q.as<__half>(), out.as<__half>(), 1, 1, 1, 1, 64, nullptr);
+        ADD_FAILURE() << "launched below 8.0";
+    } catch (const Error& err) {
+        EXPECT_EQ(err.kind(), ErrorKind::Unsupported);
+        EXPECT_NE(std::string(err.what()).find("compute capability 8.0"), std::string::npos) << err.what();
     }
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "backends/cuda/attention.h"
+#include "backends/cuda/arch_paths.h"
 #include "backends/cuda/cuda_check.h"
 
 namespace kiln::cuda {
@@ -43,6 +44,14 @@ struct NvtxRange {
     ~NvtxRange() { nvtxRangePop(); }
 };
 
+// mma.sync m16n8k16 and cp.async need 8.0: for 7.5 the kernel is a trap, never launched (cuda_attention_f16
+// checks device_arch_paths; the backend attends by products there).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define KILN_ATTENTION_COMPILED 0
+#else
+#define KILN_ATTENTION_COMPILED 1
+#endif
+#if KILN_ATTENTION_COMPILED
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -140,6 +149,7 @@ __device__ __forceinline__ void load_tile(__half* tile, const __half* base, int 
         }
     }
 }
+#endif  // KILN_ATTENTION_COMPILED
 
 // kQRegs: keep q's operand fragments in registers for the whole pass rather than re-reading them from
 // shared memory for every key tile. kMinBlocks: blocks per multiprocessor the register budget must allow
@@ -148,6 +158,7 @@ __device__ __forceinline__ void load_tile(__half* tile, const __half* base, int 
 // and p v skips the zero columns (D = 40 in 48: a sixth of the products).
 template <int Dp, int kWarps, int kMTiles, int kBc, bool kQRegs, int kMinBlocks, int kDn = Dp>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) attention_kernel(const Params p) {
+#if KILN_ATTENTION_COMPILED
     constexpr int kStages = 2;  // key/value buffers in flight (3 measured no faster on an H200)
     constexpr int kThreads = kWarps * 32;
     constexpr int kWarpRows = kMTiles * 16;
@@ -398,6 +409,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) attention_kernel(cons
             if (gr < p.lq) og[int64_t(gr) * p.o_stride + c] = qs[(warp_row0 + r) * kPitch + c];
         }
     }
+#else
+    (void)p;
+    __trap();  // never launched: the host checks the device first (flash_attention, arch_paths.h)
+#endif
 }
 
 // ------------------------------------------------------------------------------------------------ host
@@ -419,10 +434,11 @@ void launch_kernel(const Params& p, int blocks, size_t smem, cudaStream_t stream
 template <int Dp, int kWarps, int kMTiles, int kBc = 64, bool kQRegs = false, int kMinBlocks = 1, int kDn = Dp>
 Entry entry() {
     const int rows = kWarps * kMTiles * 16;
-    return {{Dp, kWarps, kMTiles * 16, rows, kBc, 2, kQRegs},
+    const size_t smem = size_t(rows + 2 * 2 * kBc) * (Dp + 8) * sizeof(__half);
+    return {{Dp, kWarps, kMTiles * 16, rows, kBc, 2, kQRegs, smem},
             &launch_kernel<Dp, kWarps, kMTiles, kBc, kQRegs, kMinBlocks, kDn>,
             reinterpret_cast<const void*>(&attention_kernel<Dp, kWarps, kMTiles, kBc, kQRegs, kMinBlocks, kDn>),
-            size_t(rows + 2 * 2 * kBc) * (Dp + 8) * sizeof(__half)};
+            smem};
 }
 
 // Per padded width, in order of preference for long sequences (see choose_attention_config). 16 rows per
@@ -506,9 +522,13 @@ void run(const Entry& e, const __half* q, const __half* k, const __half* v, __ha
             "cuda_attention_f16: " + std::to_string(blocks) + " blocks exceed one launch");
     p.q_tiles = static_cast<int>(q_tiles);
 
-    int device = 0, max_smem = 0;
+    int device = 0;
     KILN_CUDA_CHECK(cudaGetDevice(&device));
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    const ArchPaths& paths = device_arch_paths(device);  // KILN_CUDA_ARCH's choices too, as on such a device
+    require(paths.flash_attention, ErrorKind::Unsupported,
+            "cuda_attention_f16: the flash kernel needs compute capability 8.0; cuda:" + std::to_string(device) +
+                " has " + capability_name(paths.capability));
+    const int max_smem = paths.max_shared_per_block;
     require(e.smem <= size_t(max_smem), ErrorKind::Unsupported,
             "cuda_attention_f16: D = " + std::to_string(D) + " needs " + std::to_string(e.smem) +
                 " bytes of shared memory per block; this device allows " + std::to_string(max_smem));
@@ -546,8 +566,19 @@ void cuda_attention_f16(const __half* q, const __half* k, const __half* v, __hal
     int device = 0, sms = 0;
     KILN_CUDA_CHECK(cudaGetDevice(&device));
     KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    detail::cuda_attention_f16_config(q, k, v, out, B, Lq, Lk, H, D, stream, causal,
-                                      detail::choose_attention_config(D, B, Lq, H, sms), strides);
+    const int smem = device_arch_paths(device).max_shared_per_block;
+    const int config = detail::choose_attention_config(D, B, Lq, H, sms, smem);
+    require(config >= 0, ErrorKind::Unsupported,
+            "cuda_attention_f16: no configuration for D = " + std::to_string(D) + " fits in the " +
+                std::to_string(smem) + " bytes of shared memory a block has on cuda:" + std::to_string(device));
+    detail::cuda_attention_f16_config(q, k, v, out, B, Lq, Lk, H, D, stream, causal, config, strides);
+}
+
+bool flash_attention_runs(int D, const ArchPaths& paths) {
+    if (!paths.flash_attention) return false;
+    for (const Entry& e : entries_for_head(D))
+        if (e.smem <= size_t(paths.max_shared_per_block)) return true;
+    return false;
 }
 
 namespace detail {
@@ -557,16 +588,17 @@ namespace detail {
 // earlier one was measured faster (e.g. 128-row blocks against 64-row ones at Lq = 1024, D = 80, 16 heads
 // on 132 SMs), while B = 2 x 10 heads of 1024 rows at D = 64 ran 9% faster in 64-row blocks (share 192
 // vs 256 rows).
-int choose_attention_config(int D, int B, int Lq, int H, int multiprocessors) {
+int choose_attention_config(int D, int B, int Lq, int H, int multiprocessors, int max_shared) {
     const std::vector<Entry>& entries = entries_for_head(D);
     const int64_t sms = std::max(multiprocessors, 1);
-    int best = 0;
+    int best = -1;
     int64_t best_share = INT64_MAX;
     for (int i = 0; i < int(entries.size()); ++i) {
+        if (entries[i].smem > size_t(max_shared)) continue;  // e.g. D = 160 on 8.6 / 8.9 (99 KiB a block)
         const int64_t rows = entries[i].config.block_rows;
         const int64_t blocks = (int64_t(Lq) + rows - 1) / rows * B * H;
         const int64_t share = (blocks + sms - 1) / sms * rows;
-        if (i == 0 || share * 5 < best_share * 4) best = i, best_share = share;
+        if (best < 0 || share * 5 < best_share * 4) best = i, best_share = share;
     }
     return best;
 }

@@ -4,6 +4,8 @@
 // softmax statistics (running max and sum) are fp32; the probabilities are rounded to fp16 before they
 // multiply v, and the output is rounded to fp16 once, at the end.
 #pragma once
+#include <climits>
+#include <cstddef>
 #include <vector>
 
 #include "backends/cuda/gpu_runtime.h"
@@ -19,10 +21,16 @@ struct AttentionStrides {
 // Enqueues the kernel on `stream` and returns. D from 1 to 256, Lk >= 1; B = 0 or Lq = 0 is a no-op.
 // causal: query i sees keys 0..i (top-left aligned, as the CPU op). Any alignment works; 16-byte-aligned
 // pointers with D and the strides multiples of 8 take the fast (16-byte copy) path. out [B, Lq, H*D] must not
-// overlap q, k or v. Throws kiln::Error (InvalidArgument for bad sizes or strides, Unsupported for D > 256,
-// or a launch failure).
+// overlap q, k or v. Throws kiln::Error (InvalidArgument for bad sizes or strides; Unsupported for D > 256, a
+// device below compute capability 8.0, or one whose shared memory holds no configuration for D; or a launch
+// failure). The device's capability is read as arch_paths.h says (KILN_CUDA_ARCH lowers it).
 void cuda_attention_f16(const __half* q, const __half* k, const __half* v, __half* out, int B, int Lq, int Lk,
                         int H, int D, cudaStream_t stream, bool causal = false, AttentionStrides strides = {});
+
+struct ArchPaths;
+// Whether the flash kernel runs at head dim D on a device with these paths (compute capability 8.0, and a
+// configuration within its shared memory: D = 160 and more do not fit the 99 KiB of 8.6 and 8.9).
+bool flash_attention_runs(int D, const ArchPaths& paths);
 
 namespace detail {
 
@@ -35,6 +43,7 @@ struct AttentionConfig {
     int block_keys;  // keys per inner tile
     int stages;      // key/value tiles in flight
     bool q_in_registers;
+    size_t smem_bytes;  // dynamic shared memory per block
 };
 
 // The configurations compiled for head dim D, in order of preference for large problems. Empty when D is
@@ -43,8 +52,8 @@ std::vector<AttentionConfig> attention_configs(int D);
 
 // The configuration cuda_attention_f16 uses: by the query rows that fall on the busiest multiprocessor,
 // preferring earlier configurations unless a later one cuts that share by a fifth (short sequences, few
-// heads: smaller blocks).
-int choose_attention_config(int D, int B, int Lq, int H, int multiprocessors);
+// heads: smaller blocks). Only configurations within max_shared bytes of shared memory; -1 where none is.
+int choose_attention_config(int D, int B, int Lq, int H, int multiprocessors, int max_shared = INT_MAX);
 
 // cuda_attention_f16 with configuration attention_configs(D)[config].
 void cuda_attention_f16_config(const __half* q, const __half* k, const __half* v, __half* out, int B, int Lq, int Lk,

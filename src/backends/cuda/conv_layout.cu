@@ -20,8 +20,12 @@ namespace {
 // grid's 65535 loop.
 constexpr int kTile = 32, kTileRows = 8;
 // Blocks a multiprocessor should hold at once (registers capped to fit): memory-bound copies need many loads
-// in flight, and at 48-56 registers only 4 blocks fit.
+// in flight, and at 48-56 registers only 4 blocks fit. 7.5 holds 1024 threads a multiprocessor: 4 blocks there.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+constexpr int kTileBlocks = 4;
+#else
 constexpr int kTileBlocks = 6;
+#endif
 
 // Channel ch's GroupNorm terms (mean, rstd of its group g; gamma, beta), read once per tile into shared memory.
 template <class T>

@@ -36,8 +36,15 @@ private:
 
 // A GPU as `kiln info --devices` and the backend describe it.
 DeviceDescription description_of(const DeviceInfo& d) {
+    const int real = d.cc_major * 10 + d.cc_minor;
+    const char* forced = std::getenv("KILN_CUDA_ARCH");
+    std::string as;  // the override, where it parses (a bad one is the backend's error, not the listing's)
+    try {
+        if (const int cc = chosen_capability(real, forced); cc != real) as = " (paths of " + capability_name(cc) + ": KILN_CUDA_ARCH)";
+    } catch (const Error&) {
+    }
     return {Device{DeviceKind::Cuda, d.index}, d.name,
-            "compute capability " + std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor) + ", " +
+            "compute capability " + capability_name(real) + as + ", " +
                 std::to_string(d.multiprocessors) + " multiprocessors",
             {int64_t(d.free_bytes), int64_t(d.total_bytes)}};
 }
@@ -52,10 +59,10 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
         if (d.index == index) {
             found = true;
             multiprocessors_ = d.multiprocessors;
-            cc_major_ = d.cc_major;
         }
     require(found, ErrorKind::Unsupported,
             "cuda:" + std::to_string(index) + " is not available" + (why.empty() ? std::string() : " (" + why + ")"));
+    arch_ = device_arch_paths(index);  // Unsupported below 7.5; a bad KILN_CUDA_ARCH is an error here
     KILN_CUDA_CHECK(cudaSetDevice(index));
     KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     timeline_ = std::make_unique<GpuTimeline>(stream_, device_name(device()));
@@ -78,7 +85,7 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
 #if KILN_HAS_CUDNN
     if (conv_measured_ || conv == "cudnn") cudnn_ = std::make_unique<CudnnConv>();
     if (conv_measured_ || conv == "nhwc") cudnn_nhwc_ = std::make_unique<CudnnGraphConv>();
-    if (attention != "kiln") cudnn_attention_ = std::make_unique<CudnnAttention>();
+    if (attention != "kiln" && arch_.cudnn_attention) cudnn_attention_ = std::make_unique<CudnnAttention>();
 #endif
     ops_ = std::make_unique<CudaDeviceOps>(*this);
     const char* env = std::getenv("KILN_CUDA_GRAPHS");

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends/cuda/arch_paths.h"
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/cudnn_conv.h"
 #include "backends/cuda/cudnn_attention.h"
@@ -49,14 +50,14 @@ public:
     void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) override;
     void synchronize() override;
     const ops::DeviceOps& ops() const override { return *ops_; }
-    // bfloat16 products need the tensor cores of compute capability 8.0 (Ampere) or later; HIP builds keep to
-    // F32 and F16 until an AMD GPU has run them.
+    // bfloat16 products need the tensor cores of compute capability 8.0 (Ampere) or later (arch_paths.h, which
+    // KILN_CUDA_ARCH lowers); HIP builds keep to F32 and F16 until an AMD GPU has run them.
     // Block formats (Q8_0 ... Q6_K) are kept as blocks and dequantized beside each product (dequantize.cu).
     bool supports(DType t) const override {
 #if defined(KILN_HIP)
         return t != DType::BF16;
 #else
-        return t != DType::BF16 || cc_major_ >= 8;
+        return t != DType::BF16 || arch_.bf16;
 #endif
     }
     void forget_recordings(const std::string& key_prefix) override;
@@ -101,6 +102,8 @@ public:
     // KILN_CUDA_CONV_LOG=1 prints each convolution and attention shape's route timings and choice to stderr.
     bool conv_log() const { return conv_log_; }
     int multiprocessors() const { return multiprocessors_; }
+    // The paths this device takes, by its compute capability or KILN_CUDA_ARCH's (arch_paths.h).
+    const ArchPaths& arch() const { return arch_; }
     // KILN_CUDA_GRAPHS=0 turns recording off (every call eager), for comparisons.
     bool graphs_enabled() const { return graphs_enabled_; }
     // KILN_CUDA_SYNC_OPS=1: wait for the GPU after every op, so that the host's op spans are GPU time too.
@@ -108,8 +111,9 @@ public:
     // Events around each op while a profiler wants GPU spans (gpu_timeline.h).
     GpuTimeline& timeline() const { return *timeline_; }
     // Float32 products on TF32 tensor cores (10-bit mantissa, float32 range), as PyTorch's convolutions do
-    // by default: for the float32 VAE of an fp16 run; off when the user asked for --precision fp32.
-    void set_fast_float32(bool on) override { fast_f32_ = on; }
+    // by default: for the float32 VAE of an fp16 run; off when the user asked for --precision fp32, and below
+    // compute capability 8.0, which has no TF32 (cuDNN would round float32 to fp16 there).
+    void set_fast_float32(bool on) override { fast_f32_ = on && arch_.tf32; }
     bool fast_float32() const { return fast_f32_; }
 
 private:
@@ -127,7 +131,7 @@ private:
 
     int index_;
     int multiprocessors_ = 0;
-    int cc_major_ = 0;
+    ArchPaths arch_;
     bool graphs_enabled_ = true;
     bool sync_ops_ = false;
     bool fast_f32_ = false;

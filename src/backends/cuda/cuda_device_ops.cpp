@@ -550,9 +550,12 @@ Tensor CudaDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor& 
     return attention_by_products(q, k, v, heads, causal);
 }
 
-// Whether the flash kernel takes these: fp16, head dims up to 256 (width c over heads), keys to attend to.
-bool CudaDeviceOps::flash_fits(DType type, int64_t c, int heads, int64_t lk) {
-    return type == DType::F16 && heads >= 1 && c % heads == 0 && c / heads <= 256 && lk >= 1;
+// Whether the flash kernel takes these: fp16, head dims up to 256 (width c over heads), keys to attend to, on a
+// device where it runs at that head dim (arch_paths.h: 8.0, and its shared memory; cuDNN's attention needs 8.0
+// too). Elsewhere attention is products: before 8.0, and for D = 160 on the 99 KiB of 8.6 and 8.9.
+bool CudaDeviceOps::flash_fits(DType type, int64_t c, int heads, int64_t lk) const {
+    return type == DType::F16 && heads >= 1 && c % heads == 0 && c / heads <= 256 && lk >= 1 &&
+           flash_attention_runs(int(c / heads), backend_.arch());
 }
 
 // The flash kernel, or cuDNN's fused attention where it won this shape's first call (non-causal only), on

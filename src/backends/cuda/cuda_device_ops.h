@@ -114,7 +114,7 @@ private:
     Tensor conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding, const Tensor* norm_stats,
                 const Tensor* gamma, const Tensor* beta, int groups, ConvFusion fusion = {}) const;
     Tensor attention_by_products(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal) const;
-    static bool flash_fits(DType type, int64_t c, int heads, int64_t lk);
+    bool flash_fits(DType type, int64_t c, int heads, int64_t lk) const;
     Tensor flash(DType type, const void* q, const void* k, const void* v, int64_t b, int64_t lq, int64_t lk, int64_t c,
                  int heads, bool causal, AttentionStrides strides) const;
 

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 
+#include "backends/cuda/arch_paths.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/gpu_runtime.h"
 #include "kiln/error.h"
@@ -42,9 +43,7 @@ bool dependent_launch_supported() {
     std::lock_guard<std::mutex> lock(mutex);
     const auto it = known.find(device);
     if (it != known.end()) return it->second;
-    int major = 0;
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    const bool on = dependent_launch_wanted(std::getenv("KILN_CUDA_PDL")) && major >= 9;
+    const bool on = dependent_launch_wanted(std::getenv("KILN_CUDA_PDL")) && device_arch_paths(device).dependent_launch;
     known[device] = on;
     return on;
 #endif

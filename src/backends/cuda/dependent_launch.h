@@ -1,5 +1,5 @@
 // Whether kiln's plain kernels go out as programmatic dependent launches (kernel_common.cuh's launch_dependent):
-// on devices of compute capability 9.0 or later, unless KILN_CUDA_PDL=0 (for comparisons).
+// on devices of compute capability 9.0 or later (arch_paths.h, KILN_CUDA_ARCH included), unless KILN_CUDA_PDL=0 (for comparisons).
 #pragma once
 
 namespace kiln::cuda::detail {
