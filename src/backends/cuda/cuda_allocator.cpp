@@ -4,6 +4,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/gpu_runtime.h"
+#include "core/allocation_faults.h"
 
 namespace kiln::cuda {
 
@@ -30,6 +31,7 @@ int CudaAllocator::new_pool() {
 }
 
 void* CudaAllocator::allocate(int64_t bytes) {
+    count_allocation(name_, bytes);  // KILN_FAIL_ALLOCATION_AT (core/allocation_faults.h)
     const int64_t size = rounded(bytes);
     auto& pool = free_[current_];
     // A cached block at most a quarter (plus one granule) larger: reuse without wasting much.

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -14,7 +15,7 @@ namespace kiln::cuda {
 
 class CudaAllocator {
 public:
-    explicit CudaAllocator(int device) : device_(device), free_(1) {}
+    explicit CudaAllocator(int device) : device_(device), name_("cuda:" + std::to_string(device)), free_(1) {}
     ~CudaAllocator();
     CudaAllocator(const CudaAllocator&) = delete;
     CudaAllocator& operator=(const CudaAllocator&) = delete;
@@ -51,6 +52,7 @@ private:
         int pool;
     };
     int device_;
+    std::string name_;  // "cuda:N", as KILN_FAIL_ALLOCATION_AT names the device
     int current_ = 0;
     std::unordered_map<void*, Block> live_;
     std::vector<std::multimap<int64_t, void*>> free_;  // per pool: size -> block
