@@ -1,6 +1,7 @@
 #include "pipeline/vae_tiling.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/backend.h"
 #include "kiln/error.h"
@@ -35,9 +36,9 @@ int64_t estimate_vae_decode_bytes(const StableDiffusionModel& model, int width, 
     // as wide, and its output; vae_blocks.cpp) plus scratch: four.
     const int64_t scratch = ops_scratch_bytes();
     if (!tiled || !model.vae) return batch * 4 * activation + scratch;
-    // In bands, parked on the host: an upsampler's output is never held (vae_tiled_decode.cpp), so a level's
-    // first block holds its parked input (the upsampler's, a quarter of the pixels) and its output; beside them
-    // a band and the scratch.
+    // In bands, one image at a time (decode_latents), parked on the host: an upsampler's output is never held
+    // (vae_tiled_decode.cpp), so a level's first block holds its parked input (the upsampler's, a quarter of the
+    // pixels) and its output; beside them a band, the scratch, and the batch's decoded images.
     const std::vector<int>& ch = model.vae->config().block_out_channels;
     const int levels = int(ch.size());
     int64_t most = 0, prev = ch.back();
@@ -48,7 +49,8 @@ int64_t estimate_vae_decode_bytes(const StableDiffusionModel& model, int width, 
         most = std::max(most, input + (new_output ? out * level_pixels : 0));
         prev = out;
     }
-    return batch * most * int64_t(sizeof(float)) + default_vae_band_bytes(false) + scratch;
+    const int64_t images = int64_t(batch) * model.vae->config().out_channels * pixels;
+    return (most + images) * int64_t(sizeof(float)) + default_vae_band_bytes(false) + scratch;
 }
 
 namespace {
@@ -104,6 +106,35 @@ int64_t band_size(const StableDiffusionModel& model, int64_t band_bytes) {
     return max_tensor > 0 ? std::min(wanted, max_tensor) : wanted;
 }
 
+// Images [first, first + count) of a batch on the host, as a batch of their own.
+Tensor images_of(const Tensor& batch, int64_t first, int64_t count) {
+    Shape shape = batch.shape();
+    shape[0] = count;
+    Tensor out(shape);
+    const int64_t per = batch.numel() / batch.dim(0);
+    std::memcpy(out.data(), batch.data() + first * per, size_t(count * per) * sizeof(float));
+    return out;
+}
+
+// The latents' images decoded `chunk` at a time by `decode` (which returns them on the host), as one batch.
+Tensor decode_in_chunks(const Tensor& latents, int64_t chunk, const std::function<Tensor(const Tensor&)>& decode) {
+    const int64_t n = latents.dim(0);
+    if (chunk >= n) return decode(latents);
+    Tensor out;
+    for (int64_t first = 0; first < n; first += chunk) {
+        const int64_t count = std::min(chunk, n - first);
+        const Tensor images = decode(images_of(latents, first, count));
+        if (out.empty()) {
+            Shape shape = images.shape();
+            shape[0] = n;
+            out = Tensor(shape);
+        }
+        const int64_t per = images.numel() / count;
+        std::memcpy(out.data() + first * per, images.data(), size_t(images.numel()) * sizeof(float));
+    }
+    return out;
+}
+
 }  // namespace
 
 Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
@@ -112,14 +143,24 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
     const int64_t max_tensor = gpu ? backend_for(model.device).max_allocation_bytes() : 0;
     // On a GPU a band's tensors stay within one allocation too.
     const int64_t band = band_size(model, band_bytes);
-    if (tiling == VaeTiling::On) return model.vae->decode_tiled(latents, band);
+    // In bands, a batch's images one at a time: what is parked is one image's (images are independent, and the
+    // banded passes work image by image anyway).
+    const auto tiled_each = [&](bool park_on_device) {
+        return decode_in_chunks(latents, 1, [&](const Tensor& one) {
+            return model.vae->decode_tiled(one, band, park_on_device);
+        });
+    };
+    if (tiling == VaeTiling::On) return tiled_each(false);
     if (tiling == VaeTiling::Off) return model.vae->decode(latents).to_host();
     const int f = model.vae->config().downsample_factor();
     const int width = int(latents.dim(3)) * f, height = int(latents.dim(2)) * f, n = int(latents.dim(0));
     if (!gpu) {
+        // Whole if it fits; else as many images at a time as fit whole; else in bands.
         const int64_t free = available_host_bytes();
-        const bool fits = free < 0 || estimate_vae_decode_bytes(model, width, height, n, false) <= free;
-        return fits ? model.vae->decode(latents) : model.vae->decode_tiled(latents, band);
+        for (int chunk = n; chunk >= 1; --chunk)
+            if (free < 0 || estimate_vae_decode_bytes(model, width, height, chunk, false) <= free)
+                return decode_in_chunks(latents, chunk, [&](const Tensor& some) { return model.vae->decode(some); });
+        return tiled_each(false);
     }
     // A GPU says when it runs out: the whole decode is tried first, and what it allocated is freed as the error
     // unwinds, before the bands start. They park the activations on the GPU too where those fit in half of what
@@ -133,6 +174,18 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
         } catch (const Error& e) {
             if (e.kind() != ErrorKind::OutOfMemory) throw;
         }
+    }
+    if (n > 1) {  // a batch: each image as one alone (whole where it fits, else in bands), the notices the first's
+        if (notice)
+            notice("the VAE decode of a batch of " + std::to_string(n) + " at " + std::to_string(width) + "x" +
+                   std::to_string(height) + (too_large ? " has too large a tensor" : " ran out of memory") +
+                   "; decoding one image at a time");
+        bool first = true;
+        return decode_in_chunks(latents, 1, [&](const Tensor& one) {
+            const Tensor image = decode_latents(model, one, tiling, first ? notice : nullptr, band_bytes);
+            first = false;
+            return image;
+        });
     }
     const bool park_on_device = tiled_decode_fits_device(model, width, height, n);
     const std::string why = too_large ? " needs a tensor of " + format_mib(largest) + ", more than one allocation may be on " +

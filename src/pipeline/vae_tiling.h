@@ -38,7 +38,8 @@ int64_t largest_vae_decode_tensor_bytes(const StableDiffusionModel& model, int w
 bool tiled_decode_fits_device(const StableDiffusionModel& model, int width, int height, int batch);
 
 // The decoded image [N, 3, H, W] on the host (float32, about [-1, 1]) of raw latents (already divided by the VAE
-// scale). `notice` hears one line when Auto falls back to bands after the GPU ran out of memory, or goes to bands
+// scale). A batch in bands goes one image at a time; under Auto, on the CPU as many images at a time as fit whole,
+// on a GPU one at a time once the whole batch ran out of memory. `notice` hears one line when Auto falls back to bands after the GPU ran out of memory, or goes to bands
 // at once because the whole decode's largest tensor is more than one allocation may be. On a GPU the bands'
 // tensors stay within that limit too.
 // band_bytes > 0 sizes the bands (a --vram budget's plan), else default_vae_band_bytes.
