@@ -15,8 +15,6 @@
 
 namespace kiln::cli {
 
-namespace {
-
 void write_json_file(const nlohmann::json& j, const std::string& path) {
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
     require(f.good(), ErrorKind::IO, "cannot write " + path);
@@ -24,6 +22,8 @@ void write_json_file(const nlohmann::json& j, const std::string& path) {
     f.flush();
     require(f.good(), ErrorKind::IO, "cannot write " + path + " (disk full?)");
 }
+
+namespace {
 
 int run_compare(const BenchOptions& o) {
     require(o.compare.size() == 2, ErrorKind::InvalidArgument, "--compare takes two files: OLD.json NEW.json");
