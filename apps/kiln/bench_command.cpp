@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "bench_quality.h"
 #include "bench_suites.h"
 #include "commands.h"
 #include "kiln/error.h"
@@ -14,8 +15,6 @@
 
 namespace kiln::cli {
 
-namespace {
-
 void write_json_file(const nlohmann::json& j, const std::string& path) {
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
     require(f.good(), ErrorKind::IO, "cannot write " + path);
@@ -23,6 +22,8 @@ void write_json_file(const nlohmann::json& j, const std::string& path) {
     f.flush();
     require(f.good(), ErrorKind::IO, "cannot write " + path + " (disk full?)");
 }
+
+namespace {
 
 int run_compare(const BenchOptions& o) {
     require(o.compare.size() == 2, ErrorKind::InvalidArgument, "--compare takes two files: OLD.json NEW.json");
@@ -38,13 +39,14 @@ int run_compare(const BenchOptions& o) {
 
 int run_bench(const BenchOptions& o) {
     if (!o.compare.empty()) return run_compare(o);
+    if (std::find(o.suites.begin(), o.suites.end(), "quality") != o.suites.end()) return run_quality_bench(o);
 
     const Placement placement = resolve_placement(o.device, o.precision);
     const VramBudget vram = apply_vram_limit(o.vram, placement.device);
     if (o.vram == "auto") std::fprintf(stderr, "kiln: %s\n", vram.describe(device_name(placement.device)).c_str());
     const int64_t vram_budget = vram.bytes;
     require(!o.suites.empty(), ErrorKind::InvalidArgument,
-            "name the suites to run with --suite (unet, text, vae-decode, vae-decode-tiled, vae-encode, txt2img)");
+            "name the suites to run with --suite (unet, text, vae-decode, vae-decode-tiled, vae-encode, txt2img; or quality)");
     require(o.arch.empty() || o.model.empty(), ErrorKind::InvalidArgument,
             "give either --arch (synthetic weights) or -m MODEL, not both");
     std::vector<BenchSuite> suites;
@@ -91,9 +93,7 @@ int run_bench(const BenchOptions& o) {
     report.config.model = synthetic ? synthetic_arch_name(arch) : o.model;
     report.config.synthetic = synthetic;
     report.config.device = device_name(placement.device);
-    report.config.precision = placement.precision == DType::F16    ? "fp16"
-                              : placement.precision == DType::BF16 ? "bf16"
-                                                                   : "fp32";  // as --precision spells it
+    report.config.precision = bench_precision_name(placement.precision);
     // Synthetic weights are made as float32; a file's stay as it stores them unless --weights says.
     report.config.weights = !o.weights.empty() ? o.weights : synthetic ? "f32" : "stored";
     report.config.width = o.width;

@@ -178,7 +178,7 @@ BenchSuite parse_bench_suite(const std::string& name) {
     if (name == "vae-encode") return BenchSuite::VaeEncode;
     if (name == "txt2img") return BenchSuite::Txt2img;
     fail(ErrorKind::InvalidArgument,
-         "unknown bench suite '" + name + "' (unet, text, vae-decode, vae-decode-tiled, vae-encode, txt2img)");
+         "unknown bench suite '" + name + "' (unet, text, vae-decode, vae-decode-tiled, vae-encode, txt2img; or quality)");
 }
 
 const char* bench_suite_name(BenchSuite suite) {

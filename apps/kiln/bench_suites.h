@@ -14,6 +14,14 @@ enum class BenchSuite { Unet, Text, VaeDecode, VaeDecodeTiled, VaeEncode, Txt2im
 BenchSuite parse_bench_suite(const std::string& name);
 const char* bench_suite_name(BenchSuite suite);
 
+// fp16, bf16 or fp32, as --precision spells it.
+inline const char* bench_precision_name(DType precision) {
+    return precision == DType::F16 ? "fp16" : precision == DType::BF16 ? "bf16" : "fp32";
+}
+
+// A report as JSON in FILE (IO error naming it).
+void write_json_file(const nlohmann::json& j, const std::string& path);
+
 // The model components the suites need (a synthetic model builds only those).
 SyntheticParts parts_for(const std::vector<BenchSuite>& suites);
 

@@ -54,6 +54,10 @@ struct BenchOptions {
     std::vector<std::string> compare; // --compare OLD NEW
     bool profile = false;
     std::string trace;
+    // --suite quality (bench_quality.h): --reference FILE, -p PROMPT..., --seeds.
+    std::string reference;
+    std::vector<std::string> prompts;
+    std::vector<uint64_t> seeds;
 };
 
 // --device and --precision resolved: the device (checked to exist) and the dtype activations have there.

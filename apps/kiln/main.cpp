@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
 
     kiln::cli::BenchOptions bench_opts;
     CLI::App* bench = app.add_subcommand("bench", "time the standard suites (synthetic full-size models or -m MODEL)");
-    bench->add_option("--suite", bench_opts.suites, "unet, text, vae-decode, vae-decode-tiled, vae-encode, txt2img (comma-separated)")
+    bench->add_option("--suite", bench_opts.suites, "unet, text, vae-decode, vae-decode-tiled, vae-encode, txt2img (comma-separated); or quality (--weights against the model's own)")
         ->delimiter(',');
     bench->add_option("--arch", bench_opts.arch, "sd15 | sd21 | sdxl: deterministic random weights (default sd15)");
     bench->add_option("-m,--model", bench_opts.model, "a real checkpoint instead (.safetensors file or diffusers folder)");
@@ -138,6 +138,9 @@ int main(int argc, char** argv) {
     bench->add_option("--compare", bench_opts.compare, "OLD.json NEW.json: print ratios new/old")->expected(2);
     bench->add_flag("--profile", bench_opts.profile, "print time per stage and op kind, and memory, to stderr");
     bench->add_option("--trace", bench_opts.trace, "write a Chrome trace of the whole bench to FILE");
+    bench->add_option("--reference", bench_opts.reference, "quality: the model -m is measured against (default: -m's own weights)");
+    bench->add_option("-p,--prompt", bench_opts.prompts, "quality: a prompt (repeat for several; default: 3 of the demo model's)");
+    bench->add_option("--seeds", bench_opts.seeds, "quality: seeds, comma-separated (default 1,2,3)")->delimiter(',');
 
     std::string info_path;
     CLI::App* info = app.add_subcommand("info", "describe a model (architecture, components) or a PNG's parameters");

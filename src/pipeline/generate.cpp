@@ -235,12 +235,19 @@ GenerationResult generate_with(const StableDiffusionModel& model, const Generati
             in.text_embeds = &c.text_embeds;
             in.time_ids = &c.time_ids;
         }
-        if (!gpu) return model.unet->forward(in);
-        if (stream_on_gpu) return model.unet->forward(in).to_host();  // weights move inside it: not recordable
-        const std::vector<const Tensor*> inputs = in.list();
-        const std::string key = unet_recording_key_prefix(model) + shape_str(input.shape()) +
-                                " context " + shape_str(c.context.shape());
-        return gpu->run_recorded(key, inputs, unet_call).to_host();
+        Tensor out;
+        if (!gpu) {
+            out = model.unet->forward(in);
+        } else if (stream_on_gpu) {
+            out = model.unet->forward(in).to_host();  // weights move inside it: not recordable
+        } else {
+            const std::vector<const Tensor*> inputs = in.list();
+            const std::string key = unet_recording_key_prefix(model) + shape_str(input.shape()) +
+                                    " context " + shape_str(c.context.shape());
+            out = gpu->run_recorded(key, inputs, unet_call).to_host();
+        }
+        if (r.unet_observer) r.unet_observer(in, out);
+        return out;
     };
 
     // The webui's denoiser counts its calls (not steps) against the prompt-editing schedule.

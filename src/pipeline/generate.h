@@ -48,6 +48,10 @@ struct GenerationRequest {
     const std::vector<TextualInversion>* embeddings = nullptr;
     std::function<void(int step, int total)> progress;
     std::function<void(const std::string&)> notice;  // one line when kiln changes course (e.g. a tiled decode)
+    // Called after each UNet evaluation with its inputs (on the model's device, as the UNet took them) and its
+    // output (on the host), before guidance combines the rows: kiln bench's quality suite runs a second
+    // model's UNet on the very same inputs there.
+    std::function<void(const UNetInputs& inputs, const Tensor& output)> unet_observer;
 };
 
 struct GenerationResult {

@@ -2,6 +2,7 @@
 
 #include <sys/utsname.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <fstream>
@@ -131,6 +132,102 @@ std::string format_bench_table(const BenchReport& r) {
     out += t.str();
     out += "(cores: CPU time / wall time of a run; below the thread count when other processes took the cores)\n";
     for (const BenchSuiteResult& s : r.suites) out += "  " + s.suite + ": " + s.description + "\n";
+    return out;
+}
+
+QualitySummary summarize_quality(const QualityReport& r) {
+    QualitySummary s;
+    s.images = static_cast<int>(r.images.size());
+    double psnr_sum = 0, l2_sum = 0;
+    s.psnr_min_db = r.images.empty() ? 0 : INFINITY;
+    for (const QualityImage& im : r.images) {
+        psnr_sum += im.psnr_db;
+        s.psnr_min_db = std::min(s.psnr_min_db, im.psnr_db);
+        for (double e : im.unet_rel_l2) {
+            l2_sum += e;
+            s.unet_rel_l2_max = std::max(s.unet_rel_l2_max, e);
+            ++s.unet_calls;
+        }
+    }
+    s.psnr_mean_db = s.images > 0 ? psnr_sum / s.images : 0;
+    s.unet_rel_l2_mean = s.unet_calls > 0 ? l2_sum / s.unet_calls : 0;
+    return s;
+}
+
+namespace {
+
+json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+double mean_of(const std::vector<double>& v) {
+    double sum = 0;
+    for (double x : v) sum += x;
+    return v.empty() ? 0 : sum / static_cast<double>(v.size());
+}
+
+double max_of(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+
+std::string psnr_str(double db) { return std::isfinite(db) ? fixed(db, 2) : "inf"; }
+
+}  // namespace
+
+json quality_report_to_json(const QualityReport& r) {
+    json j;
+    j["schema"] = "kiln-bench-quality";
+    j["version"] = kBenchSchemaVersion;
+    j["kiln_version"] = r.machine.kiln_version;
+    j["created_utc"] = r.machine.created_utc;
+    j["machine"] = {{"cpu", r.machine.cpu}, {"logical_cpus", r.machine.logical_cpus}, {"os", r.machine.os}};
+    const QualityConfig& c = r.config;
+    j["config"] = {{"model", c.model},       {"reference", c.reference}, {"synthetic", c.synthetic},
+                   {"weights", c.weights},   {"reference_weights", c.reference_weights},
+                   {"device", c.device},     {"precision", c.precision}, {"sampler", c.sampler},
+                   {"width", c.width},       {"height", c.height},       {"steps", c.steps},
+                   {"guidance", c.guidance}, {"threads", c.threads}};
+    j["images"] = json::array();
+    for (const QualityImage& im : r.images)
+        j["images"].push_back({{"prompt", im.prompt},
+                               {"seed", im.seed},
+                               {"psnr_db", finite_or_null(im.psnr_db)},
+                               {"unet_calls", im.unet_rel_l2.size()},
+                               {"unet_rel_l2", im.unet_rel_l2},
+                               {"unet_rel_l2_mean", mean_of(im.unet_rel_l2)},
+                               {"unet_rel_l2_max", max_of(im.unet_rel_l2)}});
+    const QualitySummary s = summarize_quality(r);
+    j["summary"] = {{"images", s.images},
+                    {"unet_calls", s.unet_calls},
+                    {"psnr_mean_db", finite_or_null(s.psnr_mean_db)},
+                    {"psnr_min_db", finite_or_null(s.psnr_min_db)},
+                    {"unet_rel_l2_mean", s.unet_rel_l2_mean},
+                    {"unet_rel_l2_max", s.unet_rel_l2_max}};
+    return j;
+}
+
+std::string format_quality_table(const QualityReport& r) {
+    const QualityConfig& c = r.config;
+    std::string out = "kiln bench --suite quality: " + c.model + (c.synthetic ? " (synthetic weights)" : "") +
+                      " with weights " + c.weights + " against " + c.reference + " with weights " +
+                      c.reference_weights + ", " + std::to_string(c.width) + "x" + std::to_string(c.height) + ", " +
+                      std::to_string(c.steps) + " steps of " + c.sampler + ", guidance " + fixed(c.guidance, 1) +
+                      ", " + c.device + " " + c.precision + ", " + std::to_string(c.threads) + " threads\n";
+    out += "machine: " + r.machine.cpu + " (" + std::to_string(r.machine.logical_cpus) + " logical CPUs), " +
+           r.machine.os + "\n\n";
+    TextTable t({"prompt", "seed", "PSNR dB", "UNet calls", "rel L2 mean", "rel L2 max"});
+    std::vector<std::string> prompts;
+    for (const QualityImage& im : r.images) {
+        auto it = std::find(prompts.begin(), prompts.end(), im.prompt);
+        if (it == prompts.end()) it = prompts.insert(prompts.end(), im.prompt);
+        t.add_row({std::to_string(it - prompts.begin() + 1), std::to_string(im.seed), psnr_str(im.psnr_db),
+                   std::to_string(im.unet_rel_l2.size()), fixed(mean_of(im.unet_rel_l2), 6),
+                   fixed(max_of(im.unet_rel_l2), 6)});
+    }
+    out += t.str();
+    const QualitySummary s = summarize_quality(r);
+    out += "all " + std::to_string(s.images) + " images: PSNR mean " + psnr_str(s.psnr_mean_db) + " dB, min " +
+           psnr_str(s.psnr_min_db) + " dB; UNet relative L2 error mean " + fixed(s.unet_rel_l2_mean, 6) + ", max " +
+           fixed(s.unet_rel_l2_max, 6) + " over " + std::to_string(s.unet_calls) + " calls\n";
+    out += "(PSNR: the 8-bit images, each model sampling its own latents from the seed; rel L2: ||q - r|| / ||r|| of "
+           "each UNet call's output, both UNets on the reference's inputs)\n";
+    for (size_t i = 0; i < prompts.size(); ++i) out += "  prompt " + std::to_string(i + 1) + ": " + prompts[i] + "\n";
     return out;
 }
 

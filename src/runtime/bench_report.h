@@ -53,6 +53,45 @@ void describe_machine(BenchReport& report);
 nlohmann::json bench_report_to_json(const BenchReport& report);
 std::string format_bench_table(const BenchReport& report);
 
+// `kiln bench --suite quality`: a model with quantized (or otherwise reduced) weights against a reference
+// model on the same txt2img calls. A document of its own (schema "kiln-bench-quality" version 1,
+// docs/BENCHMARKS.md), as it holds no timings.
+struct QualityImage {
+    std::string prompt;
+    uint64_t seed = 0;
+    // PSNR of the two 8-bit images (each model's own trajectory from the same seed), peak 255; +infinity
+    // when they are identical.
+    double psnr_db = 0;
+    // Each UNet call's relative L2 error ||q - r|| / ||r||: the reference's output r against the other model's
+    // output q on the very same inputs (the reference trajectory's latents, timestep and conditioning).
+    std::vector<double> unet_rel_l2;
+};
+
+struct QualityConfig {
+    std::string model, reference;             // what was measured and what against (paths, or sd15/sd21/sdxl)
+    bool synthetic = false;
+    std::string weights, reference_weights;   // --weights of each ("stored": the file's own)
+    std::string device = "cpu", precision = "fp32", sampler;
+    int width = 512, height = 512, steps = 20, threads = 1;
+    double guidance = 7.5;
+};
+
+struct QualityReport {
+    BenchReport machine;  // kiln_version, created_utc, cpu, logical_cpus, os (its config and suites unused)
+    QualityConfig config;
+    std::vector<QualityImage> images;
+};
+
+struct QualitySummary {
+    int images = 0, unet_calls = 0;
+    double psnr_mean_db = 0, psnr_min_db = 0;      // over the images (mean +infinity if one is identical)
+    double unet_rel_l2_mean = 0, unet_rel_l2_max = 0;  // over every UNet call of every image
+};
+QualitySummary summarize_quality(const QualityReport& report);
+
+nlohmann::json quality_report_to_json(const QualityReport& report);
+std::string format_quality_table(const QualityReport& report);
+
 // Reads a report written by bench_report_to_json. IO error if the file cannot be read, InvalidArgument
 // naming the file if it is not JSON, not a kiln bench report, or of another schema version.
 nlohmann::json read_bench_json(const std::string& path);
