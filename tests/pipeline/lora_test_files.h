@@ -2,6 +2,8 @@
 // makes them (torch's CPU generator, the same targets in the same order), so that kiln and diffusers merge
 // the same numbers.
 #pragma once
+#include <algorithm>
+#include <ostream>
 #include <regex>
 #include <string>
 #include <utility>
@@ -79,6 +81,64 @@ inline std::string lora_digest(std::vector<std::pair<std::string, Tensor>> tenso
     }
     write_bytes(dir.file("digest.bin"), bytes);
     return sha256_file_hex(dir.file("digest.bin"));
+}
+
+// LyCORIS LoHa / LoKr files of random factors, made as tests/data/lora/make_lycoris_oracle.py makes them (its
+// factor_shapes: PEFT's own shapes for a decompose_factor dividing every dimension), on the LoRA cases' targets
+// with LoCon (attention, resnet convolutions, text-encoder projections), in the naming AUTOMATIC1111 reads.
+struct LycorisCase {
+    std::string name, model, kind;  // kind: "loha" or "lokr"
+    DType stored = DType::F32;
+    uint64_t seed = 0;
+    int64_t rank = 0;
+    float alpha = 0, scale = 0;  // scale: the factor draws' (a power of two: exact)
+    int64_t factor = 0;          // LoKr's decompose_factor f
+    bool both = false;           // LoKr's decompose_both: w1 a product when rank < f / 2
+};
+
+inline void PrintTo(const LycorisCase& c, std::ostream* os) { *os << c.name; }  // gtest's name for a failure
+
+// One module's factors in the order of draws: (part, shape). The weight's shape is [out, in] or [out, in, k, k].
+inline std::vector<std::pair<std::string, Shape>> lycoris_factor_shapes(const LycorisCase& c, const Shape& w) {
+    const int64_t out = w[0], in = w[1], k = w.size() == 4 ? w[2] * w[3] : 1, r = c.rank;
+    if (c.kind == "loha") return {{"hada_w1_a", {out, r}}, {"hada_w1_b", {r, in * k}}, {"hada_w2_a", {out, r}}, {"hada_w2_b", {r, in * k}}};
+    const int64_t f = c.factor, o2 = out / f, i2 = in / f;
+    std::vector<std::pair<std::string, Shape>> parts;
+    if (c.both && 2 * r < f) parts = {{"lokr_w1_a", {f, r}}, {"lokr_w1_b", {r, f}}};
+    else parts = {{"lokr_w1", {f, f}}};
+    if (2 * r < std::max(o2, i2)) {
+        parts.push_back({"lokr_w2_a", {o2, r}});
+        parts.push_back({"lokr_w2_b", {r, i2 * k}});
+    } else {
+        parts.push_back({"lokr_w2", w.size() == 4 ? Shape{o2, i2, w[2], w[3]} : Shape{o2, i2}});
+    }
+    return parts;
+}
+
+// The file's tensors in float32 (before its rounding), in the script's order of draws.
+inline std::vector<std::pair<std::string, Tensor>> make_random_lycoris(const LycorisCase& c) {
+    const bool sdxl = c.model == "sdxl-mini";
+    struct Component { std::string folder, file, prefix; };
+    std::vector<Component> components = {{"unet", "diffusion_pytorch_model.safetensors", "lora_unet_"},
+                                         {"text_encoder", "model.safetensors", sdxl ? "lora_te1_" : "lora_te_"}};
+    if (sdxl) components.push_back({"text_encoder_2", "model.safetensors", "lora_te2_"});
+    TorchCpuGenerator g(c.seed);
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (const Component& comp : components) {
+        const SafetensorsFile f = SafetensorsFile::open(data_path(c.model + "/diffusers/" + comp.folder + "/" + comp.file));
+        for (const std::string& name : f.names()) {  // sorted, as Python's sorted()
+            if (!lora_target(comp.folder, name, true)) continue;
+            std::string module = name.substr(0, name.size() - 7);  // without ".weight"
+            for (char& ch : module) if (ch == '.') ch = '_';
+            for (const auto& [part, shape] : lycoris_factor_shapes(c, f.info(name).shape)) {
+                Tensor t = g.randn(shape);
+                for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] *= c.scale;
+                out.push_back({comp.prefix + module + "." + part, t});
+            }
+            out.push_back({comp.prefix + module + ".alpha", Tensor(Shape{}, {c.alpha})});
+        }
+    }
+    return out;
 }
 
 // Writes the case's LoRA as NAME.safetensors in `dir`; returns its path.
