@@ -114,10 +114,10 @@ std::string default_sampler(const StableDiffusionModel& model) {
 
 namespace {
 
-// One generation with the weights placed by `gpu_plan` on a GPU (ignored on the CPU), and on the CPU by
-// `cpu_plan` (null: plan_cpu_memory under r.memory_budget).
+// One generation with the weights placed by `gpu_plan` on a GPU, and on the CPU by `cpu_plan` (each ignored on
+// the other).
 GenerationResult generate_with(const StableDiffusionModel& model, const GenerationRequest& r,
-                               const GpuMemoryPlan& gpu_plan, const MemoryPlan* cpu_plan = nullptr) {
+                               const GpuMemoryPlan& gpu_plan, const MemoryPlan& cpu_plan) {
     require(!r.init_image || model.vae->has_encoder(), ErrorKind::InvalidArgument,
             "img2img needs the VAE encoder, and the model was loaded without it (LoadOptions::vae_encoder)");
     SamplingRequest sampling;
@@ -129,10 +129,7 @@ GenerationResult generate_with(const StableDiffusionModel& model, const Generati
     // On the CPU, the weights read in place from the mapped file leave the resident set after their stage,
     // and inside each UNet call when the budget needs it (memory_plan.h).
     Backend* gpu = model.device.is_cpu() ? nullptr : &backend_for(model.device);
-    const MemoryPlan plan = gpu         ? MemoryPlan{}
-                            : cpu_plan  ? *cpu_plan
-                                        : plan_cpu_memory(model, r.width, r.height, r.batch_size, r.memory_budget,
-                                                          r.vae_tiling);
+    const MemoryPlan plan = gpu ? MemoryPlan{} : cpu_plan;
     const bool stream_on_gpu = gpu && gpu_plan.weights == GpuWeightPlacement::Streamed;
     // KILN_PLAN_CHECK=1: each stage's measured peak of kiln's device tensors beside the plan's figure, on stderr
     // (to check the estimates in gpu_memory_plan.cpp).
@@ -362,29 +359,28 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         // Where the host runs out all the same (a cgroup's or ulimit's cap, the plan's estimates short), the
         // generation runs again once, from the same seed, with the leanest configuration the tiling allows: the
         // UNet's pages read block by block, the VAE in bands. Both give the same image on the CPU.
+        const MemoryPlan first = plan_cpu_memory(model, r.width, r.height, r.batch_size, r.memory_budget, r.vae_tiling);
         try {
-            return generate_with(model, r, GpuMemoryPlan{});
+            return generate_with(model, r, GpuMemoryPlan{}, first);
         } catch (const Error& e) {
             if (e.kind() != ErrorKind::OutOfMemory) throw;
-            const MemoryPlan leanest = cpu_memory_plans(model, r.width, r.height, r.batch_size, r.vae_tiling,
-                                                        measure_fixed_bytes(model))
-                                           .back();
-            const MemoryPlan first =
-                plan_cpu_memory(model, r.width, r.height, r.batch_size, r.memory_budget, r.vae_tiling);
+            const MemoryPlan leanest =
+                cpu_memory_plans(model, r.width, r.height, r.batch_size, r.vae_tiling, first.fixed).back();
             if (first.stream_unet == leanest.stream_unet && first.vae_tiled == leanest.vae_tiled) throw;
             if (r.notice)
                 r.notice(std::string("out of memory (") + e.what() + "); trying again with " +
                          (leanest.stream_unet ? "the UNet's weights read block by block" : "") +
                          (leanest.stream_unet && leanest.vae_tiled ? " and " : "") +
                          (leanest.vae_tiled ? "the VAE in bands" : ""));
-            return generate_with(model, r, GpuMemoryPlan{}, &leanest);
+            return generate_with(model, r, GpuMemoryPlan{}, leanest);
         }
     }
     // On a GPU, a --vram budget decides where the weights are at each stage (gpu_memory_plan.h).
     if (!r.gpu_weights.empty())
         return generate_with(model, r,
                              gpu_memory_plan_with(model, r.width, r.height, r.batch_size,
-                                                  parse_gpu_weight_placement(r.gpu_weights), r.vae_tiling));
+                                                  parse_gpu_weight_placement(r.gpu_weights), r.vae_tiling),
+                             MemoryPlan{});
     GpuMemoryPlan plan = plan_gpu_memory(model, r.width, r.height, r.batch_size, r.vram_budget, r.vae_tiling);
     // A placement that ran out of memory is not tried again for the same call (--batch-count, a bench), unless
     // it ran out in the call's first generation: that one also picks the algorithms, with workspaces the plan
@@ -405,7 +401,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     // runs again (from the same seed, so to the same image) with each leaner placement in turn.
     for (;;) {
         try {
-            GenerationResult result = generate_with(model, r, plan);
+            GenerationResult result = generate_with(model, r, plan, MemoryPlan{});
             std::lock_guard lock(remembered_mutex);
             if (r.vram_budget >= 0 && !done_once.insert(key).second) worked[key] = plan;
             return result;

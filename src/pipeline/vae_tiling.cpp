@@ -135,6 +135,18 @@ Tensor decode_in_chunks(const Tensor& latents, int64_t chunk, const std::functio
     return out;
 }
 
+// The line `auto` says when it goes to bands on a GPU: the whole pass (`what`: "decode", doing it: "decoding")
+// ran out of memory there, or its largest tensor is more than one allocation may be.
+std::string bands_notice(const StableDiffusionModel& model, const char* what, const char* doing, int width, int height,
+                         bool too_large, int64_t largest, int64_t max_tensor, bool park_on_device) {
+    const std::string why = too_large ? " needs a tensor of " + format_mib(largest) + ", more than one allocation may be on " +
+                                            device_name(model.device) + " (" + format_mib(max_tensor) + ")"
+                                      : " ran out of memory on " + device_name(model.device);
+    return std::string("the VAE ") + what + " of " + std::to_string(width) + "x" + std::to_string(height) + why + "; " +
+           doing + " in bands instead, the activations kept on the " + (park_on_device ? "GPU" : "host") +
+           (too_large ? "" : " (--vae-tiling on skips the first try)");
+}
+
 }  // namespace
 
 Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
@@ -188,13 +200,7 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
         });
     }
     const bool park_on_device = tiled_decode_fits_device(model, width, height, n);
-    const std::string why = too_large ? " needs a tensor of " + format_mib(largest) + ", more than one allocation may be on " +
-                                            device_name(model.device) + " (" + format_mib(max_tensor) + ")"
-                                      : " ran out of memory on " + device_name(model.device);
-    if (notice)
-        notice("the VAE decode of " + std::to_string(width) + "x" + std::to_string(height) + why +
-               "; decoding in bands instead, the activations kept on the " + (park_on_device ? "GPU" : "host") +
-               (too_large ? "" : " (--vae-tiling on skips the first try)"));
+    if (notice) notice(bands_notice(model, "decode", "decoding", width, height, too_large, largest, max_tensor, park_on_device));
     return model.vae->decode_tiled(latents, band, park_on_device);
 }
 
@@ -226,13 +232,7 @@ Vae::Posterior encode_image(const StableDiffusionModel& model, const Tensor& ima
     // The bands park the activations on the GPU where the first level's (that activation and the downsampler's
     // output, a quarter of it) fit in half of what it has free and in one allocation.
     const bool park_on_device = !too_large && largest + largest / 4 <= gpu.memory_info().free / 2;
-    const std::string why = too_large ? " needs a tensor of " + format_mib(largest) + ", more than one allocation may be on " +
-                                            device_name(model.device) + " (" + format_mib(max_tensor) + ")"
-                                      : " ran out of memory on " + device_name(model.device);
-    if (notice)
-        notice("the VAE encode of " + std::to_string(width) + "x" + std::to_string(height) + why +
-               "; encoding in bands instead, the activations kept on the " + (park_on_device ? "GPU" : "host") +
-               (too_large ? "" : " (--vae-tiling on skips the first try)"));
+    if (notice) notice(bands_notice(model, "encode", "encoding", width, height, too_large, largest, max_tensor, park_on_device));
     return model.vae->encode_tiled(image, band, park_on_device);
 }
 

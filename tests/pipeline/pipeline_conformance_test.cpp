@@ -99,27 +99,49 @@ TEST_P(PipelineConformance, Txt2ImgEverySampler) {
     EXPECT_EQ(checked, 11);
 }
 
+namespace {
+
+// A model's img2img fixture: its calls (one per sampler), their outputs and the init image.
+struct Img2ImgFixture {
+    explicit Img2ImgFixture(const std::string& model)
+        : meta(read_fixture_json(data_path(model + "/img2img.json"))),
+          ref(SafetensorsFile::open(data_path(model + "/img2img.safetensors"))),
+          init(ref.load("init_image")),
+          // These fixtures come from the pipeline loaded from the diffusers folder, whose scheduler config
+          // sets timestep_spacing explicitly; a single file has none, so give it the same.
+          spacing(read_fixture_json(data_path(model + "/diffusers/scheduler/scheduler_config.json"))
+                      .at("timestep_spacing")) {}
+
+    // The samplers the fixture ran (its keys that do not start with '_').
+    std::vector<std::string> samplers() const {
+        std::vector<std::string> out;
+        for (const auto& [key, entry] : meta.items())
+            if (key.front() != '_') out.push_back(key);
+        return out;
+    }
+    GenerationRequest request(const std::string& sampler) const {
+        GenerationRequest req = request_from_call(meta.at("_call"));
+        req.sampler = sampler;
+        req.timestep_spacing = spacing;
+        req.init_image = &init;
+        return req;
+    }
+
+    nlohmann::json meta;
+    SafetensorsFile ref;
+    Tensor init;
+    std::string spacing;
+};
+
+}  // namespace
+
 TEST_P(PipelineConformance, Img2ImgEverySampler) {
     const ModelCase& c = GetParam();
     StableDiffusionModel model = load_case(c);
-    const nlohmann::json meta = read_fixture_json(data_path(c.model + "/img2img.json"));
-    SafetensorsFile ref = SafetensorsFile::open(data_path(c.model + "/img2img.safetensors"));
-    const Tensor init = ref.load("init_image");
-    // These fixtures come from the pipeline loaded from the diffusers folder, whose scheduler config
-    // sets timestep_spacing explicitly; a single file has none, so give it the same.
-    const std::string spacing =
-        read_fixture_json(data_path(c.model + "/diffusers/scheduler/scheduler_config.json")).at("timestep_spacing");
-    int checked = 0;
-    for (const auto& [key, entry] : meta.items()) {
-        if (key.front() == '_') continue;
-        GenerationRequest req = request_from_call(meta.at("_call"));
-        req.sampler = key;
-        req.timestep_spacing = spacing;
-        req.init_image = &init;
-        check_run(model, req, ref, key, c.model + (c.single_file ? " single file" : " diffusers") + " img2img");
-        ++checked;
-    }
-    EXPECT_EQ(checked, 5);
+    const Img2ImgFixture f(c.model);
+    for (const std::string& key : f.samplers())
+        check_run(model, f.request(key), f.ref, key, c.model + (c.single_file ? " single file" : " diffusers") + " img2img");
+    EXPECT_EQ(f.samplers().size(), 5u);
 }
 
 // --vae-tiling on: the init image's encode and the decode go through the banded passes (at these sizes one band
@@ -127,22 +149,12 @@ TEST_P(PipelineConformance, Img2ImgEverySampler) {
 TEST_P(PipelineConformance, Img2ImgWithTheVaeInBands) {
     const ModelCase& c = GetParam();
     StableDiffusionModel model = load_case(c);
-    const nlohmann::json meta = read_fixture_json(data_path(c.model + "/img2img.json"));
-    SafetensorsFile ref = SafetensorsFile::open(data_path(c.model + "/img2img.safetensors"));
-    const Tensor init = ref.load("init_image");
-    const std::string spacing =
-        read_fixture_json(data_path(c.model + "/diffusers/scheduler/scheduler_config.json")).at("timestep_spacing");
-    for (const auto& [key, entry] : meta.items()) {
-        if (key.front() == '_') continue;
-        GenerationRequest req = request_from_call(meta.at("_call"));
-        req.sampler = key;
-        req.timestep_spacing = spacing;
-        req.init_image = &init;
-        req.vae_tiling = VaeTiling::On;
-        check_run(model, req, ref, key, c.model + (c.single_file ? " single file" : " diffusers") + " img2img, VAE in bands");
-        return;  // one sampler: the encode does not depend on it
-    }
-    FAIL() << "no img2img call in the fixture";
+    const Img2ImgFixture f(c.model);
+    ASSERT_FALSE(f.samplers().empty()) << "no img2img call in the fixture";
+    const std::string key = f.samplers().front();  // one sampler: the encode does not depend on it
+    GenerationRequest req = f.request(key);
+    req.vae_tiling = VaeTiling::On;
+    check_run(model, req, f.ref, key, c.model + (c.single_file ? " single file" : " diffusers") + " img2img, VAE in bands");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModels, PipelineConformance,
