@@ -167,6 +167,19 @@ Tensor Tensor::empty_on(Backend& backend, Shape shape, DType dtype) {
     return t;
 }
 
+Tensor Tensor::on_buffer(std::shared_ptr<DeviceBuffer> buffer, Shape shape, DType dtype) {
+    Tensor t;
+    t.numel_ = shape_numel(shape);
+    t.shape_ = std::move(shape);
+    t.dtype_ = dtype;
+    require(buffer && !is_block_quantized(dtype) && buffer->bytes() >= dtype_storage_bytes(dtype, t.numel_),
+            ErrorKind::InvalidArgument,
+            "Tensor::on_buffer: a " + std::string(dtype_name(dtype)) + " tensor of shape " + shape_str(t.shape_) +
+                " does not fit a buffer of " + std::to_string(buffer ? buffer->bytes() : 0) + " bytes");
+    t.device_ = std::move(buffer);
+    return t;
+}
+
 Backend& Tensor::backend() const {
     require(device_ != nullptr, ErrorKind::InvalidArgument,
             "tensor of shape " + shape_str(shape_) + " is on the host, not on a device");

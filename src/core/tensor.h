@@ -87,6 +87,9 @@ public:
     // ---- device tensors ----
     // Uninitialised storage on `backend`'s device.
     static Tensor empty_on(Backend& backend, Shape shape, DType dtype);
+    // A device tensor on the first bytes of `buffer`, shared with whoever else holds it (not a copy): a backend's
+    // reused scratch (cuda/dequantize_ahead.h). InvalidArgument where the buffer is too small.
+    static Tensor on_buffer(std::shared_ptr<DeviceBuffer> buffer, Shape shape, DType dtype);
     Device device() const { return device_ ? device_->backend().device() : Device{}; }
     bool on_device() const { return device_ != nullptr; }
     Backend& backend() const;  // a host tensor: InvalidArgument

@@ -22,6 +22,9 @@ public:
         (void)weight;
         return false;
     }
+    // The transient a product reads in place of the block-format weight w (ops/device_weight.h): w's values
+    // dequantized to `dtype` on the device. A backend may lay them out as its products read them.
+    virtual Tensor widen_weight(const Tensor& w, DType dtype) const { return w.to_device(w.backend(), dtype); }
     virtual Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) const = 0;
     // acc += linear(x, w, b); a backend without a fused form composes the two.
     virtual void linear_add_(Tensor& acc, const Tensor& x, const Tensor& w, const Tensor* b) const {

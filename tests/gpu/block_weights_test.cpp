@@ -117,11 +117,14 @@ void check_convolutions(Backend& gpu, DType f) {
         int n, cin, h, w, cout, k, stride, pad, groups;
     };
     const bool k_quant = dtype_block_values(f) == 256;
-    // cin * k * k whole blocks: 1x1 and 3x3 filters, 1, 31 and 33 output channels, odd images, a stride.
+    // cin * k * k whole blocks: 1x1 and 3x3 filters, 1, 31 and 33 output channels, odd images, a stride; input
+    // channels past CUDA's run of 256 that widens a filter into channels-last order (dequantize_krsc), with a
+    // partial last run (288) or two whole ones (512).
     const std::vector<C> cases =
-        k_quant ? std::vector<C>{C{1, 256, 3, 5, 1, 1, 1, 0, 32}, C{2, 256, 5, 3, 31, 3, 2, 1, 32}}
+        k_quant ? std::vector<C>{C{1, 256, 3, 5, 1, 1, 1, 0, 32}, C{2, 256, 5, 3, 31, 3, 2, 1, 32},
+                                 C{1, 512, 3, 2, 3, 3, 1, 1, 32}}
                 : std::vector<C>{C{1, 32, 5, 7, 1, 1, 1, 0, 8}, C{2, 32, 7, 5, 33, 3, 1, 1, 8},
-                                 C{1, 64, 6, 5, 31, 3, 2, 1, 4}};
+                                 C{1, 64, 6, 5, 31, 3, 2, 1, 4}, C{1, 288, 3, 4, 5, 3, 1, 1, 8}};
     for (DType t : kiln::test::gpu_dtypes(gpu))
         for (const C& c : cases) {
             const Tensor x = random({c.n, c.cin, c.h, c.w}, 5, t), w = blocks({c.cout, c.cin, c.k, c.k}, 6, f);
@@ -228,6 +231,73 @@ TEST_P(BlockWeights, RecordedCallsReplay) {
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t o = 0; o < out; ++o) scale[r * out + o] += std::fabs(b1[o]) + std::fabs(b2[o]);
         expect_close(got, ref, scale, double(in), DType::F32, 2, "recorded call " + std::to_string(i));
+    }
+    EXPECT_EQ(calls, 2) << "the third and fourth calls should have replayed the recording";
+}
+
+// Five products in one recorded call, their weights of growing and shrinking sizes in four formats: CUDA
+// dequantizes each on a side stream into one of two buffers in turn while the product before runs
+// (cuda/dequantize_ahead.h), growing a buffer inside the capture; every product must still read its own weight.
+// Bound: linear's with k the widest input, over the sum of the five.
+TEST_P(BlockWeights, ManyProductsInOneRecordedCall) {
+    Backend& gpu = this->gpu();
+    const int64_t rows = 3, out = 33;
+    const std::vector<std::pair<int64_t, DType>> layers = {
+        {64, DType::Q8_0}, {256, DType::Q4_K}, {96, DType::Q4_0}, {512, DType::Q8_0}, {32, DType::Q4_1}};
+    std::vector<Tensor> w, wd;
+    for (size_t i = 0; i < layers.size(); ++i) {
+        w.push_back(blocks({out, layers[i].first}, 70 + uint32_t(i), layers[i].second));
+        wd.push_back(w.back().to_device(gpu, layers[i].second));
+    }
+    int calls = 0;
+    const Backend::RecordedFn products = [&](const std::vector<const Tensor*>& x) {
+        ++calls;
+        Tensor y = ops::linear(*x[0], wd[0], nullptr);
+        for (size_t i = 1; i < wd.size(); ++i) ops::linear_add_(y, *x[i], wd[i], nullptr);
+        return y;
+    };
+    for (int call = 0; call < 4; ++call) {
+        std::vector<Tensor> x, xd;
+        for (size_t i = 0; i < layers.size(); ++i) {
+            x.push_back(random({rows, layers[i].first}, 80 + uint32_t(call * 10 + int(i)), DType::F32));
+            xd.push_back(x.back().to_device(gpu, DType::F32));
+        }
+        std::vector<const Tensor*> inputs;
+        for (const Tensor& t : xd) inputs.push_back(&t);
+        const Tensor got = gpu.run_recorded("many block weights", inputs, products).to_host();
+        Tensor ref = ops::linear(x[0], w[0], nullptr), scale = ops::linear(abs_of(x[0]), abs_of(w[0].to_f32()), nullptr);
+        for (size_t i = 1; i < layers.size(); ++i) {
+            ops::add_(ref, ops::linear(x[i], w[i], nullptr));
+            ops::add_(scale, ops::linear(abs_of(x[i]), abs_of(w[i].to_f32()), nullptr));
+        }
+        expect_close(got, ref, scale, 512.0, DType::F32, 2, "five products, call " + std::to_string(call));
+    }
+    EXPECT_EQ(calls, 2) << "the third and fourth calls should have replayed the recording";
+}
+
+// The same for convolutions, whose transients CUDA widens straight into channels-last order and marks so
+// (CudaDeviceOps::widen_weight): inside the capture the mark is set and dropped with the transient, and two
+// filters of two formats follow each other in one call. Bound: conv2d's (k = cin * 9), its sums over both.
+TEST_P(BlockWeights, RecordedConvolutionsReplay) {
+    Backend& gpu = this->gpu();
+    const int64_t cin = 256, cout = 7;
+    const Tensor w1 = blocks({cout, cin, 3, 3}, 51, DType::Q8_0), w2 = blocks({cout, cin, 3, 3}, 52, DType::Q4_K);
+    const Tensor w1d = w1.to_device(gpu, DType::Q8_0), w2d = w2.to_device(gpu, DType::Q4_K);
+    int calls = 0;
+    const Backend::RecordedFn two_convolutions = [&](const std::vector<const Tensor*>& x) {
+        ++calls;
+        Tensor y = ops::conv2d(*x[0], w1d, nullptr, 1, 1);
+        ops::add_(y, ops::conv2d(*x[0], w2d, nullptr, 1, 1));
+        return y;
+    };
+    for (int i = 0; i < 4; ++i) {
+        const Tensor x = random({1, cin, 5, 6}, 60 + uint32_t(i), DType::F32);
+        const Tensor xd = x.to_device(gpu, DType::F32);
+        const Tensor got = gpu.run_recorded("block filters", {&xd}, two_convolutions).to_host();
+        Tensor ref = ops::conv2d(x, w1, nullptr, 1, 1), scale = ops::conv2d(abs_of(x), abs_of(w1.to_f32()), nullptr, 1, 1);
+        ops::add_(ref, ops::conv2d(x, w2, nullptr, 1, 1));
+        ops::add_(scale, ops::conv2d(abs_of(x), abs_of(w2.to_f32()), nullptr, 1, 1));
+        expect_close(got, ref, scale, double(cin) * 9, DType::F32, 2, "recorded convolutions " + std::to_string(i));
     }
     EXPECT_EQ(calls, 2) << "the third and fourth calls should have replayed the recording";
 }

@@ -70,6 +70,24 @@ TEST_P(WeightOffload, BufferRoundTripKeepsTheBytes) {
     EXPECT_EQ(t.to_host().values(), values);
 }
 
+// Tensor::on_buffer (the scratch CUDA's weights are dequantized into ahead, cuda/dequantize_ahead.h): a tensor on
+// the front of a larger shared buffer reads what was written there, and a buffer too small is refused.
+TEST_P(WeightOffload, TensorOnASharedBuffer) {
+    Backend& gpu = this->gpu();
+    std::vector<float> values(600);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = float(i) * 0.25f - 7.0f;
+    const Tensor t = Tensor({600}, values).to_device(gpu, DType::F32);
+    const Tensor front = Tensor::on_buffer(t.device_buffer(), {20, 10}, DType::F32);
+    EXPECT_EQ(front.device_buffer(), t.device_buffer()) << "shared, not copied";
+    EXPECT_EQ(front.to_host().values(), std::vector<float>(values.begin(), values.begin() + 200));
+    try {
+        (void)Tensor::on_buffer(t.device_buffer(), {601}, DType::F32);
+        ADD_FAILURE() << "601 float32 values on a buffer of 600";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    }
+}
+
 // Every placement, and the decode in bands, against a model that never moved: the same latents bit for bit
 // (the arithmetic is the same; only where the weights wait between uses changes), and the same image.
 TEST_P(WeightOffload, EveryPlacementGivesTheResidentLatents) {

@@ -92,6 +92,8 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
     const char* sync = std::getenv("KILN_CUDA_SYNC_OPS");
     sync_ops_ = sync && std::strcmp(sync, "1") == 0;
     graphs_enabled_ = !(env && std::strcmp(env, "0") == 0) && !sync_ops_;
+    if (dequantize_ahead_wanted(std::getenv("KILN_CUDA_DEQUANT_AHEAD")))
+        dequantize_ahead_ = std::make_unique<DequantizeAhead>(*this);
 }
 
 CudaBackend::~CudaBackend() {
@@ -99,6 +101,7 @@ CudaBackend::~CudaBackend() {
     for (auto& [key, r] : recordings_)
         if (r.exec) cudaGraphExecDestroy(r.exec);
     recordings_.clear();
+    dequantize_ahead_.reset();
     timeline_.reset();
     ops_.reset();
     cudnn_.reset();
@@ -123,6 +126,19 @@ DeviceMemoryInfo CudaBackend::memory_info() const {
     return {int64_t(free_b), int64_t(total_b)};
 }
 
+std::shared_ptr<DeviceBuffer> CudaBackend::lasting_buffer(int64_t bytes) {
+    const int pool = allocator_.current_pool();
+    allocator_.set_current_pool(0);
+    try {
+        auto buffer = std::make_shared<DeviceBuffer>(*this, bytes);
+        allocator_.set_current_pool(pool);
+        return buffer;
+    } catch (...) {
+        allocator_.set_current_pool(pool);
+        throw;
+    }
+}
+
 void* CudaBackend::allocate(int64_t bytes) {
     DeviceScope scope(index_);
     return allocator_.allocate(bytes);
@@ -130,6 +146,7 @@ void* CudaBackend::allocate(int64_t bytes) {
 
 void CudaBackend::upload(void* dst, const void* src, int64_t bytes) {
     if (!channels_last_.empty()) channels_last_.erase(dst);  // new values, in the tensor's own layout
+    if (dequantize_ahead_) dequantize_ahead_->restart();  // a weight's blocks may arrive: read them after
     DeviceScope scope(index_);  // the staging's event belongs to this device
     staging_.upload(dst, src, bytes, stream_);  // src (the caller's) may go; the copy itself may still run
 }
@@ -150,6 +167,7 @@ void CudaBackend::deallocate_host(void* p) noexcept {
 
 void CudaBackend::upload_async(void* dst, const void* src, int64_t bytes) {
     if (!channels_last_.empty()) channels_last_.erase(dst);  // new values, in the tensor's own layout
+    if (dequantize_ahead_) dequantize_ahead_->restart();
     DeviceScope scope(index_);
     if (bytes > 0) KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, stream_));
 }
@@ -181,6 +199,7 @@ void CudaBackend::download_f32(float* dst, const void* src, DType src_type, int6
 }
 
 void CudaBackend::copy(void* dst, const void* src, int64_t bytes) {
+    if (dequantize_ahead_) dequantize_ahead_->restart();
     if (bytes > 0) KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice, stream_));
     carry_layout(src, dst, nullptr);
 }
@@ -189,6 +208,7 @@ void CudaBackend::copy_strided(void* dst, int64_t dst_pitch, const void* src, in
                                int64_t count) {
     if (bytes <= 0 || count <= 0) return;
     if (!channels_last_.empty()) channels_last_.erase(dst);  // activations: values in their own layout
+    if (dequantize_ahead_) dequantize_ahead_->restart();
     KILN_CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(dst_pitch), src, size_t(src_pitch), size_t(bytes), size_t(count),
                                       cudaMemcpyDeviceToDevice, stream_));
 }
@@ -207,6 +227,7 @@ void CudaBackend::carry_layout(const void* src, void* dst, const DType* type) {
 }
 
 void CudaBackend::convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) {
+    if (dequantize_ahead_) dequantize_ahead_->restart();
     if (src_type == dst_type) return copy(dst, src, dtype_storage_bytes(src_type, n));
     cuda::convert(src, src_type, dst, dst_type, n, stream_);
     carry_layout(src, dst, &dst_type);  // value by value: the layout stays

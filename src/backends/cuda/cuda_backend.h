@@ -14,6 +14,7 @@
 #include "backends/cuda/cudnn_conv.h"
 #include "backends/cuda/cudnn_attention.h"
 #include "backends/cuda/cudnn_graph_conv.h"
+#include "backends/cuda/dequantize_ahead.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/gpu_runtime.h"
 #include "backends/cuda/gpu_timeline.h"
@@ -77,12 +78,19 @@ public:
         DType type;
     };
     void mark_channels_last(const void* storage, ChannelsLastFilter f) { channels_last_[storage] = f; }
+    void forget_channels_last(const void* storage) { channels_last_.erase(storage); }
     const ChannelsLastFilter* channels_last(const void* storage) const {
         auto it = channels_last_.find(storage);
         return it == channels_last_.end() ? nullptr : &it->second;
     }
 
     cudaStream_t stream() const { return stream_; }
+    // Block-format weights dequantized on a side stream ahead of their products (dequantize_ahead.h); null
+    // with KILN_CUDA_DEQUANT_AHEAD=0, where each is dequantized on the stream right before its product.
+    DequantizeAhead* dequantize_ahead() const { return dequantize_ahead_.get(); }
+    // Device memory from the ordinary pool even while a call is being recorded, for buffers that outlive
+    // recordings (the recording's pool goes with it).
+    std::shared_ptr<DeviceBuffer> lasting_buffer(int64_t bytes);
     Gemm& gemm() const { return *gemm_; }
     // The convolution routes besides im2col + cuBLASLt, each null where kiln was built without cuDNN or
     // KILN_CUDA_CONV leaves it out: cuDNN's legacy API on NCHW, and its graph API on channels-last copies.
@@ -148,6 +156,7 @@ private:
     std::unique_ptr<CudnnAttention> cudnn_attention_;
     std::unique_ptr<ops::DeviceOps> ops_;
     std::unique_ptr<GpuTimeline> timeline_;
+    std::unique_ptr<DequantizeAhead> dequantize_ahead_;
     std::map<std::string, Recording> recordings_;
     void carry_layout(const void* src, void* dst, const DType* type);
     std::unordered_map<const void*, ChannelsLastFilter> channels_last_;

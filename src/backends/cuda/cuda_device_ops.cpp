@@ -348,6 +348,24 @@ void CudaDeviceOps::conv_few_outputs(const ConvCall& c, Tensor& y) const {
                            splits > 1 ? static_cast<float*>(partial.device_data()) : nullptr);
 }
 
+// A block-format weight's transient. A filter of more than one tap is widened straight into the channels-last
+// order of the NHWC route and marked so, as channels_last_filter would leave it, so that no transpose follows
+// (it cost about 1 ms of a q8_0 SD 1.5 UNet call on an H200). Dequantized ahead on a side stream where the
+// backend does (dequantize_ahead.h), else on the stream right before the product; a mark goes with the
+// buffer's next use or when the transient is freed (CudaBackend::deallocate).
+Tensor CudaDeviceOps::widen_weight(const Tensor& w, DType dtype) const {
+    const int64_t cout = w.rank() == 4 ? w.dim(0) : 0, cin = w.rank() == 4 ? w.dim(1) : 0,
+                  taps = w.rank() == 4 ? w.dim(2) * w.dim(3) : 1;
+    const bool channels_last =
+        taps > 1 && cin <= 4096 && cout <= 65535 && cuda::dequantize_krsc_supported(cin, taps);
+    if (DequantizeAhead* ahead = backend_.dequantize_ahead()) return ahead->widen(w, dtype, channels_last);
+    if (!channels_last) return DeviceOps::widen_weight(w, dtype);
+    Tensor wide = Tensor::empty_on(backend_, w.shape(), dtype);
+    cuda::dequantize_krsc(w.device_data(), w.dtype(), wide.device_data(), dtype, cout, cin, taps, backend_.stream());
+    backend_.mark_channels_last(wide.device_data(), {cout, cin, taps, dtype});
+    return wide;
+}
+
 // The filter w [cout, cin, k, k] as [cout, k, k, cin] for the NHWC route. A 1x1 filter is the same in both. A
 // larger one is rearranged in its own storage on its first use outside a stream capture (the backend marks
 // it: CudaBackend::channels_last), and used as it is from then on; inside a capture (or with more than 4096

@@ -23,6 +23,7 @@ class CudaBackend;
 class CudaDeviceOps final : public ops::DeviceOps {
 public:
     explicit CudaDeviceOps(CudaBackend& backend) : backend_(backend) {}
+    Tensor widen_weight(const Tensor& w, DType dtype) const override;
     Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) const override;
     void linear_add_(Tensor& acc, const Tensor& x, const Tensor& w, const Tensor* b) const override;
     Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const override;

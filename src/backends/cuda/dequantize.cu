@@ -64,6 +64,36 @@ __global__ void __launch_bounds__(kPartsPerBlock) dequantize_kernel(const uint8_
     }
 }
 
+
+// A convolution filter [cout, cin, taps] widened straight into the channels-last order [cout, taps, cin] that
+// the NHWC convolutions read (cuda_device_ops.cpp, channels_last_filter), so that a block-format filter's
+// transient needs no transpose after it. A CUDA block takes one output channel's run of kChannelRun input
+// channels: its parts (whole, since cin is a multiple of 32) are decoded into shared memory in their stored
+// order, then written out tap by tap, so neighbouring threads store neighbouring values.
+constexpr int kChannelRun = 256;
+constexpr int kKrscThreads = 128;
+
+template <DType F, class D>
+__global__ void __launch_bounds__(kKrscThreads)
+    dequantize_krsc_kernel(const uint8_t* blocks, D* dst, int64_t cin, int64_t taps) {
+    extern __shared__ float run[];  // kChannelRun * taps values: [channel][tap]
+    const int64_t o = blockIdx.y, c0 = int64_t(blockIdx.x) * kChannelRun;
+    const int64_t channels = cin - c0 < kChannelRun ? cin - c0 : kChannelRun;
+    const int64_t first_part = (o * cin + c0) * taps / 32, parts = channels * taps / 32;
+    for (int64_t p = threadIdx.x; p < parts; p += kKrscThreads) {
+        float v[32];
+        decode_part<F>(blocks, first_part + p, v);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) run[p * 32 + i] = v[i];
+    }
+    __syncthreads();
+    D* out = dst + o * taps * cin + c0;
+    for (int64_t e = threadIdx.x; e < channels * taps; e += kKrscThreads) {
+        const int64_t t = e / channels, c = e % channels;
+        out[t * cin + c] = detail::from_float<D>(run[c * taps + t]);
+    }
+}
+
 template <class F>
 void dispatch_format(DType type, F&& f) {
     switch (type) {
@@ -100,6 +130,34 @@ void dequantize(const void* src, DType src_type, void* dst, DType dst_type, int6
             dequantize_kernel<decltype(f)::value, D>
                 <<<detail::blocks_for(parts, kPartsPerBlock), kPartsPerBlock, 0, stream>>>(
                     static_cast<const uint8_t*>(src), static_cast<D*>(dst), parts);
+        });
+    });
+    KILN_CUDA_CHECK(cudaGetLastError());
+}
+
+bool dequantize_krsc_supported(int64_t cin, int64_t taps) {
+    return cin > 0 && cin % 32 == 0 && taps >= 1 && taps <= kMaxKrscTaps;
+}
+
+void dequantize_krsc(const void* src, DType src_type, void* dst, DType dst_type, int64_t cout, int64_t cin,
+                     int64_t taps, cudaStream_t stream) {
+    dispatch_format(src_type, [](auto) {});
+    detail::dispatch("dequantize_krsc", dst_type, [](auto) {});
+    detail::checked_count("dequantize_krsc", {cout, cin, taps});
+    require(dequantize_krsc_supported(cin, taps) && cout <= 65535 && (cin * taps) % dtype_block_values(src_type) == 0,
+            ErrorKind::InvalidArgument,
+            "kiln::cuda::dequantize_krsc: a filter of " + std::to_string(cout) + " x " + std::to_string(cin) + " x " +
+                std::to_string(taps) + " does not split into whole " + dtype_name(src_type) + " blocks per channel run");
+    if (cout == 0) return;
+    detail::check_pointer("dequantize_krsc", "src", src);
+    detail::check_pointer("dequantize_krsc", "dst", dst);
+    const dim3 grid(unsigned((cin + kChannelRun - 1) / kChannelRun), unsigned(cout));
+    const size_t shared = size_t(kChannelRun) * size_t(taps) * sizeof(float);
+    dispatch_format(src_type, [&](auto f) {
+        detail::dispatch("dequantize_krsc", dst_type, [&](auto d) {
+            using D = typename decltype(d)::type;
+            dequantize_krsc_kernel<decltype(f)::value, D><<<grid, kKrscThreads, shared, stream>>>(
+                static_cast<const uint8_t*>(src), static_cast<D*>(dst), cin, taps);
         });
     });
     KILN_CUDA_CHECK(cudaGetLastError());

@@ -18,6 +18,13 @@ void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t
 // dst (F32, F16 or BF16) = the n values of the blocks at src (is_block_quantized(src_type)), each as the host's
 // decoder computes it in float32 (bit for bit), rounded once to dst_type (dequantize.cu).
 void dequantize(const void* src, DType src_type, void* dst, DType dst_type, int64_t n, cudaStream_t stream);
+// A block-format filter [cout, cin, taps] dequantized into [cout, taps, cin] (channels-last), as dequantize does
+// each value; where dequantize_krsc_supported(cin, taps): cin a multiple of 32, at most kMaxKrscTaps taps (the
+// decoded run of channels is staged in shared memory).
+constexpr int64_t kMaxKrscTaps = 25;
+bool dequantize_krsc_supported(int64_t cin, int64_t taps);
+void dequantize_krsc(const void* src, DType src_type, void* dst, DType dst_type, int64_t cout, int64_t cin,
+                     int64_t taps, cudaStream_t stream);
 
 // In place, x[i] = f(x[i]).
 enum class Activation { Silu, Gelu, GeluTanh, QuickGelu };

@@ -1,0 +1,71 @@
+#include "backends/cuda/dequantize_ahead.h"
+
+#include <cstring>
+#include <string>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels.h"
+#include "kiln/error.h"
+
+namespace kiln::cuda {
+
+bool dequantize_ahead_wanted(const char* setting) {
+    if (!setting || !*setting || std::strcmp(setting, "1") == 0) return true;
+    if (std::strcmp(setting, "0") == 0) return false;
+    fail(ErrorKind::InvalidArgument,
+         std::string("KILN_CUDA_DEQUANT_AHEAD=") + setting + ": 1 dequantizes weights ahead, 0 before each product");
+}
+
+DequantizeAhead::DequantizeAhead(CudaBackend& backend) : backend_(backend) {
+    KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&point_, cudaEventDisableTiming));
+    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+}
+
+DequantizeAhead::~DequantizeAhead() {
+    if (side_) cudaStreamSynchronize(side_);
+    if (point_) cudaEventDestroy(point_);
+    if (done_) cudaEventDestroy(done_);
+    if (side_) cudaStreamDestroy(side_);
+}
+
+Tensor DequantizeAhead::widen(const Tensor& w, DType dtype, bool channels_last) {
+    cudaStream_t main = backend_.stream();
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long capture = 0;
+    KILN_CUDA_CHECK(cudaStreamGetCaptureInfo(main, &status, &capture));
+    if (status != cudaStreamCaptureStatusActive) capture = 0;
+    // A point from another capture (or from outside this one) cannot be waited for here: start from now.
+    if (!have_point_ || point_capture_ != capture) KILN_CUDA_CHECK(cudaEventRecord(point_, main));
+
+    const int64_t bytes = dtype_storage_bytes(dtype, w.numel());
+    std::shared_ptr<DeviceBuffer>& buffer = buffers_[size_t(next_)];
+    next_ ^= 1;
+    if (!buffer || buffer->bytes() < bytes) {
+        if (buffer && capture) retired_.push_back(buffer);  // the graph being captured may name it
+        buffer.reset();
+        buffer = backend_.lasting_buffer(bytes);
+    }
+    Tensor wide = Tensor::on_buffer(buffer, w.shape(), dtype);
+    // The buffer was last read by the product before the previous one, which point_ follows.
+    KILN_CUDA_CHECK(cudaStreamWaitEvent(side_, point_, 0));
+    if (channels_last)
+        dequantize_krsc(w.device_data(), w.dtype(), wide.device_data(), dtype, w.dim(0), w.dim(1),
+                        w.dim(2) * w.dim(3), side_);
+    else
+        dequantize(w.device_data(), w.dtype(), wide.device_data(), dtype, w.numel(), side_);
+    KILN_CUDA_CHECK(cudaEventRecord(done_, side_));
+    KILN_CUDA_CHECK(cudaStreamWaitEvent(main, done_, 0));
+    // The next transient may be written once this product's predecessor is done: the main stream as it is now.
+    KILN_CUDA_CHECK(cudaEventRecord(point_, main));
+    have_point_ = true;
+    point_capture_ = capture;
+    if (channels_last)
+        backend_.mark_channels_last(wide.device_data(), {w.dim(0), w.dim(1), w.dim(2) * w.dim(3), dtype});
+    else
+        backend_.forget_channels_last(wide.device_data());
+    return wide;
+}
+
+}  // namespace kiln::cuda
