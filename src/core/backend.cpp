@@ -45,6 +45,7 @@ void* DeviceBuffer::data() const {
 
 void DeviceBuffer::offload() {
     if (offloaded_ || bytes_ == 0) return;
+    backend_->wait_for_uploads_ahead();  // no copy ahead may still be writing memory freed here
     if (!host_ && host_vector_.empty()) {
         host_ = backend_->allocate_host(bytes_);
         if (!host_) host_vector_.resize(size_t(bytes_));
@@ -65,6 +66,25 @@ void DeviceBuffer::restore() {
     else backend_->upload(data_, host_vector_.data(), bytes_);
     lease_ = MemoryLease(bytes_, category, memory_device(device_name(backend_->device())));
     offloaded_ = false;
+}
+
+bool DeviceBuffer::restore_ahead() {
+    if (!offloaded_) return true;
+    if (!host_) {  // ordinary memory: no copy can overlap anything
+        restore();
+        return true;
+    }
+    const MemoryCategory category = host_lease_.category();
+    try {
+        data_ = backend_->allocate(bytes_);
+    } catch (const Error& e) {
+        if (e.kind() != ErrorKind::OutOfMemory) throw;
+        return false;
+    }
+    backend_->upload_ahead(data_, host_, bytes_);
+    lease_ = MemoryLease(bytes_, category, memory_device(device_name(backend_->device())));
+    offloaded_ = false;
+    return true;
 }
 
 namespace {

@@ -68,6 +68,11 @@ public:
     // dst (device) = the bytes at src, memory from allocate_host that stays unchanged until the stream has run
     // the copy: it may return before (CUDA: one DMA transfer, no staging). Default: upload.
     virtual void upload_async(void* dst, const void* src, int64_t bytes) { upload(dst, src, bytes); }
+    // The same, ahead of use (a streamed weight block fetched while the one before computes): the copy may overlap
+    // the work queued so far, and the stream's later work sees it only after wait_for_uploads_ahead(). Default:
+    // upload_async, which needs no wait.
+    virtual void upload_ahead(void* dst, const void* src, int64_t bytes) { upload_async(dst, src, bytes); }
+    virtual void wait_for_uploads_ahead() {}
     virtual void download(void* dst, const void* src, int64_t bytes) = 0;
     virtual void copy(void* dst, const void* src, int64_t bytes) = 0;
     // `count` runs of `bytes`: run i from src + i * src_pitch to dst + i * dst_pitch (the channels of a band of
@@ -121,6 +126,10 @@ public:
     // the device (a backend may keep them in another layout, which download undoes).
     void offload();
     void restore();
+    // restore() through Backend::upload_ahead where the bytes are page-locked: the device holds them once the
+    // backend's wait_for_uploads_ahead() has been queued. False where the device had no memory for them (the
+    // buffer stays offloaded: a fetch ahead is not needed, restore() will say if it fails).
+    bool restore_ahead();
 
 private:
     Backend* backend_;

@@ -30,6 +30,8 @@ void DeviceWeights::restore() const {
             e.buffer->restore();
             moved = true;
         }
+    // A streamed UNet's block fetched ahead (UNet::stream_in) is resident already, its copy maybe not done.
+    if (!entries_.empty()) entries_.front().buffer->backend().wait_for_uploads_ahead();
     if (moved) forget_recordings();
 }
 

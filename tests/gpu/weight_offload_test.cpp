@@ -112,9 +112,51 @@ TEST_P(WeightOffload, EveryPlacementGivesTheResidentLatents) {
             EXPECT_TRUE(same_bits(got.final_latent, want.final_latent)) << name << " " << placement;
             EXPECT_TRUE(same_bits(got.image, want.image)) << name << " " << placement;
         }
-        // After a streamed run only what no UNet block owns is left on the device: the rest came and went.
+        // After a streamed run only what no UNet block owns is left on the device, and at most the block fetched
+        // ahead for the next call (UNet::stream_in): the rest came and went.
         EXPECT_LT(moving.unet->device_weights().resident_bytes(), moving.unet->streamed_device_bytes()) << name;
     }
+}
+
+// A streamed UNet fetches each block's weights while the block before runs (UNet::stream_in, from the order
+// its first call showed): in the second call a block's weights are on the device before its own stream_in, the
+// device never holds more than streamed_device_bytes(), and the output is the resident UNet's, bit for bit.
+TEST_P(WeightOffload, StreamedBlocksAreFetchedAhead) {
+    Backend& gpu = this->gpu();
+    const StableDiffusionModel resident = load_offloaded("sd15-mini", gpu.device(), false);
+    const StableDiffusionModel moving = load_offloaded("sd15-mini", gpu.device(), true);
+    const UNet& unet = *moving.unet;
+    Tensor sample({2, 4, 6, 8}), context({2, 77, unet.config().cross_attention_dim}), t({2});
+    for (int64_t i = 0; i < sample.numel(); ++i) sample[i] = float(i % 13) / 6.0f - 1.0f;
+    for (int64_t i = 0; i < context.numel(); ++i) context[i] = float(i % 7) / 3.0f - 1.0f;
+    t[0] = 500.0f, t[1] = 499.0f;
+    const DType dtype = DType::F32;
+    const Tensor xd = sample.to_device(gpu, dtype), cd = context.to_device(gpu, dtype), td = t.to_device(gpu, dtype);
+    UNetInputs in;
+    in.sample = &xd, in.context = &cd, in.timesteps = &td;
+    const Tensor want = resident.unet->forward(in).to_host();
+
+    unet.place_for_streaming();
+    int ahead = 0, blocks = 0;
+    int64_t most = 0;
+    const std::function<void(const std::string&)> bring = [&](const std::string& b) {
+        if (unet.streamed_block_resident(b)) ++ahead;
+        unet.stream_in(b);
+        ++blocks;
+        EXPECT_TRUE(unet.streamed_block_resident(b)) << b;
+        most = std::max(most, unet.device_weights().resident_bytes());
+    };
+    const std::function<void(const std::string&)> send = [&](const std::string& b) { unet.stream_out(b); };
+    in.before_block = &bring, in.after_block = &send;
+    const Tensor first = unet.forward(in).to_host();
+    EXPECT_EQ(ahead, 0) << "the first call has no order to fetch by";
+    blocks = 0;
+    const Tensor second = unet.forward(in).to_host();
+    EXPECT_GT(blocks, 10);
+    EXPECT_EQ(ahead, blocks - 1) << "every block but the call's first (fetched at the end of the last call)";
+    EXPECT_LE(most, unet.streamed_device_bytes());
+    EXPECT_TRUE(same_bits(first, want));
+    EXPECT_TRUE(same_bits(second, want));
 }
 
 // img2img encodes first: the VAE must be there for its encoder, then leave for the UNet.

@@ -92,6 +92,11 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
     const char* sync = std::getenv("KILN_CUDA_SYNC_OPS");
     sync_ops_ = sync && std::strcmp(sync, "1") == 0;
     graphs_enabled_ = !(env && std::strcmp(env, "0") == 0) && !sync_ops_;
+    const char* ahead = std::getenv("KILN_CUDA_UPLOAD_AHEAD");
+    require(!ahead || !*ahead || std::strcmp(ahead, "0") == 0 || std::strcmp(ahead, "1") == 0,
+            ErrorKind::InvalidArgument,
+            std::string("KILN_CUDA_UPLOAD_AHEAD=") + (ahead ? ahead : "") + ": 1 copies streamed weights ahead, 0 in line");
+    upload_ahead_wanted_ = !(ahead && std::strcmp(ahead, "0") == 0);
     if (dequantize_ahead_wanted(std::getenv("KILN_CUDA_DEQUANT_AHEAD")))
         dequantize_ahead_ = std::make_unique<DequantizeAhead>(*this);
 }
@@ -102,6 +107,12 @@ CudaBackend::~CudaBackend() {
         if (r.exec) cudaGraphExecDestroy(r.exec);
     recordings_.clear();
     dequantize_ahead_.reset();
+    if (copy_stream_) {
+        cudaStreamSynchronize(copy_stream_);
+        cudaEventDestroy(copy_after_);
+        cudaEventDestroy(copied_);
+        cudaStreamDestroy(copy_stream_);
+    }
     timeline_.reset();
     ops_.reset();
     cudnn_.reset();
@@ -170,6 +181,35 @@ void CudaBackend::upload_async(void* dst, const void* src, int64_t bytes) {
     if (dequantize_ahead_) dequantize_ahead_->restart();
     DeviceScope scope(index_);
     if (bytes > 0) KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, stream_));
+}
+
+void CudaBackend::upload_ahead(void* dst, const void* src, int64_t bytes) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    KILN_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+    // (A recorded call copies in line: a copy stream left unjoined would fail the capture.)
+    if (!upload_ahead_wanted_ || capture != cudaStreamCaptureStatusNone) return upload_async(dst, src, bytes);
+    if (!channels_last_.empty()) channels_last_.erase(dst);
+    if (dequantize_ahead_) dequantize_ahead_->restart();
+    DeviceScope scope(index_);
+    if (!copy_stream_) {
+        KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+        KILN_CUDA_CHECK(cudaEventCreateWithFlags(&copy_after_, cudaEventDisableTiming));
+        KILN_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+    }
+    // dst comes from the caching allocator, whose blocks are reused in the stream's order: the copy waits for
+    // the work queued so far, which may still read what dst held.
+    KILN_CUDA_CHECK(cudaEventRecord(copy_after_, stream_));
+    KILN_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, copy_after_, 0));
+    if (bytes > 0)
+        KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, copy_stream_));
+    KILN_CUDA_CHECK(cudaEventRecord(copied_, copy_stream_));  // the copy stream is in order: covers the earlier
+    copies_pending_ = true;
+}
+
+void CudaBackend::wait_for_uploads_ahead() {
+    if (!copies_pending_) return;
+    KILN_CUDA_CHECK(cudaStreamWaitEvent(stream_, copied_, 0));
+    copies_pending_ = false;
 }
 
 void CudaBackend::deallocate(void* p) noexcept {

@@ -65,6 +65,11 @@ public:
     void* allocate_host(int64_t bytes) override;  // page-locked (cudaHostAlloc); null where the host refuses
     void deallocate_host(void* p) noexcept override;
     void upload_async(void* dst, const void* src, int64_t bytes) override;
+    // On a copy stream that first waits for the work queued so far (the memory may have been freed by it), so
+    // that a streamed block's weights come while the block before computes; KILN_CUDA_UPLOAD_AHEAD=0 copies on
+    // the stream instead (for comparisons).
+    void upload_ahead(void* dst, const void* src, int64_t bytes) override;
+    void wait_for_uploads_ahead() override;
     Tensor run_recorded(const std::string& key, const std::vector<const Tensor*>& inputs,
                         const RecordedFn& fn) override;
 
@@ -157,6 +162,10 @@ private:
     std::unique_ptr<ops::DeviceOps> ops_;
     std::unique_ptr<GpuTimeline> timeline_;
     std::unique_ptr<DequantizeAhead> dequantize_ahead_;
+    bool upload_ahead_wanted_ = true;
+    cudaStream_t copy_stream_ = nullptr;  // made on the first upload_ahead
+    cudaEvent_t copy_after_ = nullptr, copied_ = nullptr;
+    bool copies_pending_ = false;
     std::map<std::string, Recording> recordings_;
     void carry_layout(const void* src, void* dst, const DType* type);
     std::unordered_map<const void*, ChannelsLastFilter> channels_last_;

@@ -24,10 +24,10 @@ DequantizeAhead::DequantizeAhead(CudaBackend& backend) : backend_(backend) {
 }
 
 DequantizeAhead::~DequantizeAhead() {
-    if (side_) cudaStreamSynchronize(side_);
-    if (point_) cudaEventDestroy(point_);
-    if (done_) cudaEventDestroy(done_);
-    if (side_) cudaStreamDestroy(side_);
+    if (side_) (void)cudaStreamSynchronize(side_);
+    if (point_) (void)cudaEventDestroy(point_);
+    if (done_) (void)cudaEventDestroy(done_);
+    if (side_) (void)cudaStreamDestroy(side_);
 }
 
 Tensor DequantizeAhead::widen(const Tensor& w, DType dtype, bool channels_last) {

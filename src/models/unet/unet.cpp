@@ -238,19 +238,21 @@ std::string block_of(const std::string& n) {
     return "";
 }
 
-// What streaming holds at once: what no block owns, and the largest block. `block` names the block of an item
-// ("" for none).
+// What streaming holds at once: what no block owns, and the `at_once` largest blocks. `block` names the block of
+// an item ("" for none).
 template <class Items, class BlockOf, class BytesOf>
-int64_t streamed_bytes(const Items& items, BlockOf block, BytesOf bytes) {
+int64_t streamed_bytes(const Items& items, BlockOf block, BytesOf bytes, size_t at_once) {
     std::map<std::string, int64_t> blocks;
     int64_t kept = 0;
     for (const auto& item : items) {
         const std::string b = block(item);
         (b.empty() ? kept : blocks[b]) += bytes(item);
     }
-    int64_t largest = 0;
-    for (const auto& [name, n] : blocks) largest = std::max(largest, n);
-    return kept + largest;
+    std::vector<int64_t> sizes;
+    for (const auto& [name, n] : blocks) sizes.push_back(n);
+    std::sort(sizes.rbegin(), sizes.rend());
+    for (size_t i = 0; i < sizes.size() && i < at_once; ++i) kept += sizes[i];
+    return kept;
 }
 
 }  // namespace
@@ -258,7 +260,7 @@ int64_t streamed_bytes(const Items& items, BlockOf block, BytesOf bytes) {
 int64_t UNet::streamed_page_bytes() const {
     return streamed_bytes(
         pages_.ranges(), [](const WeightPages::Range& r) { return block_of(r.name); },
-        [](const WeightPages::Range& r) { return r.bytes; });
+        [](const WeightPages::Range& r) { return r.bytes; }, 1);
 }
 
 // The stacked k|v and time projections are read at the start of a call, before any block: they stay, even
@@ -277,11 +279,13 @@ std::string UNet::streamed_block(const DeviceWeights::Entry& e) const {
 int64_t UNet::streamed_device_bytes() const {
     return streamed_bytes(
         device_weights_.entries(), [this](const DeviceWeights::Entry& e) { return streamed_block(e); },
-        [](const DeviceWeights::Entry& e) { return e.buffer->bytes(); });
+        [](const DeviceWeights::Entry& e) { return e.buffer->bytes(); }, 2);
 }
 
 void UNet::place_for_streaming() const {
     streamed_blocks_.clear();
+    streamed_next_.clear();
+    streamed_last_.clear();
     bool moved = false;
     for (const DeviceWeights::Entry& e : device_weights_.entries()) {
         const std::string block = streamed_block(e);
@@ -297,8 +301,27 @@ void UNet::place_for_streaming() const {
 }
 
 void UNet::stream_in(const std::string& block) const {
+    if (streamed_blocks_.empty()) return;
+    Backend& backend = streamed_blocks_.begin()->second.front()->backend();
     if (auto it = streamed_blocks_.find(block); it != streamed_blocks_.end())
-        for (DeviceBuffer* b : it->second) b->restore();
+        for (DeviceBuffer* b : it->second) b->restore();  // nothing to do where fetched ahead
+    backend.wait_for_uploads_ahead();  // before this block's work: its copies, fetched ahead or just now
+    // The block that came after this one last time (the order of a call's blocks does not change): its copies
+    // start now and overlap this block's work. Where the device has no room for them yet, it comes in its turn.
+    if (!streamed_last_.empty() && !streamed_next_.count(streamed_last_)) streamed_next_[streamed_last_] = block;
+    streamed_last_ = block;
+    if (auto next = streamed_next_.find(block); next != streamed_next_.end())
+        if (auto it = streamed_blocks_.find(next->second); it != streamed_blocks_.end())
+            for (DeviceBuffer* b : it->second)
+                if (!b->restore_ahead()) break;
+}
+
+bool UNet::streamed_block_resident(const std::string& block) const {
+    auto it = streamed_blocks_.find(block);
+    if (it == streamed_blocks_.end()) return false;
+    for (const DeviceBuffer* b : it->second)
+        if (!b->resident()) return false;
+    return true;
 }
 
 void UNet::stream_out(const std::string& block) const {

@@ -48,14 +48,18 @@ public:
     // The most of them a call holds when each block's pages are dropped after it (UNetInputs::after_block):
     // the largest block's, and those no block owns (the time embedding's, the output norm's).
     int64_t streamed_page_bytes() const;
-    // The same for its device storage (streamed under --vram): the largest block's and what no block owns.
+    // The same for its device storage (streamed under --vram): the two largest blocks' (a block's weights come
+    // while the one before runs: stream_in) and what no block owns.
     int64_t streamed_device_bytes() const;
     // Before a streamed call: every block's weights off the device (each comes back just before its block runs,
     // through UNetInputs::before_block), and what no block owns on it.
     void place_for_streaming() const;
     // In a streamed call: a block's weights to the device before it runs, and off it after
-    // (UNetInputs::before_block / after_block).
+    // (UNetInputs::before_block / after_block). stream_in also starts the copies of the block that followed this
+    // one last time (Backend::upload_ahead), so that they overlap this block's work.
     void stream_in(const std::string& block) const;
+    // Whether a streamed block's weights are all on the device now (fetched ahead or brought by stream_in).
+    bool streamed_block_resident(const std::string& block) const;
     void stream_out(const std::string& block) const;
 
 private:
@@ -94,6 +98,8 @@ private:
     std::vector<Tensor> kv_projections_;
     // By block prefix, the device storage a streamed call moves (place_for_streaming fills it).
     mutable std::map<std::string, std::vector<DeviceBuffer*>> streamed_blocks_;
+    mutable std::map<std::string, std::string> streamed_next_;  // the block stream_in saw after each, in order
+    mutable std::string streamed_last_;
 
     // The block prefix a streamed call brings the entry's weights in at, or "" for those that stay.
     std::string streamed_block(const DeviceWeights::Entry& e) const;
