@@ -168,16 +168,17 @@ Tensor detail::conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, in
     const int64_t tile =
         std::clamp<int64_t>(im2col_budget_bytes / (std::max<int64_t>(k, 1) * int64_t(sizeof(float))), 1, pixels);
     const detail::Scratch col = pointwise ? detail::Scratch{} : detail::scratch_floats(k * tile, op);
+    const auto affine_of = [&](int64_t n) {  // image n's norm, as im2col applies it
+        return norm ? detail::ChannelAffine{norm->scale.data() + n * cin, norm->shift.data() + n * cin}
+                    : detail::ChannelAffine{nullptr, nullptr};
+    };
     if (w.dtype() == DType::Q8_0 && cpu_q8_products() == CpuQ8Products::Int8) {
-        // int8 products (int8_dot.h): all output channels at once (the weight is read in place), the same
-        // columns quantized per image or tile of pixels.
+        // int8 products (int8_dot.h): all output channels at once (the weight is read in place).
         const detail::Q8Weights weight(w, op);
         Destination out(yp, sink, b, cout, pixels, cout * (pointwise ? pixels : tile), op);
         for (int64_t n = 0; n < n_img; ++n) {
             const float* xn = xp + n * cin * x.dim(2) * x.dim(3);
-            const detail::ChannelAffine affine =
-                norm ? detail::ChannelAffine{norm->scale.data() + n * cin, norm->shift.data() + n * cin}
-                     : detail::ChannelAffine{nullptr, nullptr};
+            const detail::ChannelAffine affine = affine_of(n);
             for (int64_t p0 = 0; p0 < pixels; p0 += pointwise ? pixels : tile) {
                 const int64_t p1 = pointwise ? pixels : std::min(pixels, p0 + tile);
                 if (!pointwise) detail::im2col_tile(xn, g, p0, p1, col.get(), norm ? &affine : nullptr);
@@ -204,9 +205,7 @@ Tensor detail::conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, in
                 out.end(n, o0, oc, 0, pixels);
                 continue;
             }
-            const detail::ChannelAffine affine =
-                norm ? detail::ChannelAffine{norm->scale.data() + n * cin, norm->shift.data() + n * cin}
-                     : detail::ChannelAffine{nullptr, nullptr};
+            const detail::ChannelAffine affine = affine_of(n);
             for (int64_t p0 = 0; p0 < pixels; p0 += tile) {
                 const int64_t p1 = std::min(pixels, p0 + tile);
                 detail::im2col_tile(xn, g, p0, p1, col.get(), norm ? &affine : nullptr);

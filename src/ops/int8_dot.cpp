@@ -1,5 +1,5 @@
-// The int8 product's three paths (see int8_dot.h). The x86 kernels are compiled for their ISA with target
-// attributes and called only where the CPU has it, so the binary runs on any x86-64 and builds elsewhere.
+// The int8 product's paths (int8_dot.h). x86 kernels: compiled for their ISA by target attributes and called
+// only where the CPU has it, so the binary runs on any x86-64 and the file builds elsewhere.
 #include "ops/int8_dot.h"
 
 #include <algorithm>
@@ -27,18 +27,14 @@ namespace kiln::ops::detail {
 
 namespace {
 
-constexpr int kSteps = kQ8Block / 4;               // 4 values (one int32 lane) per step
-constexpr int kGroupBytes = kQ8Columns * kQ8Block;  // one group's codes of one block
-constexpr int kStepBytes = kQ8Columns * 4;
-// A block whose largest |x| is below this quantizes to zeros: 1 / (max / 127) must stay finite.
-constexpr float kTinyBlock = 1e-30f;
-// Activation bytes a thread's panel of columns may take (reread for every tile of weight rows: stays in L2).
-constexpr int64_t kPanelBytes = int64_t(192) << 10;
+constexpr int kSteps = kQ8Block / 4;  // 4 values (one int32 lane) a step
+constexpr int kGroupBytes = kQ8Columns * kQ8Block, kStepBytes = kQ8Columns * 4;
+constexpr float kTinyBlock = 1e-30f;  // a block under this is zeros: 1 / (max / 127) stays finite
+constexpr int64_t kPanelBytes = int64_t(192) << 10;  // a panel's codes, reread for each tile of rows: in L2
 
-// Where column j's code i of a block lies in its group's block.
-inline int code_at(int j, int i) { return (i / 4) * kStepBytes + 4 * j + i % 4; }
+inline int code_at(int j, int i) { return (i / 4) * kStepBytes + 4 * j + i % 4; }  // column j's code i
 
-// ---- quantization of one group's block: 16 columns x 32 values, value (j, i) at base[j * cs + i * ks] ----
+// One group's block: 16 columns x 32 values, value (j, i) at base[j * cs + i * ks].
 
 void quantize_block_scalar(const float* base, int64_t cs, int64_t ks, int ncols, uint8_t* codes, float* scales) {
     for (int j = 0; j < kQ8Columns; ++j) {
@@ -61,7 +57,7 @@ void quantize_block_scalar(const float* base, int64_t cs, int64_t ks, int ncols,
 }
 
 #if KILN_INT8_X86
-// base: 32 rows of 16 contiguous columns, ks apart.
+// base: 32 rows of 16 contiguous columns, ks apart. The same operations as the scalar code.
 KILN_AVX512 void quantize_block_avx512(const float* base, int64_t ks, uint8_t* codes, float* scales) {
     const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
     __m512 amax = _mm512_setzero_ps();
@@ -117,8 +113,7 @@ KILN_AVX2 void quantize_block_avx2(const float* base, int64_t ks, uint8_t* codes
 }
 #endif
 
-// ---- the products: a tile of R weight rows x G groups of columns over all of K ----
-
+// ---- products: a tile of weight rows x groups of columns, over all of K ----
 struct GemmArgs {
     const Q8Weights& w;
     const Q8Activations& x;
@@ -128,7 +123,6 @@ struct GemmArgs {
     bool accumulate;
 };
 
-// Stores 16 (or fewer, at the last group) sums of row o, group g.
 inline void store_sums(const GemmArgs& a, int64_t o, int64_t g, const float* sums) {
     const int64_t col0 = g * kQ8Columns, n = std::min<int64_t>(kQ8Columns, a.x.columns() - col0);
     for (int64_t j = 0; j < n; ++j) {
@@ -160,8 +154,7 @@ inline int32_t load_word(const uint8_t* p) {
     return v;
 }
 
-// vpdpbusd multiplies unsigned by signed bytes: the activations' codes carry +128, which adds 128 x (the sum of
-// the weight block's codes) to each dot; the accumulator starts at minus that.
+// vpdpbusd: unsigned x signed bytes. The activations' +128 adds the weight block's offset: acc starts at minus it.
 template <int R, int G>
 KILN_AVX512 void tile_avx512(const GemmArgs& a, int64_t o, int64_t g) {
     __m512 f[R][G];
@@ -208,8 +201,8 @@ KILN_AVX512 void tile_avx512(const GemmArgs& a, int64_t o, int64_t g) {
         }
 }
 
-// AVX2 has no unsigned x signed dot of 4: vpmaddubsw multiplies |w| (unsigned) by x with w's sign (pairs of
-// products summed in int16: |.| <= 2 x 128 x 127, no saturation), vpmaddwd sums the pairs into int32.
+// AVX2: vpmaddubsw of |w| (unsigned) and x with w's sign (pairs summed in int16, |.| <= 2 x 128 x 127: no
+// saturation), then vpmaddwd into int32.
 template <int R>
 KILN_AVX2 void tile_avx2(const GemmArgs& a, int64_t o, int64_t g) {
     constexpr int H = 2;  // halves of the group: 8 columns each
@@ -251,40 +244,24 @@ KILN_AVX2 void tile_avx2(const GemmArgs& a, int64_t o, int64_t g) {
     }
 }
 
-template <int R>
-void tile_avx512_groups(const GemmArgs& a, int64_t o, int64_t g, int groups) {
-    switch (groups) {
-        case 1: return tile_avx512<R, 1>(a, o, g);
-        case 2: return tile_avx512<R, 2>(a, o, g);
-        default: return tile_avx512<R, 3>(a, o, g);
-    }
-}
-
-void tile_avx512_any(const GemmArgs& a, int64_t o, int rows, int64_t g, int groups) {
-    switch (rows) {
-        case 1: return tile_avx512_groups<1>(a, o, g, groups);
-        case 2: return tile_avx512_groups<2>(a, o, g, groups);
-        case 3: return tile_avx512_groups<3>(a, o, g, groups);
-        default: return tile_avx512_groups<4>(a, o, g, groups);
-    }
-}
+using TileFn = void (*)(const GemmArgs&, int64_t, int64_t);
+constexpr TileFn kAvx512Tiles[4][3] = {{tile_avx512<1, 1>, tile_avx512<1, 2>, tile_avx512<1, 3>},
+                                       {tile_avx512<2, 1>, tile_avx512<2, 2>, tile_avx512<2, 3>},
+                                       {tile_avx512<3, 1>, tile_avx512<3, 2>, tile_avx512<3, 3>},
+                                       {tile_avx512<4, 1>, tile_avx512<4, 2>, tile_avx512<4, 3>}};
 #endif
 
-// Register blocks of each path: weight rows x groups of 16 columns.
+// Register blocks, weight rows x groups: AVX-512 12 int32 + 12 float accumulators of 32 registers; AVX2 4 + 4 of 16.
 struct Blocking {
     int rows, groups;
 };
 Blocking blocking(Int8Isa isa) {
-    switch (isa) {
-        case Int8Isa::Avx512Vnni: return {4, 3};  // 12 int32 + 12 float accumulators of the 32 registers
-        case Int8Isa::Avx2: return {2, 1};        // 4 + 4 of 16
-        default: return {1, 1};
-    }
+    return isa == Int8Isa::Avx512Vnni ? Blocking{4, 3} : isa == Int8Isa::Avx2 ? Blocking{2, 1} : Blocking{1, 1};
 }
 
 void run_tile(Int8Isa isa, const GemmArgs& a, int64_t o, int rows, int64_t g, int groups) {
 #if KILN_INT8_X86
-    if (isa == Int8Isa::Avx512Vnni) return tile_avx512_any(a, o, rows, g, groups);
+    if (isa == Int8Isa::Avx512Vnni) return kAvx512Tiles[rows - 1][groups - 1](a, o, g);
     if (isa == Int8Isa::Avx2) {
         for (int64_t gg = g; gg < g + groups; ++gg) {
             if (rows == 2) tile_avx2<2>(a, o, gg);
@@ -303,11 +280,8 @@ std::atomic<int> forced_isa{-1};
 }  // namespace
 
 const char* int8_isa_name(Int8Isa isa) {
-    switch (isa) {
-        case Int8Isa::Avx512Vnni: return "avx512-vnni";
-        case Int8Isa::Avx2: return "avx2";
-        default: return "scalar";
-    }
+    static const char* const names[] = {"scalar", "avx2", "avx512-vnni"};
+    return names[int(isa)];
 }
 
 bool int8_isa_available(Int8Isa isa) {
@@ -338,9 +312,8 @@ void force_int8_isa(Int8Isa isa) {
 Q8Activations::Q8Activations(int64_t k, int64_t columns, const char* op)
     : k_blocks_(k / kQ8Block), columns_(columns), groups_((columns + kQ8Columns - 1) / kQ8Columns) {
     check(k % kQ8Block == 0, op, "int8 products need K a multiple of 32, not " + std::to_string(k));
-    const int64_t scale_floats = groups_ * k_blocks_ * kQ8Columns;
-    const int64_t code_floats = groups_ * k_blocks_ * kGroupBytes / int64_t(sizeof(float));
-    storage_ = scratch_floats(std::max<int64_t>(scale_floats + code_floats, 1), op);
+    const int64_t scale_floats = groups_ * k_blocks_ * kQ8Columns;  // then the codes: 32 bytes per scale
+    storage_ = scratch_floats(std::max<int64_t>(scale_floats * 9, 1), op);
     scales_ = storage_.get();
     codes_ = reinterpret_cast<uint8_t*>(storage_.get() + scale_floats);
 }
@@ -353,8 +326,10 @@ void Q8Activations::quantize(const float* src, int64_t column_stride, int64_t k_
             const int64_t g = item / k_blocks_, b = item % k_blocks_;
             const int ncols = int(std::min<int64_t>(kQ8Columns, columns_ - g * kQ8Columns));
             const float* base = src + g * kQ8Columns * column_stride + b * kQ8Block * k_stride;
+            uint8_t* codes = codes_ + item * kGroupBytes;
+            float* scales = scales_ + item * kQ8Columns;
             if (isa == Int8Isa::Scalar) {
-                quantize_block_scalar(base, column_stride, k_stride, ncols, codes(g, b), scales(g, b));
+                quantize_block_scalar(base, column_stride, k_stride, ncols, codes, scales);
                 continue;
             }
 #if KILN_INT8_X86
@@ -366,8 +341,8 @@ void Q8Activations::quantize(const float* src, int64_t column_stride, int64_t k_
                 base = staged;
                 ks = kQ8Columns;
             }
-            if (isa == Int8Isa::Avx512Vnni) quantize_block_avx512(base, ks, codes(g, b), scales(g, b));
-            else quantize_block_avx2(base, ks, codes(g, b), scales(g, b));
+            if (isa == Int8Isa::Avx512Vnni) quantize_block_avx512(base, ks, codes, scales);
+            else quantize_block_avx2(base, ks, codes, scales);
 #endif
         }
     });
@@ -390,18 +365,15 @@ Q8Weights::Q8Weights(const Tensor& w, const char* op)
             offsets[i] = 128 * sum;
         }
     });
-    scales_ = scales;
     offsets_ = offsets;
 }
 
 void q8_gemm(const Q8Weights& w, const Q8Activations& x, float* c, int64_t ldc, Q8Output layout, bool accumulate) {
-    check(w.k_blocks() == x.k_blocks(), "q8_gemm",
-          "weight rows of " + std::to_string(w.k_blocks()) + " blocks against activations of " +
-              std::to_string(x.k_blocks()));
+    check(w.k_blocks() == x.k_blocks(), "q8_gemm", "weights and activations of different K");
     const Int8Isa isa = int8_isa();
     const Blocking blk = blocking(isa);
     const GemmArgs args{w, x, c, ldc, layout, accumulate};
-    // Items: a tile of weight rows x a panel of columns whose codes stay in cache while the rows go by.
+    // Items: a tile of rows x a panel of columns (its codes stay in cache while the rows go by).
     const int64_t group_bytes = std::max<int64_t>(x.k_blocks() * kGroupBytes, 1);
     const int64_t panel = std::max<int64_t>(1, kPanelBytes / group_bytes / blk.groups) * blk.groups;
     const int64_t panels = (x.groups() + panel - 1) / panel, row_tiles = (w.rows() + blk.rows - 1) / blk.rows;

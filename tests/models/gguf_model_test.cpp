@@ -97,8 +97,7 @@ class GgufModel : public ::testing::TestWithParam<DType> {};
 
 TEST_P(GgufModel, ComputesWhatItsDequantizedValuesCompute) {
     const DType q = GetParam();
-    // The loader is what is tested: the CPU multiplies q8_0 blocks dequantized here, as the float file's values
-    // (its default int8 products round the activations: ops/cpu_q8_products.h).
+    // The loader is tested: q8_0 products dequantized, as the float file's (not int8: ops/cpu_q8_products.h).
     const ops::ScopedCpuQ8Products exact(ops::CpuQ8Products::Dequantize);
     kiln::test::TempDir dir;
     const SafetensorsFile src = SafetensorsFile::open(data_path("sd15-mini/sd15-mini.safetensors"));

@@ -53,7 +53,7 @@ Tensor scaled(const Tensor& t, double factor) {
 // the reference gets the same values as float32 (exact), so the float32 bound applies unchanged.
 Check linear_check(const Shape& x_shape, int64_t out, bool with_bias, uint64_t seed, DType wtype = DType::F32,
                    int64_t weight_budget = detail::kWeightTileBudgetBytes) {
-    const ScopedCpuQ8Products dequantized(CpuQ8Products::Dequantize);  // Q8_0 too (int8: int8_dot_test)
+    const ScopedCpuQ8Products exact(CpuQ8Products::Dequantize);
     const Tensor x = random_tensor(x_shape, seed);
     const Tensor wq = random_tensor({out, x_shape.back()}, seed + 1).converted(wtype);
     const Tensor w = wq.to_f32();
@@ -103,7 +103,7 @@ struct ConvShape {
 
 Check conv_check(const ConvShape& s, bool with_bias, int64_t budget_bytes, uint64_t seed, DType wtype = DType::F32,
                  int64_t weight_budget = detail::kWeightTileBudgetBytes) {
-    const ScopedCpuQ8Products dequantized(CpuQ8Products::Dequantize);  // Q8_0 too (int8: int8_dot_test)
+    const ScopedCpuQ8Products exact(CpuQ8Products::Dequantize);
     const Tensor x = random_tensor({s.n, s.c, s.h, s.w}, seed);
     const Tensor wq = random_tensor({s.o, s.c, s.kh, s.kw}, seed + 1).converted(wtype);
     const Tensor w = wq.to_f32();
@@ -122,7 +122,7 @@ Check conv_check(const ConvShape& s, bool with_bias, int64_t budget_bytes, uint6
 // unfused composition is itself checked against the references above.
 Check fused_norm_conv_check(const ConvShape& s, int groups, int64_t budget_bytes, uint64_t seed,
                             DType wtype = DType::F32) {
-    const ScopedCpuQ8Products dequantized(CpuQ8Products::Dequantize);  // Q8_0 too (int8: int8_dot_test)
+    const ScopedCpuQ8Products exact(CpuQ8Products::Dequantize);
     const Tensor x = scaled(random_tensor({s.n, s.c, s.h, s.w}, seed), 3.0);
     const Tensor gamma = random_tensor({s.c}, seed + 3, 0.5f, 1.5f), beta = random_tensor({s.c}, seed + 4);
     const Tensor w = random_tensor({s.o, s.c, s.kh, s.kw}, seed + 1).converted(wtype);
@@ -176,7 +176,7 @@ Check norm_conv_inplace_check(const ConvShape& s, int groups, int64_t budget_byt
 // upsampling.
 Check fused_upsample_conv_check(const ConvShape& s, int64_t budget_bytes, uint64_t seed, DType wtype = DType::F32,
                                 int64_t weight_budget = detail::kWeightTileBudgetBytes) {
-    const ScopedCpuQ8Products dequantized(CpuQ8Products::Dequantize);  // Q8_0 too (int8: int8_dot_test)
+    const ScopedCpuQ8Products exact(CpuQ8Products::Dequantize);
     const Tensor x = random_tensor({s.n, s.c, s.h, s.w}, seed);
     const Tensor w = random_tensor({s.o, s.c, s.kh, s.kw}, seed + 1).converted(wtype);
     const Tensor b = random_tensor({s.o}, seed + 2);
