@@ -1,7 +1,8 @@
 // conv2d: a 1x1 stride-1 convolution is one sgemm per image; any other goes through im2col in tiles
 // of output pixels, so the column buffer stays under detail::kIm2colBudgetBytes whatever the image size.
 // An F16/BF16 weight is converted in tiles of output channels (weight_rows.h), the outermost loop, so
-// the columns are rebuilt once per weight tile: only for weights over the tile budget. The output is a
+// the columns are rebuilt once per weight tile: only for weights over the tile budget. A Q8_0 weight is
+// multiplied by int8 products instead (int8_dot.h; cpu_q8_products.h). The output is a
 // new tensor, or goes tile by tile to a sink (conv2d_impl.h; conv2d_inplace.cpp).
 #include <algorithm>
 #include <memory>
@@ -12,9 +13,11 @@
 #include "ops/blas.h"
 #include "ops/checks.h"
 #include "ops/conv2d_impl.h"
+#include "ops/cpu_q8_products.h"
 #include "ops/im2col.h"
 #include "ops/device_ops.h"
 #include "ops/device_weight.h"
+#include "ops/int8_dot.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
 #include "ops/tuning.h"
@@ -159,13 +162,36 @@ Tensor detail::conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, in
     }
 
     const float* xp = x.data();
-    detail::WeightRows weight(w, op, weight_budget_bytes);
     // A 1x1 convolution reads x directly, unless x is normalised or upsampled on the way (im2col does it).
     const bool pointwise = kh == 1 && kw == 1 && stride == 1 && padding == 0 && !norm && up == 1;
     const detail::ConvGeometry g{cin, h, wd, kh, kw, stride, padding, ho, wo, up > 1};
     const int64_t tile =
         std::clamp<int64_t>(im2col_budget_bytes / (std::max<int64_t>(k, 1) * int64_t(sizeof(float))), 1, pixels);
     const detail::Scratch col = pointwise ? detail::Scratch{} : detail::scratch_floats(k * tile, op);
+    const auto affine_of = [&](int64_t n) {  // image n's norm, as im2col applies it
+        return norm ? detail::ChannelAffine{norm->scale.data() + n * cin, norm->shift.data() + n * cin}
+                    : detail::ChannelAffine{nullptr, nullptr};
+    };
+    if (w.dtype() == DType::Q8_0 && cpu_q8_products() == CpuQ8Products::Int8) {
+        // int8 products (int8_dot.h): all output channels at once (the weight is read in place).
+        const detail::Q8Weights weight(w, op);
+        Destination out(yp, sink, b, cout, pixels, cout * (pointwise ? pixels : tile), op);
+        for (int64_t n = 0; n < n_img; ++n) {
+            const float* xn = xp + n * cin * x.dim(2) * x.dim(3);
+            const detail::ChannelAffine affine = affine_of(n);
+            for (int64_t p0 = 0; p0 < pixels; p0 += pointwise ? pixels : tile) {
+                const int64_t p1 = pointwise ? pixels : std::min(pixels, p0 + tile);
+                if (!pointwise) detail::im2col_tile(xn, g, p0, p1, col.get(), norm ? &affine : nullptr);
+                detail::Q8Activations columns(k, p1 - p0, op);
+                columns.quantize(pointwise ? xn : col.get(), 1, p1 - p0);
+                const auto [c, ldc] = out.begin(n, 0, cout, p0, p1);
+                detail::q8_gemm(weight, columns, c, ldc, detail::Q8Output::RowsByColumns, b != nullptr);
+                out.end(n, 0, cout, p0, p1);
+            }
+        }
+        return y;
+    }
+    detail::WeightRows weight(w, op, weight_budget_bytes);
     Destination out(yp, sink, b, cout, pixels, std::min(weight.tile_rows(), cout) * (pointwise ? pixels : tile),
                     op);
     for (int64_t o0 = 0; o0 < cout; o0 += weight.tile_rows()) {
@@ -179,9 +205,7 @@ Tensor detail::conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, in
                 out.end(n, o0, oc, 0, pixels);
                 continue;
             }
-            const detail::ChannelAffine affine =
-                norm ? detail::ChannelAffine{norm->scale.data() + n * cin, norm->shift.data() + n * cin}
-                     : detail::ChannelAffine{nullptr, nullptr};
+            const detail::ChannelAffine affine = affine_of(n);
             for (int64_t p0 = 0; p0 < pixels; p0 += tile) {
                 const int64_t p1 = std::min(pixels, p0 + tile);
                 detail::im2col_tile(xn, g, p0, p1, col.get(), norm ? &affine : nullptr);

@@ -1,11 +1,13 @@
 // linear: y = x W^T + b as one sgemm over all leading dims of x (per tile of output features when W
-// is F16/BF16 and must be converted first, see weight_rows.h).
+// is F16/BF16 and must be converted first, see weight_rows.h); Q8_0 weights by int8 products (int8_dot.h).
 #include <algorithm>
 
 #include "ops/blas.h"
 #include "ops/checks.h"
+#include "ops/cpu_q8_products.h"
 #include "ops/device_ops.h"
 #include "ops/device_weight.h"
+#include "ops/int8_dot.h"
 #include "ops/ops.h"
 #include "ops/parallel.h"
 #include "ops/tuning.h"
@@ -50,6 +52,13 @@ Tensor detail::linear_tiled(const Tensor& x, const Tensor& w, const Tensor* b, i
             for (int64_t r = begin; r < end; ++r) std::copy(bp, bp + out, yp + r * out);
         });
         beta = 1.0f;
+    }
+    if (w.dtype() == DType::Q8_0 && cpu_q8_products() == CpuQ8Products::Int8 && rows > 0) {
+        const detail::Q8Weights weight(w, "linear");  // int8 products (int8_dot.h)
+        detail::Q8Activations xq(in, rows, "linear");
+        xq.quantize(x.data(), in, 1);
+        detail::q8_gemm(weight, xq, yp, out, detail::Q8Output::ColumnsByRows, b != nullptr);
+        return y;
     }
     detail::WeightRows weight(w, "linear", weight_budget_bytes);
     for (int64_t o0 = 0; o0 < out; o0 += weight.tile_rows()) {

@@ -17,6 +17,7 @@
 #include "common/op_bounds.h"
 #include "gpu_test_util.h"
 #include "kiln/error.h"
+#include "ops/cpu_q8_products.h"
 #include "ops/ops.h"
 #if KILN_HAS_VULKAN
 #include "backends/vulkan/vulkan_backend.h"
@@ -87,6 +88,7 @@ namespace {
 
 // Rows not multiples of the tiles (1, 31, 33), outputs of 1, 31 and 33 features.
 void check_linear(Backend& gpu, DType f) {
+    const ops::ScopedCpuQ8Products exact(ops::CpuQ8Products::Dequantize);  // CPU references: not int8
     for (DType t : kiln::test::gpu_dtypes(gpu))
         for (auto [rows, out] : {std::tuple{1, 1}, {31, 33}, {33, 31}})
             for (int64_t in : widths(f)) {
@@ -113,6 +115,7 @@ void check_linear(Backend& gpu, DType f) {
 // upsampled input, the affine + SiLU of the tiled decode): the bounds of device_ops_test.cpp's tests of the same
 // ops, factor + 1 for the weights' rounding to t.
 void check_convolutions(Backend& gpu, DType f) {
+    const ops::ScopedCpuQ8Products exact(ops::CpuQ8Products::Dequantize);  // CPU references: not int8
     struct C {
         int n, cin, h, w, cout, k, stride, pad, groups;
     };
@@ -208,6 +211,7 @@ TEST_P(BlockWeights, Convolutions) {
 // give the products of the blocks. Two products of two formats share the call, so one transient follows another.
 // Bound: linear's (k = in), its sums over both products.
 TEST_P(BlockWeights, RecordedCallsReplay) {
+    const ops::ScopedCpuQ8Products exact(ops::CpuQ8Products::Dequantize);  // CPU references: not int8
     Backend& gpu = this->gpu();
     const int64_t rows = 5, in = 256, out = 33;
     const Tensor w1 = blocks({out, in}, 31, DType::Q8_0), w2 = blocks({out, in}, 32, DType::Q4_K);

@@ -17,6 +17,7 @@
 #include "io/io_test_util.h"
 #include "io/safetensors.h"
 #include "models/model.h"
+#include "ops/cpu_q8_products.h"
 
 using namespace kiln;
 using kiln::test::data_path;
@@ -96,6 +97,8 @@ class GgufModel : public ::testing::TestWithParam<DType> {};
 
 TEST_P(GgufModel, ComputesWhatItsDequantizedValuesCompute) {
     const DType q = GetParam();
+    // The loader is tested: q8_0 products dequantized, as the float file's (not int8: ops/cpu_q8_products.h).
+    const ops::ScopedCpuQ8Products exact(ops::CpuQ8Products::Dequantize);
     kiln::test::TempDir dir;
     const SafetensorsFile src = SafetensorsFile::open(data_path("sd15-mini/sd15-mini.safetensors"));
     const std::string gguf = dir.file("sd15-mini.gguf"), f32 = dir.file("sd15-mini-f32.safetensors");

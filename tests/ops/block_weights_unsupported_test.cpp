@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/error.h"
+#include "ops/cpu_q8_products.h"
 #include "ops/ops.h"
 
 using namespace kiln;
@@ -42,6 +43,7 @@ TEST(BlockWeights, OtherOpsRefuseThem) {
 }
 
 TEST(BlockWeights, AsWeightsTheyGiveTheirDequantizedValuesProduct) {
+    const ops::ScopedCpuQ8Products dequantized(ops::CpuQ8Products::Dequantize);  // int8: int8_dot_test.cpp
     const Tensor q = q8_weight();
     Tensor x({3, 32});
     for (int64_t i = 0; i < x.numel(); ++i) x[i] = float(i % 5) * 0.25f;

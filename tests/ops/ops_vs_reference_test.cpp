@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "ops/cpu_q8_products.h"
 #include "ops/ops.h"
 #include "ops/ref/ref_ops.h"
 #include "ops/tuning.h"
@@ -52,6 +53,7 @@ Tensor scaled(const Tensor& t, double factor) {
 // the reference gets the same values as float32 (exact), so the float32 bound applies unchanged.
 Check linear_check(const Shape& x_shape, int64_t out, bool with_bias, uint64_t seed, DType wtype = DType::F32,
                    int64_t weight_budget = detail::kWeightTileBudgetBytes) {
+    const ScopedCpuQ8Products exact(CpuQ8Products::Dequantize);
     const Tensor x = random_tensor(x_shape, seed);
     const Tensor wq = random_tensor({out, x_shape.back()}, seed + 1).converted(wtype);
     const Tensor w = wq.to_f32();
@@ -79,8 +81,8 @@ CaseList cases_linear() {
         {"f16_weight_tiles_of_3_rows", [] { return linear_check({2, 5, 32}, 31, true, 20, DType::F16, 3 * 32 * 4); }},
         {"bf16_weight_tiles_of_1_row", [] { return linear_check({7, 33}, 5, true, 41, DType::BF16, 1); }},
         {"f16_weight_zero_rows", [] { return linear_check({0, 5}, 4, true, 42, DType::F16, 1); }},
-        // Block-format weights (rows of whole 32-value blocks) are dequantized tile by tile like F16: the
-        // reference gets the dequantized values, so the float32 bound applies unchanged.
+        // Block-format weights (rows of whole 32-value blocks) are dequantized tile by tile like F16 (Q8_0 under
+        // KILN_CPU_Q8=dequantize): the reference gets the dequantized values, so the float32 bound applies.
         {"q8_0_weight_one_tile", [] { return linear_check({2, 33, 64}, 31, true, 81, DType::Q8_0); }},
         {"q4_0_weight_tiles_of_3_rows", [] { return linear_check({2, 5, 32}, 31, true, 82, DType::Q4_0, 3 * 32 * 4); }},
         {"q4_1_weight_tiles_of_1_row", [] { return linear_check({7, 96}, 5, true, 83, DType::Q4_1, 1); }},
@@ -101,6 +103,7 @@ struct ConvShape {
 
 Check conv_check(const ConvShape& s, bool with_bias, int64_t budget_bytes, uint64_t seed, DType wtype = DType::F32,
                  int64_t weight_budget = detail::kWeightTileBudgetBytes) {
+    const ScopedCpuQ8Products exact(CpuQ8Products::Dequantize);
     const Tensor x = random_tensor({s.n, s.c, s.h, s.w}, seed);
     const Tensor wq = random_tensor({s.o, s.c, s.kh, s.kw}, seed + 1).converted(wtype);
     const Tensor w = wq.to_f32();
@@ -119,6 +122,7 @@ Check conv_check(const ConvShape& s, bool with_bias, int64_t budget_bytes, uint6
 // unfused composition is itself checked against the references above.
 Check fused_norm_conv_check(const ConvShape& s, int groups, int64_t budget_bytes, uint64_t seed,
                             DType wtype = DType::F32) {
+    const ScopedCpuQ8Products exact(CpuQ8Products::Dequantize);
     const Tensor x = scaled(random_tensor({s.n, s.c, s.h, s.w}, seed), 3.0);
     const Tensor gamma = random_tensor({s.c}, seed + 3, 0.5f, 1.5f), beta = random_tensor({s.c}, seed + 4);
     const Tensor w = random_tensor({s.o, s.c, s.kh, s.kw}, seed + 1).converted(wtype);
@@ -172,6 +176,7 @@ Check norm_conv_inplace_check(const ConvShape& s, int groups, int64_t budget_byt
 // upsampling.
 Check fused_upsample_conv_check(const ConvShape& s, int64_t budget_bytes, uint64_t seed, DType wtype = DType::F32,
                                 int64_t weight_budget = detail::kWeightTileBudgetBytes) {
+    const ScopedCpuQ8Products exact(CpuQ8Products::Dequantize);
     const Tensor x = random_tensor({s.n, s.c, s.h, s.w}, seed);
     const Tensor w = random_tensor({s.o, s.c, s.kh, s.kw}, seed + 1).converted(wtype);
     const Tensor b = random_tensor({s.o}, seed + 2);

@@ -1,0 +1,391 @@
+// The int8 product's paths (int8_dot.h). x86 kernels: compiled for their ISA by target attributes and called
+// only where the CPU has it, so the binary runs on any x86-64 and the file builds elsewhere.
+#include "ops/int8_dot.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/half.h"
+#include "ops/parallel.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+// GCC 12's AVX-512 headers start some intrinsics from an undefined register and warn about it when inlined.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#define KILN_INT8_X86 1
+#define KILN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#define KILN_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define KILN_INT8_X86 0
+#endif
+
+namespace kiln::ops::detail {
+
+namespace {
+
+constexpr int kSteps = kQ8Block / 4;  // 4 values (one int32 lane) a step
+constexpr int kGroupBytes = kQ8Columns * kQ8Block, kStepBytes = kQ8Columns * 4;
+constexpr float kTinyBlock = 1e-30f;  // a block under this is zeros: 1 / (max / 127) stays finite
+constexpr int64_t kPanelBytes = int64_t(192) << 10;  // a panel's codes, reread for each tile of rows: in L2
+
+inline int code_at(int j, int i) { return (i / 4) * kStepBytes + 4 * j + i % 4; }  // column j's code i
+
+// One group's block: 16 columns x 32 values, value (j, i) at base[j * cs + i * ks].
+
+void quantize_block_scalar(const float* base, int64_t cs, int64_t ks, int ncols, uint8_t* codes, float* scales) {
+    for (int j = 0; j < kQ8Columns; ++j) {
+        float amax = 0.0f;
+        bool finite = true;
+        for (int i = 0; j < ncols && i < kQ8Block; ++i) {
+            const float a = std::fabs(base[j * cs + i * ks]);
+            finite = finite && a <= std::numeric_limits<float>::max();
+            amax = std::max(amax, a);
+        }
+        const float d = amax >= kTinyBlock ? amax / 127.0f : 0.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        scales[j] = finite ? d : std::numeric_limits<float>::quiet_NaN();
+        for (int i = 0; i < kQ8Block; ++i) {
+            float q = 0.0f;
+            if (finite && j < ncols) q = std::clamp(std::nearbyint(base[j * cs + i * ks] * id), -127.0f, 127.0f);
+            codes[code_at(j, i)] = uint8_t(int(q) + 128);
+        }
+    }
+}
+
+#if KILN_INT8_X86
+// base: 32 rows of 16 contiguous columns, ks apart. The same operations as the scalar code.
+KILN_AVX512 void quantize_block_avx512(const float* base, int64_t ks, uint8_t* codes, float* scales) {
+    const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+    __m512 amax = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (int i = 0; i < kQ8Block; ++i) {
+        const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(base + i * ks));
+        bad |= _mm512_cmp_ps_mask(a, big, _CMP_NLE_UQ);  // inf or NaN
+        amax = _mm512_max_ps(amax, a);
+    }
+    const __mmask16 live = _mm512_cmp_ps_mask(amax, _mm512_set1_ps(kTinyBlock), _CMP_GE_OQ);
+    const __m512 d = _mm512_maskz_div_ps(live, amax, _mm512_set1_ps(127.0f));
+    const __m512 id = _mm512_maskz_div_ps(live, _mm512_set1_ps(1.0f), d);
+    _mm512_storeu_ps(scales, _mm512_mask_mov_ps(d, bad, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN())));
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127), offset = _mm512_set1_epi32(128);
+    for (int t = 0; t < kSteps; ++t) {
+        __m512i word = _mm512_setzero_si512();
+        for (int r = 0; r < 4; ++r) {
+            __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(base + (4 * t + r) * ks), id));
+            q = _mm512_maskz_mov_epi32(~bad, _mm512_min_epi32(_mm512_max_epi32(q, lo), hi));
+            word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_add_epi32(q, offset), 8 * r));
+        }
+        _mm512_storeu_si512(codes + t * kStepBytes, word);
+    }
+}
+
+KILN_AVX2 void quantize_block_avx2(const float* base, int64_t ks, uint8_t* codes, float* scales) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(std::numeric_limits<float>::max());
+    for (int h = 0; h < 2; ++h) {  // columns 8h .. 8h + 7
+        const float* b = base + 8 * h;
+        __m256 amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+        for (int i = 0; i < kQ8Block; ++i) {
+            const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(b + i * ks));
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ));
+            amax = _mm256_max_ps(amax, a);
+        }
+        const __m256 live = _mm256_cmp_ps(amax, _mm256_set1_ps(kTinyBlock), _CMP_GE_OQ);
+        const __m256 d = _mm256_and_ps(live, _mm256_div_ps(amax, _mm256_set1_ps(127.0f)));
+        const __m256 id = _mm256_and_ps(live, _mm256_div_ps(_mm256_set1_ps(1.0f), d));
+        _mm256_storeu_ps(scales + 8 * h,
+                         _mm256_blendv_ps(d, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), bad));
+        const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127), offset = _mm256_set1_epi32(128);
+        const __m256i bad_bits = _mm256_castps_si256(bad);
+        for (int t = 0; t < kSteps; ++t) {
+            __m256i word = _mm256_setzero_si256();
+            for (int r = 0; r < 4; ++r) {
+                __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(b + (4 * t + r) * ks), id));
+                q = _mm256_andnot_si256(bad_bits, _mm256_min_epi32(_mm256_max_epi32(q, lo), hi));
+                word = _mm256_or_si256(word, _mm256_slli_epi32(_mm256_add_epi32(q, offset), 8 * r));
+            }
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + t * kStepBytes + 32 * h), word);
+        }
+    }
+}
+#endif
+
+// ---- products: a tile of weight rows x groups of columns, over all of K ----
+struct GemmArgs {
+    const Q8Weights& w;
+    const Q8Activations& x;
+    float* c;
+    int64_t ldc;
+    Q8Output layout;
+    bool accumulate;
+};
+
+inline void store_sums(const GemmArgs& a, int64_t o, int64_t g, const float* sums) {
+    const int64_t col0 = g * kQ8Columns, n = std::min<int64_t>(kQ8Columns, a.x.columns() - col0);
+    for (int64_t j = 0; j < n; ++j) {
+        float& dst = a.layout == Q8Output::RowsByColumns ? a.c[o * a.ldc + col0 + j] : a.c[(col0 + j) * a.ldc + o];
+        dst = a.accumulate ? dst + sums[j] : sums[j];
+    }
+}
+
+void tile_scalar(const GemmArgs& a, int64_t o, int64_t g) {
+    float sums[kQ8Columns];
+    for (int j = 0; j < kQ8Columns; ++j) {
+        float f = 0.0f;
+        for (int64_t b = 0; b < a.x.k_blocks(); ++b) {
+            const uint8_t* xq = a.x.codes(g, b);
+            const int8_t* wq = reinterpret_cast<const int8_t*>(a.w.block(o, b) + 2);
+            int32_t dot = 0;
+            for (int i = 0; i < kQ8Block; ++i) dot += (int32_t(xq[code_at(j, i)]) - 128) * int32_t(wq[i]);
+            f = std::fma(float(dot), a.x.scales(g, b)[j] * a.w.scale(o, b), f);
+        }
+        sums[j] = f;
+    }
+    store_sums(a, o, g, sums);
+}
+
+#if KILN_INT8_X86
+inline int32_t load_word(const uint8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+// vpdpbusd: unsigned x signed bytes. The activations' +128 adds the weight block's offset: acc starts at minus it.
+template <int R, int G>
+KILN_AVX512 void tile_avx512(const GemmArgs& a, int64_t o, int64_t g) {
+    __m512 f[R][G];
+    for (int r = 0; r < R; ++r)
+        for (int p = 0; p < G; ++p) f[r][p] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < a.x.k_blocks(); ++b) {
+        __m512i acc[R][G];
+        const uint8_t* wq[R];
+        for (int r = 0; r < R; ++r) {
+            wq[r] = a.w.block(o + r, b) + 2;
+            const __m512i start = _mm512_set1_epi32(-a.w.offset(o + r, b));
+            for (int p = 0; p < G; ++p) acc[r][p] = start;
+        }
+        const uint8_t* xq[G];
+        for (int p = 0; p < G; ++p) xq[p] = a.x.codes(g + p, b);
+#pragma GCC unroll 8
+        for (int t = 0; t < kSteps; ++t) {
+            __m512i u[G];
+            for (int p = 0; p < G; ++p) u[p] = _mm512_loadu_si512(xq[p] + t * kStepBytes);
+            for (int r = 0; r < R; ++r) {
+                const __m512i wb = _mm512_set1_epi32(load_word(wq[r] + 4 * t));
+                for (int p = 0; p < G; ++p) acc[r][p] = _mm512_dpbusd_epi32(acc[r][p], u[p], wb);
+            }
+        }
+        for (int r = 0; r < R; ++r) {
+            const __m512 dw = _mm512_set1_ps(a.w.scale(o + r, b));
+            for (int p = 0; p < G; ++p) {
+                const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(a.x.scales(g + p, b)), dw);
+                f[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][p]), s, f[r][p]);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int p = 0; p < G; ++p) {
+            const int64_t col0 = (g + p) * kQ8Columns;
+            if (a.layout == Q8Output::RowsByColumns && col0 + kQ8Columns <= a.x.columns()) {
+                float* dst = a.c + (o + r) * a.ldc + col0;
+                _mm512_storeu_ps(dst, a.accumulate ? _mm512_add_ps(_mm512_loadu_ps(dst), f[r][p]) : f[r][p]);
+                continue;
+            }
+            alignas(64) float sums[kQ8Columns];
+            _mm512_store_ps(sums, f[r][p]);
+            store_sums(a, o + r, g + p, sums);
+        }
+}
+
+// AVX2: vpmaddubsw of |w| (unsigned) and x with w's sign (pairs summed in int16, |.| <= 2 x 128 x 127: no
+// saturation), then vpmaddwd into int32.
+template <int R>
+KILN_AVX2 void tile_avx2(const GemmArgs& a, int64_t o, int64_t g) {
+    constexpr int H = 2;  // halves of the group: 8 columns each
+    __m256 f[R][H];
+    for (int r = 0; r < R; ++r)
+        for (int h = 0; h < H; ++h) f[r][h] = _mm256_setzero_ps();
+    const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < a.x.k_blocks(); ++b) {
+        __m256i acc[R][H];
+        for (int r = 0; r < R; ++r)
+            for (int h = 0; h < H; ++h) acc[r][h] = _mm256_setzero_si256();
+        const uint8_t* xq = a.x.codes(g, b);
+        for (int t = 0; t < kSteps; ++t) {
+            __m256i sx[H];  // signed codes
+            for (int h = 0; h < H; ++h)
+                sx[h] = _mm256_xor_si256(
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * kStepBytes + 32 * h)), flip);
+            for (int r = 0; r < R; ++r) {
+                const __m256i wb = _mm256_set1_epi32(load_word(a.w.block(o + r, b) + 2 + 4 * t));
+                const __m256i wabs = _mm256_abs_epi8(wb);
+                for (int h = 0; h < H; ++h) {
+                    const __m256i pairs = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(sx[h], wb));
+                    acc[r][h] = _mm256_add_epi32(acc[r][h], _mm256_madd_epi16(pairs, ones));
+                }
+            }
+        }
+        for (int r = 0; r < R; ++r) {
+            const __m256 dw = _mm256_set1_ps(a.w.scale(o + r, b));
+            for (int h = 0; h < H; ++h) {
+                const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(a.x.scales(g, b) + 8 * h), dw);
+                f[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), s, f[r][h]);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        alignas(32) float sums[kQ8Columns];
+        for (int h = 0; h < H; ++h) _mm256_store_ps(sums + 8 * h, f[r][h]);
+        store_sums(a, o + r, g, sums);
+    }
+}
+
+using TileFn = void (*)(const GemmArgs&, int64_t, int64_t);
+constexpr TileFn kAvx512Tiles[4][3] = {{tile_avx512<1, 1>, tile_avx512<1, 2>, tile_avx512<1, 3>},
+                                       {tile_avx512<2, 1>, tile_avx512<2, 2>, tile_avx512<2, 3>},
+                                       {tile_avx512<3, 1>, tile_avx512<3, 2>, tile_avx512<3, 3>},
+                                       {tile_avx512<4, 1>, tile_avx512<4, 2>, tile_avx512<4, 3>}};
+#endif
+
+// Register blocks, weight rows x groups: AVX-512 12 int32 + 12 float accumulators of 32 registers; AVX2 4 + 4 of 16.
+struct Blocking {
+    int rows, groups;
+};
+Blocking blocking(Int8Isa isa) {
+    return isa == Int8Isa::Avx512Vnni ? Blocking{4, 3} : isa == Int8Isa::Avx2 ? Blocking{2, 1} : Blocking{1, 1};
+}
+
+void run_tile(Int8Isa isa, const GemmArgs& a, int64_t o, int rows, int64_t g, int groups) {
+#if KILN_INT8_X86
+    if (isa == Int8Isa::Avx512Vnni) return kAvx512Tiles[rows - 1][groups - 1](a, o, g);
+    if (isa == Int8Isa::Avx2) {
+        for (int64_t gg = g; gg < g + groups; ++gg) {
+            if (rows == 2) tile_avx2<2>(a, o, gg);
+            else tile_avx2<1>(a, o, gg);
+        }
+        return;
+    }
+#endif
+    (void)isa;
+    for (int r = 0; r < rows; ++r)
+        for (int64_t gg = g; gg < g + groups; ++gg) tile_scalar(a, o + r, gg);
+}
+
+std::atomic<int> forced_isa{-1};
+
+}  // namespace
+
+const char* int8_isa_name(Int8Isa isa) {
+    static const char* const names[] = {"scalar", "avx2", "avx512-vnni"};
+    return names[int(isa)];
+}
+
+bool int8_isa_available(Int8Isa isa) {
+#if KILN_INT8_X86
+    if (isa == Int8Isa::Avx512Vnni)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vnni");
+    if (isa == Int8Isa::Avx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    return isa == Int8Isa::Scalar;
+}
+
+Int8Isa int8_isa() {
+    const int forced = forced_isa.load(std::memory_order_relaxed);
+    if (forced >= 0) return Int8Isa(forced);
+    static const Int8Isa best = int8_isa_available(Int8Isa::Avx512Vnni) ? Int8Isa::Avx512Vnni
+                                : int8_isa_available(Int8Isa::Avx2)     ? Int8Isa::Avx2
+                                                                        : Int8Isa::Scalar;
+    return best;
+}
+
+void force_int8_isa(Int8Isa isa) {
+    require(int8_isa_available(isa), ErrorKind::InvalidArgument,
+            std::string("int8 products: this CPU cannot run the ") + int8_isa_name(isa) + " kernels");
+    forced_isa.store(int(isa), std::memory_order_relaxed);
+}
+
+Q8Activations::Q8Activations(int64_t k, int64_t columns, const char* op)
+    : k_blocks_(k / kQ8Block), columns_(columns), groups_((columns + kQ8Columns - 1) / kQ8Columns) {
+    check(k % kQ8Block == 0, op, "int8 products need K a multiple of 32, not " + std::to_string(k));
+    const int64_t scale_floats = groups_ * k_blocks_ * kQ8Columns;  // then the codes: 32 bytes per scale
+    storage_ = scratch_floats(std::max<int64_t>(scale_floats * 9, 1), op);
+    scales_ = storage_.get();
+    codes_ = reinterpret_cast<uint8_t*>(storage_.get() + scale_floats);
+}
+
+void Q8Activations::quantize(const float* src, int64_t column_stride, int64_t k_stride) {
+    const Int8Isa isa = int8_isa();
+    parallel_for(groups_ * k_blocks_, kGroupBytes, [&](int64_t begin, int64_t end) {
+        alignas(64) float staged[kQ8Block * kQ8Columns];
+        for (int64_t item = begin; item < end; ++item) {
+            const int64_t g = item / k_blocks_, b = item % k_blocks_;
+            const int ncols = int(std::min<int64_t>(kQ8Columns, columns_ - g * kQ8Columns));
+            const float* base = src + g * kQ8Columns * column_stride + b * kQ8Block * k_stride;
+            uint8_t* codes = codes_ + item * kGroupBytes;
+            float* scales = scales_ + item * kQ8Columns;
+            if (isa == Int8Isa::Scalar) {
+                quantize_block_scalar(base, column_stride, k_stride, ncols, codes, scales);
+                continue;
+            }
+#if KILN_INT8_X86
+            int64_t ks = k_stride;
+            if (column_stride != 1 || ncols < kQ8Columns) {  // stage as 32 rows of 16 columns, zeros past the last
+                for (int i = 0; i < kQ8Block; ++i)
+                    for (int j = 0; j < kQ8Columns; ++j)
+                        staged[i * kQ8Columns + j] = j < ncols ? base[j * column_stride + i * k_stride] : 0.0f;
+                base = staged;
+                ks = kQ8Columns;
+            }
+            if (isa == Int8Isa::Avx512Vnni) quantize_block_avx512(base, ks, codes, scales);
+            else quantize_block_avx2(base, ks, codes, scales);
+#endif
+        }
+    });
+}
+
+Q8Weights::Q8Weights(const Tensor& w, const char* op)
+    : rows_(w.rank() ? w.dim(0) : 0), k_blocks_(rows_ ? w.numel() / rows_ / kQ8Block : 0) {
+    check(w.dtype() == DType::Q8_0 && rows_ > 0 && w.numel() % (rows_ * kQ8Block) == 0, op,
+          desc("w", w) + " is not a Q8_0 weight of whole-block rows");
+    blocks_ = w.blocks();
+    storage_ = scratch_floats(std::max<int64_t>(2 * rows_ * k_blocks_, 1), op);
+    float* scales = storage_.get();
+    int32_t* offsets = reinterpret_cast<int32_t*>(storage_.get() + rows_ * k_blocks_);
+    parallel_for(rows_, k_blocks_ * 34, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin * k_blocks_; i < end * k_blocks_; ++i) {
+            const uint8_t* blk = blocks_ + i * 34;
+            scales[i] = half_to_float(uint16_t(blk[0] | (blk[1] << 8)));
+            int32_t sum = 0;
+            for (int j = 0; j < kQ8Block; ++j) sum += int8_t(blk[2 + j]);
+            offsets[i] = 128 * sum;
+        }
+    });
+    offsets_ = offsets;
+}
+
+void q8_gemm(const Q8Weights& w, const Q8Activations& x, float* c, int64_t ldc, Q8Output layout, bool accumulate) {
+    check(w.k_blocks() == x.k_blocks(), "q8_gemm", "weights and activations of different K");
+    const Int8Isa isa = int8_isa();
+    const Blocking blk = blocking(isa);
+    const GemmArgs args{w, x, c, ldc, layout, accumulate};
+    // Items: a tile of rows x a panel of columns (its codes stay in cache while the rows go by).
+    const int64_t group_bytes = std::max<int64_t>(x.k_blocks() * kGroupBytes, 1);
+    const int64_t panel = std::max<int64_t>(1, kPanelBytes / group_bytes / blk.groups) * blk.groups;
+    const int64_t panels = (x.groups() + panel - 1) / panel, row_tiles = (w.rows() + blk.rows - 1) / blk.rows;
+    parallel_for(panels * row_tiles, blk.rows * panel * group_bytes, [&](int64_t begin, int64_t end) {
+        for (int64_t item = begin; item < end; ++item) {
+            const int64_t g0 = (item / row_tiles) * panel, o = (item % row_tiles) * blk.rows;
+            const int rows = int(std::min<int64_t>(blk.rows, w.rows() - o));
+            const int64_t g1 = std::min(x.groups(), g0 + panel);
+            for (int64_t g = g0; g < g1; g += blk.groups)
+                run_tile(isa, args, o, rows, g, int(std::min<int64_t>(blk.groups, g1 - g)));
+        }
+    });
+}
+
+}  // namespace kiln::ops::detail
