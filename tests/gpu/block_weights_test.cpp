@@ -245,6 +245,7 @@ TEST_P(BlockWeights, RecordedCallsReplay) {
 // Bound: linear's with k the widest input, over the sum of the five.
 TEST_P(BlockWeights, ManyProductsInOneRecordedCall) {
     Backend& gpu = this->gpu();
+    const ops::ScopedCpuQ8Products exact(ops::CpuQ8Products::Dequantize);  // CPU references: not int8
     const int64_t rows = 3, out = 33;
     const std::vector<std::pair<int64_t, DType>> layers = {
         {64, DType::Q8_0}, {256, DType::Q4_K}, {96, DType::Q4_0}, {512, DType::Q8_0}, {32, DType::Q4_1}};
@@ -284,6 +285,7 @@ TEST_P(BlockWeights, ManyProductsInOneRecordedCall) {
 // filters of two formats follow each other in one call. Bound: conv2d's (k = cin * 9), its sums over both.
 TEST_P(BlockWeights, RecordedConvolutionsReplay) {
     Backend& gpu = this->gpu();
+    const ops::ScopedCpuQ8Products exact(ops::CpuQ8Products::Dequantize);  // CPU references: not int8
     const int64_t cin = 256, cout = 7;
     const Tensor w1 = blocks({cout, cin, 3, 3}, 51, DType::Q8_0), w2 = blocks({cout, cin, 3, 3}, 52, DType::Q4_K);
     const Tensor w1d = w1.to_device(gpu, DType::Q8_0), w2d = w2.to_device(gpu, DType::Q4_K);
