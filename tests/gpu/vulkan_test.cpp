@@ -244,7 +244,10 @@ TEST(VulkanProducts, TiledAndDirectKernelsAgree) {
 // possibly truncating (2^-23 per addition rather than 2^-24): (K + 2)(2^-24 + 2^-23) S, then each rounds its
 // sum to float16 once (2^-11 S each). Attention's products (scores into float32, probabilities rounded to
 // float16 for the weighted sum) are checked against the CPU by tests/gpu on a GPU with these units.
-// Runs only on devices that have them (not lavapipe).
+// Runs only on devices that have them (not lavapipe). Where they run the KHR build, every variant under
+// measurement (gemm_coop_variants.glsl) too; "f16acc" sums in float16, each addition rounding (or truncating)
+// to 2^-10 of a partial sum at most S: (K + 2) 2^-10 S in place of the float32 sums' term. Two slices of k
+// make slices of 32 k that are not multiples of 64 (k64's step).
 TEST(VulkanProducts, MatrixUnitsAgreeWithDirect) {
     KILN_VULKAN_OR_SKIP(gpu);
     auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
@@ -253,20 +256,31 @@ TEST(VulkanProducts, MatrixUnitsAgreeWithDirect) {
     const P was = vk.products();
     auto fill = [](Shape s, uint32_t seed) { return uniform_values(std::move(s), seed).converted(DType::F16).to_f32(); };
     const int was_split = vk.split_k();
+    const std::string was_variant = vk.matrix_variant().empty() ? "base" : vk.matrix_variant().substr(1);
+    std::vector<std::string> variants{"base"};
+    if (vk.physical().matrix_khr)
+        for (const std::string& v : vulkan::matrix_variants())
+            if (v != "f16acc" || vulkan::khr_float16_sums(vk.physical())) variants.push_back(v);
     auto both = [&](const std::function<Tensor(P)>& run, const Tensor& scale, double k, const char* what) {
         vk.set_split_k(1);
         const Tensor direct = run(P::Direct);
-        for (int slices : {1, 3}) {
-            vk.set_split_k(slices);
-            const Tensor matrix = run(P::Matrix);
-            double worst = 0;
+        for (const std::string& variant : variants) {
+            vk.set_matrix_variant(variant);
             const double u = std::ldexp(1.0, -24), us = std::ldexp(1.0, -11);
-            for (int64_t i = 0; i < scale.numel(); ++i)
-                worst = std::max(worst, std::fabs(double(matrix[i]) - direct[i]) /
-                                            ((k + 2) * 3 * u * scale[i] + 2 * us * scale[i] + 1e-30));
-            EXPECT_LE(worst, 1.0) << what << ", " << slices << " slices";
-            std::printf("[ vulkan ] %s: matrix units (%d slices of k) vs direct, err/bound %.3f\n", what, slices, worst);
+            const double sums = variant == "f16acc" ? 2 * us : 3 * u;
+            for (int slices : {1, 2, 3}) {
+                vk.set_split_k(slices);
+                const Tensor matrix = run(P::Matrix);
+                double worst = 0;
+                for (int64_t i = 0; i < scale.numel(); ++i)
+                    worst = std::max(worst, std::fabs(double(matrix[i]) - direct[i]) /
+                                                ((k + 2) * sums * scale[i] + 2 * us * scale[i] + 1e-30));
+                EXPECT_LE(worst, 1.0) << what << ", " << slices << " slices, variant " << variant;
+                std::printf("[ vulkan ] %s: matrix units (%s, %d slices of k) vs direct, err/bound %.3f\n", what,
+                            variant.c_str(), slices, worst);
+            }
         }
+        vk.set_matrix_variant(was_variant);
     };
     for (auto [rows, in, out] : {std::tuple{1, 16, 16}, {130, 70, 135}, {300, 320, 257}}) {
         const Tensor x = fill({1, rows, in}, 1), w = fill({out, in}, 2), b = fill({out}, 3), abs_b = abs_of(b);
@@ -490,6 +504,39 @@ TEST(VulkanMatrixKernels, KhrKernelsEmbeddedWhereExpected) {
         if (!embedded) GTEST_SKIP() << "built without glslang 13+ (set KILN_EXPECT_VULKAN_KHR=1 to require it)";
     }
     EXPECT_TRUE(embedded) << "the VK_KHR_cooperative_matrix kernels are missing from this build (KILN_GLSLANG)";
+    // The variants under measurement (KILN_VULKAN_COOP): every listed name's four kernels, and no others.
+    for (const std::string& v : vulkan::matrix_variants())
+        for (const char* base : {"matmul", "matmul_scores", "matmul_pv", "conv2d"})
+            EXPECT_TRUE(vulkan::embedded_kernel((std::string(base) + "_coopk_" + v + "_f16").c_str())) << base << " " << v;
+    int coopk = 0;
+    for (const vulkan::SpirvKernel& k : vulkan::spirv_kernels()) coopk += std::string(k.name).find("_coopk_") != std::string::npos;
+    EXPECT_EQ(coopk, 4 * int(1 + vulkan::matrix_variants().size()));
+}
+
+// KILN_VULKAN_COOP's names (VulkanBackend::set_matrix_variant): "base" and each listed variant are taken on any
+// device (one without matrix units runs none of them), any other name is an InvalidArgument naming the setting.
+TEST(VulkanSettings, MatrixVariantNames) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    const std::string was = vk.matrix_variant().empty() ? "base" : vk.matrix_variant().substr(1);
+    vk.set_matrix_variant("base");
+    EXPECT_EQ(vk.matrix_variant(), "");
+    if (!vk.physical().matrix_products) {
+        for (const std::string& v : vulkan::matrix_variants()) {
+            vk.set_matrix_variant(v);
+            EXPECT_EQ(vk.matrix_variant(), "_" + v);
+        }
+    }
+    for (const char* bad : {"k32", "K64", " base", "coop"}) {
+        try {
+            vk.set_matrix_variant(bad);
+            ADD_FAILURE() << bad << " was taken";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_COOP"), std::string::npos) << e.what();
+        }
+    }
+    vk.set_matrix_variant(was);
 }
 #endif
 

@@ -78,3 +78,17 @@ set(KILN_VULKAN_KERNELS
   "timestep_embedding_f32|timestep_embedding.comp"
   "timestep_embedding_f16|timestep_embedding.comp|T_F16"
 )
+# The matrix-unit variants under measurement (gemm_coop_variants.glsl, issue 23): "name|DEFINE", each built
+# as the four "_coopk_" kernels, "matmul_coopk_<name>_f16" and so on; KILN_VULKAN_COOP=<name> runs them
+# (vulkan_backend.cpp lists the same names).
+foreach(variant "k64|COOP_K64" "sg4|COOP_SG4" "db|COOP_DB" "f16sh|COOP_SH_F16" "v2sh|COOP_SH_F16V2"
+                "f16acc|COOP_F16_SUMS")
+  string(REPLACE "|" ";" variant "${variant}")
+  list(GET variant 0 v)
+  list(GET variant 1 d)
+  list(APPEND KILN_VULKAN_KERNELS
+    "matmul_coopk_${v}_f16|matmul.comp|COOP,COOP_KHR,COOP_VARIANT,${d},A_F16,B_F16,C_F16"
+    "matmul_scores_coopk_${v}_f16|matmul.comp|COOP,COOP_KHR,COOP_VARIANT,${d},A_F16,B_F16"
+    "matmul_pv_coopk_${v}_f16|matmul.comp|COOP,COOP_KHR,COOP_VARIANT,${d},B_F16,C_F16"
+    "conv2d_coopk_${v}_f16|conv2d.comp|COOP,COOP_KHR,COOP_VARIANT,${d},T_F16")
+endforeach()

@@ -50,7 +50,8 @@ struct MatrixUnits {
     bool products = false, khr = false, subgroup_32 = false;
 };
 
-bool khr_shape(const Api& a, VkPhysicalDevice h) {
+// sums: the accumulators' type, float32 for gemm_coop.glsl (float16 for a variant under measurement).
+bool khr_shape(const Api& a, VkPhysicalDevice h, VkComponentTypeKHR sums = VK_COMPONENT_TYPE_FLOAT32_KHR) {
     if (!a.vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR) return false;
     uint32_t n = 0;
     if (a.vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR(h, &n, nullptr) != VK_SUCCESS) return false;
@@ -58,8 +59,8 @@ bool khr_shape(const Api& a, VkPhysicalDevice h) {
     if (a.vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR(h, &n, shapes.data()) != VK_SUCCESS) return false;
     for (const VkCooperativeMatrixPropertiesKHR& m : shapes)
         if (m.MSize == 16 && m.NSize == 16 && m.KSize == 16 && m.AType == VK_COMPONENT_TYPE_FLOAT16_KHR &&
-            m.BType == VK_COMPONENT_TYPE_FLOAT16_KHR && m.CType == VK_COMPONENT_TYPE_FLOAT32_KHR &&
-            m.ResultType == VK_COMPONENT_TYPE_FLOAT32_KHR && m.scope == VK_SCOPE_SUBGROUP_KHR && !m.saturatingAccumulation)
+            m.BType == VK_COMPONENT_TYPE_FLOAT16_KHR && m.CType == sums &&
+            m.ResultType == sums && m.scope == VK_SCOPE_SUBGROUP_KHR && !m.saturatingAccumulation)
             return true;
     return false;
 }
@@ -118,6 +119,10 @@ MatrixUnits matrix_units(const Api& a, VkPhysicalDevice h, bool fp16_storage) {
 std::string mib(uint64_t bytes) { return std::to_string((bytes + (1 << 19)) >> 20) + " MiB"; }
 
 }  // namespace
+
+bool khr_float16_sums(const PhysicalDevice& d) {
+    return d.matrix_khr && khr_shape(api(), d.handle, VK_COMPONENT_TYPE_FLOAT16_KHR);
+}
 
 std::string matrix_extension_from_env(const char* value) {
     const std::string s = value ? value : "";

@@ -35,6 +35,10 @@ struct PhysicalDevice {
 // is an InvalidArgument naming it.
 std::string matrix_extension_from_env(const char* value);
 
+// Whether the device's VK_KHR_cooperative_matrix offers 16x16x16 float16 products with float16 sums (the
+// "f16acc" variant under measurement, gemm_coop_variants.glsl).
+bool khr_float16_sums(const PhysicalDevice& d);
+
 // Usable devices; why collects why the others (or all) are not.
 std::vector<PhysicalDevice> physical_devices(std::string* why);
 

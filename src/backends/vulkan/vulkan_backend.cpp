@@ -5,6 +5,7 @@
 #include <cstring>
 #include <iterator>
 
+#include "backends/vulkan/spirv_table.h"
 #include "backends/vulkan/vulkan_device_ops.h"
 #include "kiln/error.h"
 #include "ops/flop_tally.h"
@@ -66,6 +67,36 @@ VulkanBackend::Q8Products q8_products_from_env(const char* value) {
     fail(ErrorKind::InvalidArgument, "KILN_VULKAN_Q8=" + v + ": expected transient or fused");
 }
 
+const std::vector<std::string>& matrix_variants() {
+    static const std::vector<std::string> names{"k64", "sg4", "db", "f16sh", "v2sh", "f16acc"};  // kernels.cmake's
+    return names;
+}
+
+void VulkanBackend::set_matrix_variant(const std::string& name) {
+    const std::string setting = "KILN_VULKAN_COOP=" + name;
+    if (name.empty() || name == "base") {
+        matrix_variant_.clear();
+        return;
+    }
+    const auto& names = matrix_variants();
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+        std::string list = "base";
+        for (const std::string& n : names) list += ", " + n;
+        fail(ErrorKind::InvalidArgument, setting + ": expected one of " + list);
+    }
+    const std::string device = physical_.properties.deviceName;
+    if (physical_.matrix_products) {
+        require(physical_.matrix_khr, ErrorKind::InvalidArgument,
+                setting + ": the variants are VK_KHR_cooperative_matrix kernels, and " + device +
+                    " runs the VK_NV_cooperative_matrix build");
+        require(embedded_kernel(("matmul_coopk_" + name + "_f16").c_str()), ErrorKind::Unsupported,
+                setting + ": this build has no such kernels");
+        require(name != "f16acc" || khr_float16_sums(physical_), ErrorKind::Unsupported,
+                setting + ": " + device + " offers no 16x16x16 float16 products with float16 sums");
+    }
+    matrix_variant_ = "_" + name;
+}
+
 VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physical_(physical), index_(index) {
     const char* sync = std::getenv("KILN_VULKAN_SYNC_OPS");
     sync_ops_ = sync && std::string(sync) == "1";
@@ -76,6 +107,7 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
     split_k_ = split_k_from_env(std::getenv("KILN_VULKAN_SPLIT_K"));
     attention_ = attention_from_env(std::getenv("KILN_VULKAN_ATTENTION"));
     q8_products_ = q8_products_from_env(std::getenv("KILN_VULKAN_Q8"));
+    if (const char* v = std::getenv("KILN_VULKAN_COOP")) set_matrix_variant(v);
     const Api& a = api();
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};

@@ -111,6 +111,13 @@ public:
     enum class Q8Products { Transient, Fused };
     Q8Products q8_products() const { return q8_products_; }
     void set_q8_products(Q8Products q) { q8_products_ = q; }
+    // The matrix-unit kernels under measurement (issue 23): "" runs gemm_coop.glsl (the default), "_<name>" one of
+    // gemm_coop_variants.glsl's (kernels "matmul_coopk_<name>_f16" ...; matrix_variants() lists the names).
+    // KILN_VULKAN_COOP=base|<name> sets it; tests switch with set_matrix_variant. Only VK_KHR_cooperative_matrix
+    // builds have variants: on a device whose matrix units run the NV build, a variant is an InvalidArgument;
+    // on one without matrix units it changes nothing (no product runs there).
+    const std::string& matrix_variant() const { return matrix_variant_; }
+    void set_matrix_variant(const std::string& name);  // "base" or a listed name, else InvalidArgument
     // Inside run_recorded's recording nothing may wait for the device (so nothing is timed there).
     bool recording_call() const { return capturing_; }
     // Submits what is recorded and waits for it.
@@ -157,6 +164,7 @@ private:
     int split_k_ = 0;
     Attention attention_ = Attention::Products;
     Q8Products q8_products_ = Q8Products::Transient;
+    std::string matrix_variant_;
     int64_t recorded_ = 0;  // commands in the buffer since the last submit
     // Host-visible memory that uploads are staged through and downloads come back in.
     VkBuffer staging_ = VK_NULL_HANDLE;
@@ -187,6 +195,8 @@ VulkanBackend::Products products_from_env(const char* value, bool runs_on_cpu);
 // KILN_VULKAN_ATTENTION (unset: Products).
 VulkanBackend::Attention attention_from_env(const char* value);
 VulkanBackend::Q8Products q8_products_from_env(const char* value);
+// The names of gemm_coop_variants.glsl's variants, as kernels.cmake builds them (not "base").
+const std::vector<std::string>& matrix_variants();
 int split_k_from_env(const char* value);
 
 }  // namespace kiln::vulkan

@@ -170,9 +170,11 @@ constexpr int kLarge = 0, kSmall = 1, kMatrix = 2, kDirect = 3;
 void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const ProductRun& run) const {
     using P = VulkanBackend::Products;
     matrix = matrix && backend_.physical().matrix_products;
-    // The matrix build through VK_KHR_cooperative_matrix is the "_coopk" kernel, through the NV extension "_coop".
+    // The matrix build through VK_KHR_cooperative_matrix is the "_coopk" kernel (or "_coopk_<name>", a variant
+    // under measurement: VulkanBackend::matrix_variant), through the NV extension "_coop".
+    const std::string khr = "_coopk" + backend_.matrix_variant();
     auto go = [&](int b) {
-        run(b == kMatrix && backend_.physical().matrix_khr ? "_coopk" : kBuilds[b].variant, kBuilds[b].tile);
+        run(b == kMatrix && backend_.physical().matrix_khr ? khr.c_str() : kBuilds[b].variant, kBuilds[b].tile);
     };
     switch (backend_.products()) {
         case P::Direct: return go(kDirect);

@@ -86,7 +86,7 @@ VkPipeline VulkanKernels::pipeline(const std::string& kernel) {
     info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
     info.stage.module = module;
     info.stage.pName = "main";
-    // gemm_coop.glsl splits its 256 threads into 8 subgroups of 32.
+    // gemm_coop.glsl splits its 256 threads into 8 subgroups of 32 (its variants, 128 or 256 into 4 or 8).
     VkPipelineShaderStageRequiredSubgroupSizeCreateInfoEXT subgroup_32{
         VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO_EXT};
     subgroup_32.requiredSubgroupSize = 32;

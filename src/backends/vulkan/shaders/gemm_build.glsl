@@ -1,9 +1,12 @@
 // The build of a product kernel, chosen by its defines (kernels.cmake): COOP, matrix units
-// (gemm_coop.glsl); DIRECT, no shared memory, for devices that run on the CPU; SMALL, 64x64 tiles; else
+// (gemm_coop.glsl, or with COOP_VARIANT one of gemm_coop_variants.glsl's); DIRECT, no shared memory, for
+// devices that run on the CPU; SMALL, 64x64 tiles; else
 // 128x128 tiles. Each provides gemm(m0, n0, M, N, k_begin, K, a_k_fast, b_k_fast), the sum over k in
 // [k_begin, K) for the tile at (m0, n0), and TILE, its size; the including shader defines load_a, load_b and
 // store_c first, and partial(m, n, slice) for sum_slices.
-#if defined(COOP)
+#if defined(COOP) && defined(COOP_VARIANT)
+#include "gemm_coop_variants.glsl"
+#elif defined(COOP)
 #include "gemm_coop.glsl"
 #else
 #if defined(DIRECT)

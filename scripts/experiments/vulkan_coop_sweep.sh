@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Issue 23: the matrix-unit kernel variants (gemm_coop_variants.glsl, KILN_VULKAN_COOP) timed and tested in one
+# GPU call. Stage here (docs/VULKAN.md, "Variants under measurement"), then on the GPU machine:
+#   scripts/experiments/vulkan_coop_sweep.sh [variants...]      (default: base and every variant)
+# One line per measurement: "products <variant> <shape> ...": kiln_vulkan_products_bench's matrix-unit column
+# (base also gives the 128x128 FMA tiles beside it); "unet <variant> matrix|measured ...": one SD 1.5 UNet call,
+# batch 2, 64x64 latents, fp16, forced onto the matrix units or with each shape's measured choice; then
+# "tests <variant> ...": the tail of kiln_gpu_tests' Vulkan tests forced onto the variant (f16acc: only the
+# product tests, whose bound allows its float16 sums; the others' bounds are for float32 sums).
+# Budget: under 6 minutes on an H200. Estimate from docs/VULKAN.md's figures: each kiln bench is ~10 s of
+# synthetic weights and set-up plus 7 calls of ~0.15 s; each products bench ~5 s; so ~14 x 13 + 7 x 5 = ~220 s
+# of benches, then the test runs side by side (their work is mostly the CPU's references) in what is left.
+# Anything that would run past the budget is skipped with a line saying so.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+run=${KILN_SWEEP_RUN:-scripts/run-on-device.sh}  # (a stand-in for trying the script elsewhere)
+variants=("$@")
+[ ${#variants[@]} -gt 0 ] || variants=(base k64 sg4 db f16sh v2sh f16acc)
+start=$SECONDS
+budget=${KILN_SWEEP_BUDGET_S:-340}       # seconds for everything
+bench_budget=${KILN_SWEEP_BENCH_S:-250}  # no bench starts after this many
+left() { echo $((budget - (SECONDS - start))); }
+out=$(mktemp -d)
+
+echo "sweep: variants ${variants[*]}; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+# Unpacks the stage, the fixtures and the Vulkan loader first (run-on-device.sh), and says which extension runs
+# the matrix units: the variants need VK_KHR_cooperative_matrix.
+$run kiln info --devices 2>&1 | grep -i vulkan | sed 's/^/sweep: /'
+for v in "${variants[@]}"; do
+  if [ $((SECONDS - start)) -ge "$bench_budget" ]; then echo "products $v: skipped (time budget)"; continue; fi
+  mode=matrix
+  [ "$v" = base ] && mode=f16
+  KILN_VULKAN_COOP=$v timeout 60 $run vulkan-products 0 5 "$mode" > "$out/products-$v" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || echo "products $v: exit $rc$([ $rc -eq 124 ] && echo ' (timed out at 60 s)'): $(tail -1 "$out/products-$v")"
+  grep -E '^(linear|conv3x3)' "$out/products-$v" | sed "s/^/products $v  /"
+done
+unet() {  # variant, label, KILN_VULKAN_GEMM value ("" for the measured default)
+  if [ $((SECONDS - start)) -ge "$bench_budget" ]; then echo "unet $1 $2: skipped (time budget)"; return; fi
+  KILN_VULKAN_COOP=$1 KILN_VULKAN_GEMM=$3 timeout 60 $run kiln bench --arch sd15 --suite unet --batch 2 \
+    --device vulkan --warmup 2 --repeats 5 > "$out/unet-$1-$2" 2>&1
+  local rc=$? row
+  row=$(grep -E '^unet ' "$out/unet-$1-$2")
+  if [ -n "$row" ]; then
+    echo "$row" | awk -v v="$1" -v l="$2" '{ printf "unet %-6s %-8s median %s ms (min %s, max %s)  %s TFLOP/s\n", v, l, $3, $4, $5, $9 }'
+  else
+    echo "unet $1 $2: exit $rc$([ $rc -eq 124 ] && echo ' (timed out at 60 s)'): $(tail -1 "$out/unet-$1-$2")"
+  fi
+}
+for v in "${variants[@]}"; do unet "$v" matrix matrix; done
+for v in "${variants[@]}"; do unet "$v" measured ""; done
+
+# The tests side by side, each with its own pipeline cache and two OpenMP threads, so that they neither share
+# a cache file being written nor take all the cores; whatever is still running at the budget is stopped.
+limit=$(( $(left) - 5 ))
+if [ "$limit" -lt 30 ]; then
+  echo "tests: skipped (time budget: ${limit} s left)"
+else
+  for v in "${variants[@]}"; do
+    filter='*Vulkan*:*vulkan*'
+    [ "$v" = f16acc ] && filter='VulkanProducts.*'
+    mkdir -p "$out/cache-$v"
+    KILN_VULKAN_COOP=$v KILN_VULKAN_GEMM=matrix KILN_EXPECT_VULKAN=1 KILN_VULKAN_CACHE_DIR="$out/cache-$v" \
+      OMP_NUM_THREADS=2 timeout "$limit" $run gpu-tests "$filter" > "$out/tests-$v" 2>&1 &
+  done
+  wait
+  for v in "${variants[@]}"; do
+    tail_line=$(grep -E '^\[  PASSED  \]|FAILED TESTS?$' "$out/tests-$v" | tail -1)
+    failed=$(grep -E '^\[  FAILED  \] [A-Za-z]' "$out/tests-$v" | sed 's/^\[  FAILED  \] //; s/[ ,] *(.*//; s/, where.*//' | sort -u | tr '\n' ' ')
+    echo "tests $v (KILN_VULKAN_GEMM=matrix): ${tail_line:-no summary ($(tail -1 "$out/tests-$v"); stopped at ${limit} s?)}${failed:+; failed: $failed}"
+  done
+fi
+echo "sweep: $((SECONDS - start)) s; logs in $out"

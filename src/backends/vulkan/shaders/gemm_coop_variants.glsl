@@ -1,0 +1,241 @@
+// Variants of gemm_coop.glsl's matrix-unit tile, under measurement (issue 23: on the H200 that kernel's
+// shared-memory matrix loads and multiply-adds run at ~56 TFLOP/s, a tenth of the tensor cores' rate). The
+// same interface (load_a / load_b / store_c, HAS_LOAD8) and the same product: float16 operands in shared
+// memory, float32 sums (but COOP_F16_SUMS), VK_KHR_cooperative_matrix only. kernels.cmake builds each as the
+// "_coopk_<name>" kernels (COOP_VARIANT and one define below); KILN_VULKAN_COOP=<name> runs it instead of
+// gemm_coop.glsl, which stays the default, unchanged, until a measurement says otherwise (docs/VULKAN.md,
+// "Variants under measurement"). Each changes one thing against gemm_coop.glsl, so the numbers say which
+// one matters:
+//   COOP_K64       k steps of 64 instead of 32: twice the matrix work between each pair of barriers (with
+//                  one or two workgroups per multiprocessor, a barrier leaves the matrix units idle).
+//   COOP_SG4       128 threads as 4 subgroups of 64x64 (4 x 4 accumulators) instead of 8 of 64x32: 8 matrix
+//                  loads from shared memory per 16 multiply-adds instead of 6 per 8, and half the warps
+//                  waiting at each barrier (the geometry of llama.cpp's large coopmat1 tiles).
+//   COOP_DB        two stages of shared memory: the next step's operands, fetched into registers during the
+//                  multiplies, are stored into the other stage after them: one barrier per k step, not two.
+//   COOP_SH_F16    shared memory as float16_t, the matrices' own component type, instead of uvec4: a driver
+//                  may load a cooperative matrix from a mismatched element type on a slow path.
+//   COOP_SH_F16V2  the same as f16vec2 (how llama.cpp types the shared memory its coopmat1 kernels load from).
+//   COOP_F16_SUMS  float16 accumulators, for measurement only, never a default: every addition rounds to
+//                  float16 (2^-11 relative instead of 2^-24) and a sum past 65504 overflows to infinity.
+// COOP_K64 and COOP_SG4 give each thread 4 groups of 8 values per operand to fetch instead of 2, so they keep
+// each group packed as float16 (4 registers) from the moment it is read, not as 8 floats until the stash:
+// 64 registers of prefetch would otherwise crowd the accumulators.
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_cooperative_matrix : require
+#define TILE 128u
+#ifdef COOP_K64
+#define TILE_K 64u
+#define K_ROW 9u  // uvec4 per row of 64 k (8, + 1 of padding against bank conflicts)
+#define KG_SHIFT 3u
+#else
+#define TILE_K 32u
+#define K_ROW 5u  // uvec4 per row of 32 k (4, + 1 of padding)
+#define KG_SHIFT 2u
+#endif
+#define KG_MASK ((1u << KG_SHIFT) - 1u)  // groups of 8 k per shared row
+#define N_ROW 17u                        // uvec4 per row of 128 n (16, + 1 of padding)
+#ifdef COOP_SG4
+#define THREADS 128u
+#define ACC_N 4u  // accumulators across n per subgroup (4 down m in every variant)
+#define SG_M(sg) (((sg) >> 1) * 64u)
+#define SG_N(sg) (((sg) & 1u) * 64u)
+#else
+#define THREADS 256u
+#define ACC_N 2u
+#define SG_M(sg) (((sg) >> 2) * 64u)
+#define SG_N(sg) (((sg) & 3u) * 32u)
+#endif
+#define PER_THREAD (TILE * TILE_K / 8u / THREADS)  // groups of 8 values per operand each thread fetches
+#if defined(COOP_K64) || defined(COOP_SG4)
+#define PACK_AT_FETCH
+#endif
+#ifdef COOP_DB
+#define STAGES 2u
+#else
+#define STAGES 1u
+#endif
+
+// Shared memory in units of SH_T; SH_E of them hold 8 float16 values (one uvec4). put() stores a uvec4 there.
+#if defined(COOP_SH_F16)
+#define SH_T float16_t
+#define SH_E 8u
+#define PUT(buf, at, v)                                                    \
+    [[unroll]] for (uint i_ = 0u; i_ < 4u; ++i_) {                         \
+        const f16vec2 h_ = unpackFloat2x16(v[i_]);                         \
+        buf[(at) * 8u + 2u * i_] = h_.x;                                   \
+        buf[(at) * 8u + 2u * i_ + 1u] = h_.y;                              \
+    }
+#elif defined(COOP_SH_F16V2)
+#define SH_T f16vec2
+#define SH_E 4u
+#define PUT(buf, at, v) [[unroll]] for (uint i_ = 0u; i_ < 4u; ++i_) buf[(at) * 4u + i_] = unpackFloat2x16(v[i_]);
+#else
+#define SH_T uvec4
+#define SH_E 1u
+#define PUT(buf, at, v) buf[at] = v;
+#endif
+#define A_STAGE (TILE * K_ROW)  // uvec4 per stage of each operand (B row-major needs TILE_K * N_ROW, less)
+shared SH_T sh_a[STAGES * A_STAGE * SH_E];
+shared SH_T sh_b[STAGES * A_STAGE * SH_E];
+void put_a(uint at, uvec4 v) { PUT(sh_a, at, v) }
+void put_b(uint at, uvec4 v) { PUT(sh_b, at, v) }
+#ifndef COOP_DB
+shared float staged[THREADS / 32u * 256u];  // one 16x16 accumulator per subgroup, for the epilogue
+#endif
+// (COOP_DB stages the accumulators in sh_a instead: its two stages and a separate staging area would take
+// exactly 48 KiB, the most many drivers allow.)
+
+#define MatA coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define MatB coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#define MatOut coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#ifdef COOP_F16_SUMS
+#define MatSum coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#define ZERO float16_t(0.0)
+#else
+#define MatSum MatOut
+#define ZERO 0.0
+#endif
+
+float a_or_0(uint m, uint k, uint M, uint K) { return (m < M && k < K) ? load_a(m, k) : 0.0; }
+float b_or_0(uint k, uint n, uint N, uint K) { return (n < N && k < K) ? load_b(k, n) : 0.0; }
+uvec4 pack8(float v[8]) {
+    return uvec4(packFloat2x16(f16vec2(v[0], v[1])), packFloat2x16(f16vec2(v[2], v[3])),
+                 packFloat2x16(f16vec2(v[4], v[5])), packFloat2x16(f16vec2(v[6], v[7])));
+}
+
+// The next k step's operands, fetched into registers while the current step multiplies, as gemm_coop.glsl.
+// Group g of an operand: A row m, k .. k+7 at shared row g >> KG_SHIFT; B likewise when its k is contiguous,
+// else B row k, n .. n+7 at shared row g / 16. A k step of 64 may run past the end of a split-K slice (slices
+// are multiples of 32): the 16-byte loads are taken only inside it (k < K), the rest read as zeros.
+uvec4 vec_a[PER_THREAD], vec_b[PER_THREAD];
+#ifndef PACK_AT_FETCH
+float one_a[PER_THREAD][8], one_b[PER_THREAD][8];
+bool is_vec_a[PER_THREAD], is_vec_b[PER_THREAD];
+#endif
+
+void fetch(uint m0, uint n0, uint k0, uint M, uint N, uint K, bool b_k_fast) {
+    [[unroll]] for (uint r = 0u; r < PER_THREAD; ++r) {
+        const uint g = gl_LocalInvocationIndex + THREADS * r;
+        const uint m = m0 + (g >> KG_SHIFT), ka = k0 + (g & KG_MASK) * 8u;
+        bool vec = false;
+#ifdef HAS_LOAD8
+        if (ka < K) vec = load_a8(m, ka, vec_a[r]);
+#endif
+        float v[8];
+        if (!vec) [[unroll]] for (uint i = 0u; i < 8u; ++i) v[i] = a_or_0(m, ka + i, M, K);
+#ifdef PACK_AT_FETCH
+        if (!vec) vec_a[r] = pack8(v);
+#else
+        is_vec_a[r] = vec;
+        one_a[r] = v;
+#endif
+        const uint n = b_k_fast ? n0 + (g >> KG_SHIFT) : n0 + (g & 15u) * 8u;
+        const uint kb = b_k_fast ? k0 + (g & KG_MASK) * 8u : k0 + (g >> 4);
+        vec = false;
+#ifdef HAS_LOAD8
+        if (kb < K) vec = load_b8(kb, n, b_k_fast, vec_b[r]);
+#endif
+        if (!vec) {
+            if (b_k_fast) {
+                [[unroll]] for (uint i = 0u; i < 8u; ++i) v[i] = b_or_0(kb + i, n, N, K);
+            } else {
+                [[unroll]] for (uint i = 0u; i < 8u; ++i) v[i] = b_or_0(kb, n + i, N, K);
+            }
+        }
+#ifdef PACK_AT_FETCH
+        if (!vec) vec_b[r] = pack8(v);
+#else
+        is_vec_b[r] = vec;
+        one_b[r] = v;
+#endif
+    }
+}
+
+void stash(uint stage, bool b_k_fast) {
+    [[unroll]] for (uint r = 0u; r < PER_THREAD; ++r) {
+        const uint g = gl_LocalInvocationIndex + THREADS * r;
+#ifdef PACK_AT_FETCH
+        const uvec4 a = vec_a[r], b = vec_b[r];
+#else
+        const uvec4 a = is_vec_a[r] ? vec_a[r] : pack8(one_a[r]), b = is_vec_b[r] ? vec_b[r] : pack8(one_b[r]);
+#endif
+        put_a(stage * A_STAGE + (g >> KG_SHIFT) * K_ROW + (g & KG_MASK), a);
+        if (b_k_fast)
+            put_b(stage * A_STAGE + (g >> KG_SHIFT) * K_ROW + (g & KG_MASK), b);
+        else
+            put_b(stage * A_STAGE + (g >> 4) * N_ROW + (g & 15u), b);
+    }
+}
+
+void gemm(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_fast, bool b_k_fast) {
+    const uint sg = gl_SubgroupID;
+    const uint wm = SG_M(sg), wn = SG_N(sg);  // this subgroup's block of the tile
+    MatSum acc[4][ACC_N];
+    [[unroll]] for (uint i = 0u; i < 4u; ++i)
+        [[unroll]] for (uint j = 0u; j < ACC_N; ++j) acc[i][j] = MatSum(ZERO);
+    fetch(m0, n0, k_begin, M, N, K, b_k_fast);
+#ifdef COOP_DB
+    stash(0u, b_k_fast);
+    barrier();
+    uint stage = 0u;
+#else
+    const uint stage = 0u;
+#endif
+    for (uint k0 = k_begin; k0 < K; k0 += TILE_K) {
+#ifndef COOP_DB
+        barrier();  // the previous step's matrix loads are done with shared memory
+        stash(stage, b_k_fast);
+        barrier();
+#endif
+        if (k0 + TILE_K < K) fetch(m0, n0, k0 + TILE_K, M, N, K, b_k_fast);
+        const uint s = stage * A_STAGE;
+        [[unroll]] for (uint kk = 0u; kk < TILE_K; kk += 16u) {
+            MatA a[4];
+            MatB b[ACC_N];
+            [[unroll]] for (uint i = 0u; i < 4u; ++i)
+                coopMatLoad(a[i], sh_a, (s + (wm + 16u * i) * K_ROW + kk / 8u) * SH_E, K_ROW * SH_E,
+                            gl_CooperativeMatrixLayoutRowMajor);
+            if (b_k_fast) {
+                [[unroll]] for (uint j = 0u; j < ACC_N; ++j)
+                    coopMatLoad(b[j], sh_b, (s + (wn + 16u * j) * K_ROW + kk / 8u) * SH_E, K_ROW * SH_E,
+                                gl_CooperativeMatrixLayoutColumnMajor);
+            } else {
+                [[unroll]] for (uint j = 0u; j < ACC_N; ++j)
+                    coopMatLoad(b[j], sh_b, (s + kk * N_ROW + (wn + 16u * j) / 8u) * SH_E, N_ROW * SH_E,
+                                gl_CooperativeMatrixLayoutRowMajor);
+            }
+            [[unroll]] for (uint i = 0u; i < 4u; ++i)
+                [[unroll]] for (uint j = 0u; j < ACC_N; ++j) acc[i][j] = coopMatMulAdd(a[i], b[j], acc[i][j]);
+        }
+#ifdef COOP_DB
+        if (k0 + TILE_K < K) stash(stage ^ 1u, b_k_fast);
+        barrier();  // this stage's loads are done, the other stage's stores visible
+        stage ^= 1u;
+#endif
+    }
+    [[unroll]] for (uint i = 0u; i < 4u; ++i)
+        [[unroll]] for (uint j = 0u; j < ACC_N; ++j) {
+#ifdef COOP_DB
+            // 16 floats a row are 4 uvec4 of sh_a; the loop's last barrier ended every read of it.
+            const uint base = sg * 64u;
+            coopMatStore(MatOut(acc[i][j]), sh_a, base, 4u, gl_CooperativeMatrixLayoutRowMajor);
+#define STAGED(e) uintBitsToFloat(sh_a[base + (e) / 4u][(e) % 4u])
+#else
+            const uint base = sg * 256u;
+            coopMatStore(MatOut(acc[i][j]), staged, base, 16u, gl_CooperativeMatrixLayoutRowMajor);
+#define STAGED(e) staged[base + (e)]
+#endif
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            for (uint e = gl_SubgroupInvocationID; e < 256u; e += gl_SubgroupSize) {
+                const uint m = m0 + wm + 16u * i + e / 16u, n = n0 + wn + 16u * j + e % 16u;
+                if (m < M && n < N) store_c(m, n, STAGED(e));
+            }
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();  // the next accumulator overwrites this one's staging
+        }
+}
