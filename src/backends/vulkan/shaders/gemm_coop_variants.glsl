@@ -14,13 +14,17 @@
 //   COOP_DB        two stages of shared memory: the next step's operands, fetched into registers during the
 //                  multiplies, are stored into the other stage after them: one barrier per k step, not two.
 //   COOP_SH_F16    shared memory as float16_t, the matrices' own component type, instead of uvec4: a driver
-//                  may load a cooperative matrix from a mismatched element type on a slow path.
-//   COOP_SH_F16V2  the same as f16vec2 (how llama.cpp types the shared memory its coopmat1 kernels load from).
+//                  may load a cooperative matrix from a mismatched element type on a slow path (llama.cpp's
+//                  coopmat1 kernels load from f16vec2).
+//   COOP_LEAN      each prefetched group of 8 values kept packed as float16 (4 registers) from the moment it
+//                  is read, not also as 8 floats until the stash: 32 registers fewer per thread. NVIDIA's own
+//                  cooperative-matrix sample is organised like gemm_coop.glsl (uvec4 shared memory padded by
+//                  16 bytes, 8 subgroups of 4 x 2 accumulators, prefetch between the barriers) but keeps only
+//                  the uvec4s; register pressure (or spills) is one difference left.
 //   COOP_F16_SUMS  float16 accumulators, for measurement only, never a default: every addition rounds to
 //                  float16 (2^-11 relative instead of 2^-24) and a sum past 65504 overflows to infinity.
-// COOP_K64 and COOP_SG4 give each thread 4 groups of 8 values per operand to fetch instead of 2, so they keep
-// each group packed as float16 (4 registers) from the moment it is read, not as 8 floats until the stash:
-// 64 registers of prefetch would otherwise crowd the accumulators.
+// COOP_K64 and COOP_SG4 fetch 4 groups per operand and thread instead of 2, so they pack as COOP_LEAN does:
+// 64 registers of floats would otherwise crowd the accumulators.
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -50,7 +54,7 @@
 #define SG_N(sg) (((sg) & 3u) * 32u)
 #endif
 #define PER_THREAD (TILE * TILE_K / 8u / THREADS)  // groups of 8 values per operand each thread fetches
-#if defined(COOP_K64) || defined(COOP_SG4)
+#if defined(COOP_K64) || defined(COOP_SG4) || defined(COOP_LEAN)
 #define PACK_AT_FETCH
 #endif
 #ifdef COOP_DB
@@ -69,10 +73,6 @@
         buf[(at) * 8u + 2u * i_] = h_.x;                                   \
         buf[(at) * 8u + 2u * i_ + 1u] = h_.y;                              \
     }
-#elif defined(COOP_SH_F16V2)
-#define SH_T f16vec2
-#define SH_E 4u
-#define PUT(buf, at, v) [[unroll]] for (uint i_ = 0u; i_ < 4u; ++i_) buf[(at) * 4u + i_] = unpackFloat2x16(v[i_]);
 #else
 #define SH_T uvec4
 #define SH_E 1u
