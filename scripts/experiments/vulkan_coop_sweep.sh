@@ -15,7 +15,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 run=${KILN_SWEEP_RUN:-scripts/run-on-device.sh}  # (a stand-in for trying the script elsewhere)
 variants=("$@")
-[ ${#variants[@]} -gt 0 ] || variants=(base k64 sg4 db f16sh lean f16acc)
+[ ${#variants[@]} -gt 0 ] || variants=(base k64 sg4 wide db f16sh lean f16acc)
 start=$SECONDS
 budget=${KILN_SWEEP_BUDGET_S:-340}       # seconds for everything
 bench_budget=${KILN_SWEEP_BENCH_S:-250}  # no bench starts after this many

@@ -68,7 +68,7 @@ VulkanBackend::Q8Products q8_products_from_env(const char* value) {
 }
 
 const std::vector<std::string>& matrix_variants() {
-    static const std::vector<std::string> names{"k64", "sg4", "db", "f16sh", "lean", "f16acc"};  // kernels.cmake's
+    static const std::vector<std::string> names{"k64", "sg4", "wide", "db", "f16sh", "lean", "f16acc"};  // kernels.cmake's
     return names;
 }
 

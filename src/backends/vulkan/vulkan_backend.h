@@ -117,6 +117,7 @@ public:
     // builds have variants: on a device whose matrix units run the NV build, a variant is an InvalidArgument;
     // on one without matrix units it changes nothing (no product runs there).
     const std::string& matrix_variant() const { return matrix_variant_; }
+    uint32_t matrix_tile_n() const { return matrix_variant_ == "_wide" ? 256 : 128; }  // its tiles: 128 x this
     void set_matrix_variant(const std::string& name);  // "base" or a listed name, else InvalidArgument
     // Inside run_recorded's recording nothing may wait for the device (so nothing is timed there).
     bool recording_call() const { return capturing_; }

@@ -11,6 +11,9 @@
 //   COOP_SG4       128 threads as 4 subgroups of 64x64 (4 x 4 accumulators) instead of 8 of 64x32: 8 matrix
 //                  loads from shared memory per 16 multiply-adds instead of 6 per 8, and half the warps
 //                  waiting at each barrier (the geometry of llama.cpp's large coopmat1 tiles).
+//   COOP_WIDE      128x256 tiles (m x n), 8 subgroups of 64x64: twice the matrix work per barrier and per
+//                  operand loaded, and the loads-per-multiply of COOP_SG4 at 8 subgroups. n is the wide side
+//                  since SD's convolutions have few output channels (m: 320 of them fill 128-row tiles better).
 //   COOP_DB        two stages of shared memory: the next step's operands, fetched into registers during the
 //                  multiplies, are stored into the other stage after them: one barrier per k step, not two.
 //   COOP_SH_F16    shared memory as float16_t, the matrices' own component type, instead of uvec4: a driver
@@ -23,14 +26,22 @@
 //                  the uvec4s; register pressure (or spills) is one difference left.
 //   COOP_F16_SUMS  float16 accumulators, for measurement only, never a default: every addition rounds to
 //                  float16 (2^-11 relative instead of 2^-24) and a sum past 65504 overflows to infinity.
-// COOP_K64 and COOP_SG4 fetch 4 groups per operand and thread instead of 2, so they pack as COOP_LEAN does:
-// 64 registers of floats would otherwise crowd the accumulators.
+// COOP_K64, COOP_SG4 and COOP_WIDE fetch 4 groups per operand and thread (of B, for WIDE) instead of 2, so
+// they pack as COOP_LEAN does: 64 registers of floats would otherwise crowd the accumulators.
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_cooperative_matrix : require
-#define TILE 128u
+#define TILE_M 128u  // gemm_build.glsl and the kernels' main() take TILE_M x TILE_N tiles
+#ifdef COOP_WIDE
+#define TILE_N 256u
+#define NG_SHIFT 5u  // groups of 8 n per row of a row-major B
+#else
+#define TILE_N 128u
+#define NG_SHIFT 4u
+#endif
+#define NG_MASK ((1u << NG_SHIFT) - 1u)
 #ifdef COOP_K64
 #define TILE_K 64u
 #define K_ROW 9u  // uvec4 per row of 64 k (8, + 1 of padding against bank conflicts)
@@ -41,20 +52,26 @@
 #define KG_SHIFT 2u
 #endif
 #define KG_MASK ((1u << KG_SHIFT) - 1u)  // groups of 8 k per shared row
-#define N_ROW 17u                        // uvec4 per row of 128 n (16, + 1 of padding)
+#define N_ROW ((TILE_N >> 3) + 1u)       // uvec4 per row of a row-major B (TILE_N / 8, + 1 of padding)
 #ifdef COOP_SG4
 #define THREADS 128u
 #define ACC_N 4u  // accumulators across n per subgroup (4 down m in every variant)
 #define SG_M(sg) (((sg) >> 1) * 64u)
 #define SG_N(sg) (((sg) & 1u) * 64u)
+#elif defined(COOP_WIDE)
+#define THREADS 256u
+#define ACC_N 4u
+#define SG_M(sg) (((sg) >> 2) * 64u)
+#define SG_N(sg) (((sg) & 3u) * 64u)
 #else
 #define THREADS 256u
 #define ACC_N 2u
 #define SG_M(sg) (((sg) >> 2) * 64u)
 #define SG_N(sg) (((sg) & 3u) * 32u)
 #endif
-#define PER_THREAD (TILE * TILE_K / 8u / THREADS)  // groups of 8 values per operand each thread fetches
-#if defined(COOP_K64) || defined(COOP_SG4) || defined(COOP_LEAN)
+#define PER_A (TILE_M * TILE_K / 8u / THREADS)  // groups of 8 values of A each thread fetches
+#define PER_B (TILE_N * TILE_K / 8u / THREADS)  // and of B
+#if defined(COOP_K64) || defined(COOP_SG4) || defined(COOP_LEAN) || defined(COOP_WIDE)
 #define PACK_AT_FETCH
 #endif
 #ifdef COOP_DB
@@ -78,9 +95,10 @@
 #define SH_E 1u
 #define PUT(buf, at, v) buf[at] = v;
 #endif
-#define A_STAGE (TILE * K_ROW)  // uvec4 per stage of each operand (B row-major needs TILE_K * N_ROW, less)
+#define A_STAGE (TILE_M * K_ROW)  // uvec4 per stage of A
+#define B_STAGE (TILE_N * K_ROW)  // and of B (a row-major B needs TILE_K * N_ROW, less)
 shared SH_T sh_a[STAGES * A_STAGE * SH_E];
-shared SH_T sh_b[STAGES * A_STAGE * SH_E];
+shared SH_T sh_b[STAGES * B_STAGE * SH_E];
 void put_a(uint at, uvec4 v) { PUT(sh_a, at, v) }
 void put_b(uint at, uvec4 v) { PUT(sh_b, at, v) }
 #ifndef COOP_DB
@@ -109,23 +127,23 @@ uvec4 pack8(float v[8]) {
 
 // The next k step's operands, fetched into registers while the current step multiplies, as gemm_coop.glsl.
 // Group g of an operand: A row m, k .. k+7 at shared row g >> KG_SHIFT; B likewise when its k is contiguous,
-// else B row k, n .. n+7 at shared row g / 16. A k step of 64 may run past the end of a split-K slice (slices
+// else B row k, n .. n+7 at shared row g >> NG_SHIFT. A k step of 64 may run past the end of a split-K slice (slices
 // are multiples of 32): the 16-byte loads are taken only inside it (k < K), the rest read as zeros.
-uvec4 vec_a[PER_THREAD], vec_b[PER_THREAD];
+uvec4 vec_a[PER_A], vec_b[PER_B];
 #ifndef PACK_AT_FETCH
-float one_a[PER_THREAD][8], one_b[PER_THREAD][8];
-bool is_vec_a[PER_THREAD], is_vec_b[PER_THREAD];
+float one_a[PER_A][8], one_b[PER_B][8];
+bool is_vec_a[PER_A], is_vec_b[PER_B];
 #endif
 
 void fetch(uint m0, uint n0, uint k0, uint M, uint N, uint K, bool b_k_fast) {
-    [[unroll]] for (uint r = 0u; r < PER_THREAD; ++r) {
+    float v[8];
+    [[unroll]] for (uint r = 0u; r < PER_A; ++r) {
         const uint g = gl_LocalInvocationIndex + THREADS * r;
         const uint m = m0 + (g >> KG_SHIFT), ka = k0 + (g & KG_MASK) * 8u;
         bool vec = false;
 #ifdef HAS_LOAD8
         if (ka < K) vec = load_a8(m, ka, vec_a[r]);
 #endif
-        float v[8];
         if (!vec) [[unroll]] for (uint i = 0u; i < 8u; ++i) v[i] = a_or_0(m, ka + i, M, K);
 #ifdef PACK_AT_FETCH
         if (!vec) vec_a[r] = pack8(v);
@@ -133,9 +151,12 @@ void fetch(uint m0, uint n0, uint k0, uint M, uint N, uint K, bool b_k_fast) {
         is_vec_a[r] = vec;
         one_a[r] = v;
 #endif
-        const uint n = b_k_fast ? n0 + (g >> KG_SHIFT) : n0 + (g & 15u) * 8u;
-        const uint kb = b_k_fast ? k0 + (g & KG_MASK) * 8u : k0 + (g >> 4);
-        vec = false;
+    }
+    [[unroll]] for (uint r = 0u; r < PER_B; ++r) {
+        const uint g = gl_LocalInvocationIndex + THREADS * r;
+        const uint n = b_k_fast ? n0 + (g >> KG_SHIFT) : n0 + (g & NG_MASK) * 8u;
+        const uint kb = b_k_fast ? k0 + (g & KG_MASK) * 8u : k0 + (g >> NG_SHIFT);
+        bool vec = false;
 #ifdef HAS_LOAD8
         if (kb < K) vec = load_b8(kb, n, b_k_fast, vec_b[r]);
 #endif
@@ -156,18 +177,26 @@ void fetch(uint m0, uint n0, uint k0, uint M, uint N, uint K, bool b_k_fast) {
 }
 
 void stash(uint stage, bool b_k_fast) {
-    [[unroll]] for (uint r = 0u; r < PER_THREAD; ++r) {
+    [[unroll]] for (uint r = 0u; r < PER_A; ++r) {
         const uint g = gl_LocalInvocationIndex + THREADS * r;
 #ifdef PACK_AT_FETCH
-        const uvec4 a = vec_a[r], b = vec_b[r];
+        const uvec4 a = vec_a[r];
 #else
-        const uvec4 a = is_vec_a[r] ? vec_a[r] : pack8(one_a[r]), b = is_vec_b[r] ? vec_b[r] : pack8(one_b[r]);
+        const uvec4 a = is_vec_a[r] ? vec_a[r] : pack8(one_a[r]);
 #endif
         put_a(stage * A_STAGE + (g >> KG_SHIFT) * K_ROW + (g & KG_MASK), a);
+    }
+    [[unroll]] for (uint r = 0u; r < PER_B; ++r) {
+        const uint g = gl_LocalInvocationIndex + THREADS * r;
+#ifdef PACK_AT_FETCH
+        const uvec4 b = vec_b[r];
+#else
+        const uvec4 b = is_vec_b[r] ? vec_b[r] : pack8(one_b[r]);
+#endif
         if (b_k_fast)
-            put_b(stage * A_STAGE + (g >> KG_SHIFT) * K_ROW + (g & KG_MASK), b);
+            put_b(stage * B_STAGE + (g >> KG_SHIFT) * K_ROW + (g & KG_MASK), b);
         else
-            put_b(stage * A_STAGE + (g >> 4) * N_ROW + (g & 15u), b);
+            put_b(stage * B_STAGE + (g >> NG_SHIFT) * N_ROW + (g & NG_MASK), b);
     }
 }
 
@@ -192,7 +221,7 @@ void gemm(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_fast,
         barrier();
 #endif
         if (k0 + TILE_K < K) fetch(m0, n0, k0 + TILE_K, M, N, K, b_k_fast);
-        const uint s = stage * A_STAGE;
+        const uint s = stage * A_STAGE, sb = stage * B_STAGE;
         [[unroll]] for (uint kk = 0u; kk < TILE_K; kk += 16u) {
             MatA a[4];
             MatB b[ACC_N];
@@ -201,11 +230,11 @@ void gemm(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_fast,
                             gl_CooperativeMatrixLayoutRowMajor);
             if (b_k_fast) {
                 [[unroll]] for (uint j = 0u; j < ACC_N; ++j)
-                    coopMatLoad(b[j], sh_b, (s + (wn + 16u * j) * K_ROW + kk / 8u) * SH_E, K_ROW * SH_E,
+                    coopMatLoad(b[j], sh_b, (sb + (wn + 16u * j) * K_ROW + kk / 8u) * SH_E, K_ROW * SH_E,
                                 gl_CooperativeMatrixLayoutColumnMajor);
             } else {
                 [[unroll]] for (uint j = 0u; j < ACC_N; ++j)
-                    coopMatLoad(b[j], sh_b, (s + kk * N_ROW + (wn + 16u * j) / 8u) * SH_E, N_ROW * SH_E,
+                    coopMatLoad(b[j], sh_b, (sb + kk * N_ROW + (wn + 16u * j) / 8u) * SH_E, N_ROW * SH_E,
                                 gl_CooperativeMatrixLayoutRowMajor);
             }
             [[unroll]] for (uint i = 0u; i < 4u; ++i)
