@@ -75,6 +75,9 @@
 #define PACK_AT_FETCH
 #endif
 #ifdef COOP_DB
+#if defined(COOP_K64) || defined(COOP_WIDE) || defined(COOP_SH_F16)
+#error "COOP_DB: two stages of k64 or wide tiles pass 48 KiB; its staging reads sh_a as uvec4"
+#endif
 #define STAGES 2u
 #else
 #define STAGES 1u
@@ -127,8 +130,8 @@ uvec4 pack8(float v[8]) {
 
 // The next k step's operands, fetched into registers while the current step multiplies, as gemm_coop.glsl.
 // Group g of an operand: A row m, k .. k+7 at shared row g >> KG_SHIFT; B likewise when its k is contiguous,
-// else B row k, n .. n+7 at shared row g >> NG_SHIFT. A k step of 64 may run past the end of a split-K slice (slices
-// are multiples of 32): the 16-byte loads are taken only inside it (k < K), the rest read as zeros.
+// else B row k, n .. n+7 at shared row g >> NG_SHIFT. A k step of 64 may run past the end of a split-K slice
+// (slices are multiples of 32): the 16-byte loads are taken only inside it (k < K), the rest read as zeros.
 uvec4 vec_a[PER_A], vec_b[PER_B];
 #ifndef PACK_AT_FETCH
 float one_a[PER_A][8], one_b[PER_B][8];
