@@ -3,14 +3,17 @@
 # GPU call. Stage here (docs/VULKAN.md, "Variants under measurement"), then on the GPU machine:
 #   scripts/experiments/vulkan_coop_sweep.sh [variants...]      (default: base and every variant)
 # One line per measurement: "products <variant> <shape> ...": kiln_vulkan_products_bench's matrix-unit column
-# (base also gives the 128x128 FMA tiles beside it); "unet <variant> matrix|measured ...": one SD 1.5 UNet call,
-# batch 2, 64x64 latents, fp16, forced onto the matrix units or with each shape's measured choice; then
+# (base also gives the FMA tiles beside it); "unet <variant> matrix|measured ...": one SD 1.5 UNet call, batch 2,
+# 64x64 latents, fp16, forced onto the matrix units or with each shape's measured choice (and "unet base large",
+# the 128x128 FMA tiles alone, the figure to beat); then
 # "tests <variant> ...": the tail of kiln_gpu_tests' Vulkan tests forced onto the variant (f16acc: only the
 # product tests, whose bound allows its float16 sums; the others' bounds are for float32 sums).
-# Budget: under 6 minutes on an H200. Estimate from docs/VULKAN.md's figures: each kiln bench is ~10 s of
-# synthetic weights and set-up plus 7 calls of ~0.15 s; each products bench ~5 s; so ~14 x 13 + 7 x 5 = ~220 s
-# of benches, then the test runs side by side (their work is mostly the CPU's references) in what is left.
-# Anything that would run past the budget is skipped with a line saying so.
+# Budget: under 6 minutes on an H200. Estimate from docs/VULKAN.md's figures: each kiln bench is the synthetic
+# weights (8 s on one core here, made by OpenMP: a few seconds on the GPU machine's 16), their upload, the first
+# call's timing of each shape's builds, and 7 calls of ~0.15 s: ~8 s; each products bench ~5 s (11 shapes x 140
+# products of 0.05-5 ms, once per build); so ~17 x 8 + 8 x 5 + ~20 s of unpacking = ~200 s of benches, then the
+# test runs side by side (their work is mostly the CPU's references) in what is left. Whatever would run past
+# the budget is skipped or stopped, with a line saying so.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 run=${KILN_SWEEP_RUN:-scripts/run-on-device.sh}  # (a stand-in for trying the script elsewhere)
@@ -48,6 +51,7 @@ unet() {  # variant, label, KILN_VULKAN_GEMM value ("" for the measured default)
   fi
 }
 for v in "${variants[@]}"; do unet "$v" matrix matrix; done
+unet base large large
 for v in "${variants[@]}"; do unet "$v" measured ""; done
 
 # The tests side by side, each with its own pipeline cache and two OpenMP threads, so that they neither share
