@@ -3,8 +3,7 @@
 // the runs after a warm-up, with the TFLOP/s it reaches. The products are where a UNet's time goes, and this
 // isolates them from the rest of a step; `kiln bench` gives the whole-model figures.
 //   kiln_vulkan_products_bench [device index] [runs] [f16|matrix]
-// f16 times float16 products only; matrix, only their matrix-unit build (KILN_VULKAN_COOP picks its variant,
-// docs/VULKAN.md), for comparing the variants in one GPU call (scripts/experiments/vulkan_coop_sweep.sh).
+// f16: float16 products only; matrix: only their matrix-unit build (KILN_VULKAN_COOP picks its variant).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

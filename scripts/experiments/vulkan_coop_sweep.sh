@@ -1,33 +1,26 @@
 #!/usr/bin/env bash
-# Issue 23: the matrix-unit kernel variants (gemm_coop_variants.glsl, KILN_VULKAN_COOP) timed and tested in one
-# GPU call. Stage here (docs/VULKAN.md, "Variants under measurement"), then on the GPU machine:
+# Issue 23: the matrix-unit variants (KILN_VULKAN_COOP, docs/VULKAN.md) timed and tested in one GPU call:
 #   scripts/experiments/vulkan_coop_sweep.sh [variants...]      (default: base and every variant)
-# One line per measurement: "products <variant> <shape> ...": kiln_vulkan_products_bench's matrix-unit column
-# (base also gives the FMA tiles beside it); "unet <variant> matrix|measured ...": one SD 1.5 UNet call, batch 2,
-# 64x64 latents, fp16, forced onto the matrix units or with each shape's measured choice (and "unet base large",
-# the 128x128 FMA tiles alone, the figure to beat); then
-# "tests <variant> ...": the tail of kiln_gpu_tests' Vulkan tests forced onto the variant (f16acc: only the
-# product tests, whose bound allows its float16 sums; the others' bounds are for float32 sums).
-# Budget: under 6 minutes on an H200. Estimate from docs/VULKAN.md's figures: each kiln bench is the synthetic
-# weights (8 s on one core here, made by OpenMP: a few seconds on the GPU machine's 16), their upload, the first
-# call's timing of each shape's builds, and 7 calls of ~0.15 s: ~8 s; each products bench ~5 s (11 shapes x 140
-# products of 0.05-5 ms, once per build); so ~17 x 8 + 8 x 5 + ~20 s of unpacking = ~200 s of benches, then the
-# test runs side by side (their work is mostly the CPU's references) in what is left. Whatever would run past
-# the budget is skipped or stopped, with a line saying so.
+# Lines: "products" (kiln_vulkan_products_bench, matrix column; base also the FMA tiles), "unet" (SD 1.5 UNet
+# call, batch 2, fp16: forced onto the matrix units, measured choice, and base's 128x128 FMA tiles), "tests"
+# (kiln_gpu_tests' Vulkan tests forced onto the variant; f16acc only VulkanProducts, the others' bounds being
+# for float32 sums). Under 6 minutes on an H200: a kiln bench is ~8 s (synthetic weights by OpenMP, upload,
+# the first call's timing per shape, 7 calls of ~0.15 s), a products bench ~5 s, so ~17 x 8 + 8 x 5 + 20 s
+# of unpacking = ~200 s; the tests then run side by side (mostly CPU references) in what is left. Whatever
+# would pass the budget is skipped or stopped, with a line saying so.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-run=${KILN_SWEEP_RUN:-scripts/run-on-device.sh}  # (a stand-in for trying the script elsewhere)
+run=${KILN_SWEEP_RUN:-scripts/run-on-device.sh}  # a stand-in, to try the script elsewhere
 variants=("$@")
 [ ${#variants[@]} -gt 0 ] || variants=(base k64 sg4 wide db f16sh lean f16acc)
 start=$SECONDS
-budget=${KILN_SWEEP_BUDGET_S:-340}       # seconds for everything
-bench_budget=${KILN_SWEEP_BENCH_S:-250}  # no bench starts after this many
+budget=${KILN_SWEEP_BUDGET_S:-340}       # seconds in all
+bench_budget=${KILN_SWEEP_BENCH_S:-250}  # no bench starts later
 left() { echo $((budget - (SECONDS - start))); }
 out=$(mktemp -d)
 
 echo "sweep: variants ${variants[*]}; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
-# Unpacks the stage, the fixtures and the Vulkan loader first (run-on-device.sh), and says which extension runs
-# the matrix units: the variants need VK_KHR_cooperative_matrix.
+# Unpacks the stage first, and says which extension runs the matrix units (variants need the KHR one).
 $run kiln info --devices 2>&1 | grep -i vulkan | sed 's/^/sweep: /'
 for v in "${variants[@]}"; do
   if [ $((SECONDS - start)) -ge "$bench_budget" ]; then echo "products $v: skipped (time budget)"; continue; fi
@@ -54,8 +47,7 @@ for v in "${variants[@]}"; do unet "$v" matrix matrix; done
 unet base large large
 for v in "${variants[@]}"; do unet "$v" measured ""; done
 
-# The tests side by side, each with its own pipeline cache and two OpenMP threads, so that they neither share
-# a cache file being written nor take all the cores; whatever is still running at the budget is stopped.
+# Side by side, each with its own pipeline cache (no shared file being written) and two OpenMP threads.
 limit=$(( $(left) - 5 ))
 if [ "$limit" -lt 30 ]; then
   echo "tests: skipped (time budget: ${limit} s left)"

@@ -507,7 +507,7 @@ TEST(VulkanMatrixKernels, KhrKernelsEmbeddedWhereExpected) {
         if (!embedded) GTEST_SKIP() << "built without glslang 13+ (set KILN_EXPECT_VULKAN_KHR=1 to require it)";
     }
     EXPECT_TRUE(embedded) << "the VK_KHR_cooperative_matrix kernels are missing from this build (KILN_GLSLANG)";
-    // The variants under measurement (KILN_VULKAN_COOP): every listed name's four kernels, and no others.
+    // The variants' (KILN_VULKAN_COOP): each name's four kernels, no others.
     for (const std::string& v : vulkan::matrix_variants())
         for (const char* base : {"matmul", "matmul_scores", "matmul_pv", "conv2d"})
             EXPECT_TRUE(vulkan::embedded_kernel((std::string(base) + "_coopk_" + v + "_f16").c_str())) << base << " " << v;
@@ -516,8 +516,8 @@ TEST(VulkanMatrixKernels, KhrKernelsEmbeddedWhereExpected) {
     EXPECT_EQ(coopk, 4 * int(1 + vulkan::matrix_variants().size()));
 }
 
-// KILN_VULKAN_COOP's names (VulkanBackend::set_matrix_variant): "base" and each listed variant are taken on any
-// device (one without matrix units runs none of them), any other name is an InvalidArgument naming the setting.
+// KILN_VULKAN_COOP's names: "base" and each variant are taken (on a device without matrix units, where they
+// change nothing, all of them), any other name is an InvalidArgument naming the setting.
 TEST(VulkanSettings, MatrixVariantNames) {
     KILN_VULKAN_OR_SKIP(gpu);
     auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);

@@ -78,9 +78,8 @@ set(KILN_VULKAN_KERNELS
   "timestep_embedding_f32|timestep_embedding.comp"
   "timestep_embedding_f16|timestep_embedding.comp|T_F16"
 )
-# The matrix-unit variants under measurement (gemm_coop_variants.glsl, issue 23): "name|DEFINE", each built
-# as the four "_coopk_" kernels, "matmul_coopk_<name>_f16" and so on; KILN_VULKAN_COOP=<name> runs them
-# (vulkan_backend.cpp lists the same names).
+# The matrix variants under measurement (gemm_coop_variants.glsl, KILN_VULKAN_COOP; vulkan_backend.cpp lists
+# the same names): "name|DEFINE", each built as four "_coopk_<name>" kernels.
 foreach(variant "k64|COOP_K64" "sg4|COOP_SG4" "wide|COOP_WIDE" "db|COOP_DB" "f16sh|COOP_SH_F16" "lean|COOP_LEAN"
                 "f16acc|COOP_F16_SUMS")
   string(REPLACE "|" ";" variant "${variant}")

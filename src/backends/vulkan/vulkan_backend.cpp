@@ -5,7 +5,6 @@
 #include <cstring>
 #include <iterator>
 
-#include "backends/vulkan/spirv_table.h"
 #include "backends/vulkan/vulkan_device_ops.h"
 #include "kiln/error.h"
 #include "ops/flop_tally.h"
@@ -68,7 +67,7 @@ VulkanBackend::Q8Products q8_products_from_env(const char* value) {
 }
 
 const std::vector<std::string>& matrix_variants() {
-    static const std::vector<std::string> names{"k64", "sg4", "wide", "db", "f16sh", "lean", "f16acc"};  // kernels.cmake's
+    static const std::vector<std::string> names{"k64", "sg4", "wide", "db", "f16sh", "lean", "f16acc"};
     return names;
 }
 
@@ -89,8 +88,6 @@ void VulkanBackend::set_matrix_variant(const std::string& name) {
         require(physical_.matrix_khr, ErrorKind::InvalidArgument,
                 setting + ": the variants are VK_KHR_cooperative_matrix kernels, and " + device +
                     " runs the VK_NV_cooperative_matrix build");
-        require(embedded_kernel(("matmul_coopk_" + name + "_f16").c_str()), ErrorKind::Unsupported,
-                setting + ": this build has no such kernels");
         require(name != "f16acc" || khr_float16_sums(physical_), ErrorKind::Unsupported,
                 setting + ": " + device + " offers no 16x16x16 float16 products with float16 sums");
     }

@@ -111,11 +111,9 @@ public:
     enum class Q8Products { Transient, Fused };
     Q8Products q8_products() const { return q8_products_; }
     void set_q8_products(Q8Products q) { q8_products_ = q; }
-    // The matrix-unit kernels under measurement (issue 23): "" runs gemm_coop.glsl (the default), "_<name>" one of
-    // gemm_coop_variants.glsl's (kernels "matmul_coopk_<name>_f16" ...; matrix_variants() lists the names).
-    // KILN_VULKAN_COOP=base|<name> sets it; tests switch with set_matrix_variant. Only VK_KHR_cooperative_matrix
-    // builds have variants: on a device whose matrix units run the NV build, a variant is an InvalidArgument;
-    // on one without matrix units it changes nothing (no product runs there).
+    // The matrix kernels under measurement (issue 23): "" runs gemm_coop.glsl, "_<name>" a variant of
+    // gemm_coop_variants.glsl ("matmul_coopk_<name>_f16" ...). KILN_VULKAN_COOP=base|<name> sets it; a variant
+    // is an InvalidArgument where the matrix units run the NV build, and changes nothing where there are none.
     const std::string& matrix_variant() const { return matrix_variant_; }
     uint32_t matrix_tile_n() const { return matrix_variant_ == "_wide" ? 256 : 128; }  // its tiles: 128 x this
     void set_matrix_variant(const std::string& name);  // "base" or a listed name, else InvalidArgument
@@ -196,7 +194,7 @@ VulkanBackend::Products products_from_env(const char* value, bool runs_on_cpu);
 // KILN_VULKAN_ATTENTION (unset: Products).
 VulkanBackend::Attention attention_from_env(const char* value);
 VulkanBackend::Q8Products q8_products_from_env(const char* value);
-// The names of gemm_coop_variants.glsl's variants, as kernels.cmake builds them (not "base").
+// The variants' names, as kernels.cmake builds them (not "base").
 const std::vector<std::string>& matrix_variants();
 int split_k_from_env(const char* value);
 

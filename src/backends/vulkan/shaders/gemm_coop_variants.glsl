@@ -1,33 +1,24 @@
-// Variants of gemm_coop.glsl's matrix-unit tile, under measurement (issue 23: on the H200 that kernel's
-// shared-memory matrix loads and multiply-adds run at ~56 TFLOP/s, a tenth of the tensor cores' rate). The
-// same interface (load_a / load_b / store_c, HAS_LOAD8) and the same product: float16 operands in shared
-// memory, float32 sums (but COOP_F16_SUMS), VK_KHR_cooperative_matrix only. kernels.cmake builds each as the
-// "_coopk_<name>" kernels (COOP_VARIANT and one define below); KILN_VULKAN_COOP=<name> runs it instead of
-// gemm_coop.glsl, which stays the default, unchanged, until a measurement says otherwise (docs/VULKAN.md,
-// "Variants under measurement"). Each changes one thing against gemm_coop.glsl, so the numbers say which
-// one matters:
-//   COOP_K64       k steps of 64 instead of 32: twice the matrix work between each pair of barriers (with
-//                  one or two workgroups per multiprocessor, a barrier leaves the matrix units idle).
-//   COOP_SG4       128 threads as 4 subgroups of 64x64 (4 x 4 accumulators) instead of 8 of 64x32: 8 matrix
-//                  loads from shared memory per 16 multiply-adds instead of 6 per 8, and half the warps
-//                  waiting at each barrier (the geometry of llama.cpp's large coopmat1 tiles).
-//   COOP_WIDE      128x256 tiles (m x n), 8 subgroups of 64x64: twice the matrix work per barrier and per
-//                  operand loaded, and the loads-per-multiply of COOP_SG4 at 8 subgroups. n is the wide side
-//                  since SD's convolutions have few output channels (m: 320 of them fill 128-row tiles better).
-//   COOP_DB        two stages of shared memory: the next step's operands, fetched into registers during the
-//                  multiplies, are stored into the other stage after them: one barrier per k step, not two.
-//   COOP_SH_F16    shared memory as float16_t, the matrices' own component type, instead of uvec4: a driver
-//                  may load a cooperative matrix from a mismatched element type on a slow path (llama.cpp's
-//                  coopmat1 kernels load from f16vec2).
-//   COOP_LEAN      each prefetched group of 8 values kept packed as float16 (4 registers) from the moment it
-//                  is read, not also as 8 floats until the stash: 32 registers fewer per thread. NVIDIA's own
-//                  cooperative-matrix sample is organised like gemm_coop.glsl (uvec4 shared memory padded by
-//                  16 bytes, 8 subgroups of 4 x 2 accumulators, prefetch between the barriers) but keeps only
-//                  the uvec4s; register pressure (or spills) is one difference left.
-//   COOP_F16_SUMS  float16 accumulators, for measurement only, never a default: every addition rounds to
-//                  float16 (2^-11 relative instead of 2^-24) and a sum past 65504 overflows to infinity.
-// COOP_K64, COOP_SG4 and COOP_WIDE fetch 4 groups per operand and thread (of B, for WIDE) instead of 2, so
-// they pack as COOP_LEAN does: 64 registers of floats would otherwise crowd the accumulators.
+// Variants of gemm_coop.glsl's matrix-unit tile under measurement (issue 23: on the H200 its shared-memory
+// matrix loads and multiply-adds run at ~56 TFLOP/s, a tenth of the tensor cores' rate). Same interface and
+// product (float16 operands, float32 sums but for COOP_F16_SUMS), VK_KHR_cooperative_matrix only; built as the
+// "_coopk_<name>" kernels (kernels.cmake), run by KILN_VULKAN_COOP=<name>. Each changes one thing:
+//   COOP_K64       k steps of 64: twice the matrix work between each pair of barriers (with one or two
+//                  workgroups per multiprocessor, a barrier leaves the matrix units idle).
+//   COOP_SG4       128 threads, 4 subgroups of 64x64 (4 x 4 accumulators): 8 matrix loads per 16 multiply-adds
+//                  instead of 6 per 8, half the warps at each barrier (llama.cpp's large coopmat1 geometry).
+//   COOP_WIDE      128x256 tiles (m x n), 8 subgroups of 64x64: twice the work per barrier and per operand
+//                  loaded. n is the wide side: SD's convolutions have few output channels (m).
+//   COOP_DB        two stages of shared memory, the prefetched operands stored into the other stage after the
+//                  multiplies: one barrier per k step, not two.
+//   COOP_SH_F16    shared memory as float16_t, the matrices' own type, not uvec4: a driver may load from a
+//                  mismatched element type on a slow path (llama.cpp's coopmat1 loads from f16vec2).
+//   COOP_LEAN      prefetched operands kept only packed as float16, not also as 8 floats a group until the
+//                  stash: 32 registers fewer. NVIDIA's cooperative-matrix sample is organised like
+//                  gemm_coop.glsl (padded uvec4 shared memory, 8 subgroups of 4 x 2, prefetch between the
+//                  barriers) but that lean: register pressure is one difference left.
+//   COOP_F16_SUMS  float16 accumulators, measurement only, never a default: each addition rounds to 2^-11
+//                  (not 2^-24) and sums past 65504 overflow.
+// K64, SG4 and WIDE fetch 4 groups per thread (of B, for WIDE), so they pack as LEAN does.
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -76,7 +67,7 @@
 #endif
 #ifdef COOP_DB
 #if defined(COOP_K64) || defined(COOP_WIDE) || defined(COOP_SH_F16)
-#error "COOP_DB: two stages of k64 or wide tiles pass 48 KiB; its staging reads sh_a as uvec4"
+#error "COOP_DB takes neither K64 / WIDE (over 48 KiB) nor SH_F16 (its staging reads sh_a as uvec4)"
 #endif
 #define STAGES 2u
 #else
@@ -107,8 +98,7 @@ void put_b(uint at, uvec4 v) { PUT(sh_b, at, v) }
 #ifndef COOP_DB
 shared float staged[THREADS / 32u * 256u];  // one 16x16 accumulator per subgroup, for the epilogue
 #endif
-// (COOP_DB stages the accumulators in sh_a instead: its two stages and a separate staging area would take
-// exactly 48 KiB, the most many drivers allow.)
+// (COOP_DB stages them in sh_a: with a staging area of its own it would take 48 KiB, many drivers' limit.)
 
 #define MatA coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define MatB coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
@@ -128,10 +118,9 @@ uvec4 pack8(float v[8]) {
                  packFloat2x16(f16vec2(v[4], v[5])), packFloat2x16(f16vec2(v[6], v[7])));
 }
 
-// The next k step's operands, fetched into registers while the current step multiplies, as gemm_coop.glsl.
-// Group g of an operand: A row m, k .. k+7 at shared row g >> KG_SHIFT; B likewise when its k is contiguous,
-// else B row k, n .. n+7 at shared row g >> NG_SHIFT. A k step of 64 may run past the end of a split-K slice
-// (slices are multiples of 32): the 16-byte loads are taken only inside it (k < K), the rest read as zeros.
+// Prefetch as gemm_coop.glsl. Group g of A: row m, k .. k+7 at shared row g >> KG_SHIFT; of B likewise when
+// its k is contiguous, else row k, n .. n+7 at shared row g >> NG_SHIFT. A step of 64 k may pass the end of a
+// split-K slice (multiples of 32): 16-byte loads only inside it (k < K), zeros past it.
 uvec4 vec_a[PER_A], vec_b[PER_B];
 #ifndef PACK_AT_FETCH
 float one_a[PER_A][8], one_b[PER_B][8];
@@ -252,7 +241,7 @@ void gemm(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_fast,
     [[unroll]] for (uint i = 0u; i < 4u; ++i)
         [[unroll]] for (uint j = 0u; j < ACC_N; ++j) {
 #ifdef COOP_DB
-            // 16 floats a row are 4 uvec4 of sh_a; the loop's last barrier ended every read of it.
+            // 16 floats a row: 4 uvec4 of sh_a, which the loop's last barrier freed.
             const uint base = sg * 64u;
             coopMatStore(MatOut(acc[i][j]), sh_a, base, 4u, gl_CooperativeMatrixLayoutRowMajor);
 #define STAGED(e) uintBitsToFloat(sh_a[base + (e) / 4u][(e) % 4u])
