@@ -58,8 +58,7 @@ int main(int argc, char** argv) {
         require(only.empty() || only == "f16" || only == "matrix", ErrorKind::InvalidArgument,
                 "the third argument is f16 or matrix, not " + only);
         auto& vk = static_cast<vulkan::VulkanBackend&>(backend_for(Device{DeviceKind::Vulkan, index}));
-        std::printf("%s%s\n", vk.describe().name.c_str(),
-                    vk.matrix_variant().empty() ? "" : (", matrix variant " + vk.matrix_variant().substr(1)).c_str());
+        std::printf("%s\n", vk.describe().name.c_str());
         for (DType t : {DType::F16, DType::F32}) {
             if (!vk.supports(t) || (!only.empty() && t != DType::F16)) continue;
             auto dev = [&](Shape s) { return Tensor::filled(std::move(s), 0.25f).to_device(vk, t); };

@@ -78,8 +78,7 @@ set(KILN_VULKAN_KERNELS
   "timestep_embedding_f32|timestep_embedding.comp"
   "timestep_embedding_f16|timestep_embedding.comp|T_F16"
 )
-# The matrix variants under measurement (gemm_coop_variants.glsl, KILN_VULKAN_COOP; vulkan_backend.cpp lists
-# the same names): "name|DEFINE", each built as four "_coopk_<name>" kernels.
+# Issue 23's matrix variants (gemm_coop_variants.glsl; vulkan_backend.cpp lists the names): four kernels each.
 foreach(variant "k64|COOP_K64" "sg4|COOP_SG4" "wide|COOP_WIDE" "db|COOP_DB" "f16sh|COOP_SH_F16" "lean|COOP_LEAN"
                 "f16acc|COOP_F16_SUMS")
   string(REPLACE "|" ";" variant "${variant}")

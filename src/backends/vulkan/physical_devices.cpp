@@ -176,6 +176,9 @@ std::vector<PhysicalDevice> physical_devices(std::string* why) {
                 continue;
             }
             d.memory_budget = has_extension(a, h, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+            const char* stats = std::getenv("KILN_VULKAN_STATS");
+            d.statistics = stats && *stats == '1' && a.vkGetPipelineExecutableStatisticsKHR &&
+                           has_extension(a, h, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
             {
                 VkPhysicalDeviceMaintenance4Properties m4{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_4_PROPERTIES};
                 VkPhysicalDeviceMaintenance3Properties m3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};

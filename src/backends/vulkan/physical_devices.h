@@ -23,6 +23,8 @@ struct PhysicalDevice {
     // The matrix kernels' pipelines ask for 32-wide subgroups (VK_EXT_subgroup_size_control), which gemm_coop.glsl
     // assumes: where the driver's default differs (RDNA's wave64) and wherever the device can be asked.
     bool matrix_subgroup_32 = false;
+    // KILN_VULKAN_STATS=1 and VK_KHR_pipeline_executable_properties: pipelines' statistics printed (vulkan_kernels.cpp)
+    bool statistics = false;
     uint32_t device_local_heap = 0;       // the largest device-local heap
     uint64_t heap_bytes = 0;              // its size
     // The driver's limits on one allocation: maxMemoryAllocationSize (Vulkan 1.1, from maintenance3) and, where

@@ -72,25 +72,17 @@ const std::vector<std::string>& matrix_variants() {
 }
 
 void VulkanBackend::set_matrix_variant(const std::string& name) {
-    const std::string setting = "KILN_VULKAN_COOP=" + name;
-    if (name.empty() || name == "base") {
-        matrix_variant_.clear();
-        return;
-    }
+    const std::string setting = "KILN_VULKAN_COOP=" + name + ": ", device = physical_.properties.deviceName;
     const auto& names = matrix_variants();
-    if (std::find(names.begin(), names.end(), name) == names.end()) {
-        std::string list = "base";
-        for (const std::string& n : names) list += ", " + n;
-        fail(ErrorKind::InvalidArgument, setting + ": expected one of " + list);
-    }
-    const std::string device = physical_.properties.deviceName;
-    if (physical_.matrix_products) {
-        require(physical_.matrix_khr, ErrorKind::InvalidArgument,
-                setting + ": the variants are VK_KHR_cooperative_matrix kernels, and " + device +
-                    " runs the VK_NV_cooperative_matrix build");
-        require(name != "f16acc" || khr_float16_sums(physical_), ErrorKind::Unsupported,
-                setting + ": " + device + " offers no 16x16x16 float16 products with float16 sums");
-    }
+    if (name.empty() || name == "base") return matrix_variant_.clear();
+    std::string list = "base";
+    for (const std::string& n : names) list += ", " + n;
+    require(std::find(names.begin(), names.end(), name) != names.end(), ErrorKind::InvalidArgument,
+            setting + "expected one of " + list);
+    require(!physical_.matrix_products || physical_.matrix_khr, ErrorKind::InvalidArgument,
+            setting + "the variants are VK_KHR_cooperative_matrix kernels; " + device + " runs the NV build");
+    require(!physical_.matrix_products || name != "f16acc" || khr_float16_sums(physical_), ErrorKind::Unsupported,
+            setting + device + " offers no 16x16x16 float16 products with float16 sums");
     matrix_variant_ = "_" + name;
 }
 
@@ -141,9 +133,17 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
             (physical_.matrix_khr ? coop_khr.pNext : coop_nv.pNext) = &control;
             extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
         }
-        info.enabledExtensionCount = uint32_t(extensions.size());
-        info.ppEnabledExtensionNames = extensions.data();
     }
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR stats{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
+    if (physical_.statistics) {  // KILN_VULKAN_STATS=1
+        stats.pipelineExecutableInfo = VK_TRUE;
+        stats.pNext = &f11;
+        info.pNext = &stats;
+        extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+    }
+    info.enabledExtensionCount = uint32_t(extensions.size());
+    info.ppEnabledExtensionNames = extensions.data();
     info.queueCreateInfoCount = 1;
     info.pQueueCreateInfos = &queue;
     check(a.vkCreateDevice(physical_.handle, &info, nullptr, &device_),

@@ -111,9 +111,8 @@ public:
     enum class Q8Products { Transient, Fused };
     Q8Products q8_products() const { return q8_products_; }
     void set_q8_products(Q8Products q) { q8_products_ = q; }
-    // The matrix kernels under measurement (issue 23): "" runs gemm_coop.glsl, "_<name>" a variant of
-    // gemm_coop_variants.glsl ("matmul_coopk_<name>_f16" ...). KILN_VULKAN_COOP=base|<name> sets it; a variant
-    // is an InvalidArgument where the matrix units run the NV build, and changes nothing where there are none.
+    // Issue 23's matrix kernels: "" gemm_coop.glsl, "_<name>" a variant (gemm_coop_variants.glsl), set by
+    // KILN_VULKAN_COOP=base|<name>; an error where the matrix units run the NV build, no effect without them.
     const std::string& matrix_variant() const { return matrix_variant_; }
     uint32_t matrix_tile_n() const { return matrix_variant_ == "_wide" ? 256 : 128; }  // its tiles: 128 x this
     void set_matrix_variant(const std::string& name);  // "base" or a listed name, else InvalidArgument

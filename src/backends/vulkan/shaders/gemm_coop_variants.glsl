@@ -1,23 +1,20 @@
-// Variants of gemm_coop.glsl's matrix-unit tile under measurement (issue 23: on the H200 its shared-memory
-// matrix loads and multiply-adds run at ~56 TFLOP/s, a tenth of the tensor cores' rate). Same interface and
-// product (float16 operands, float32 sums but for COOP_F16_SUMS), VK_KHR_cooperative_matrix only; built as the
-// "_coopk_<name>" kernels (kernels.cmake), run by KILN_VULKAN_COOP=<name>. Each changes one thing:
-//   COOP_K64       k steps of 64: twice the matrix work between each pair of barriers (with one or two
-//                  workgroups per multiprocessor, a barrier leaves the matrix units idle).
-//   COOP_SG4       128 threads, 4 subgroups of 64x64 (4 x 4 accumulators): 8 matrix loads per 16 multiply-adds
-//                  instead of 6 per 8, half the warps at each barrier (llama.cpp's large coopmat1 geometry).
-//   COOP_WIDE      128x256 tiles (m x n), 8 subgroups of 64x64: twice the work per barrier and per operand
-//                  loaded. n is the wide side: SD's convolutions have few output channels (m).
-//   COOP_DB        two stages of shared memory, the prefetched operands stored into the other stage after the
-//                  multiplies: one barrier per k step, not two.
-//   COOP_SH_F16    shared memory as float16_t, the matrices' own type, not uvec4: a driver may load from a
-//                  mismatched element type on a slow path (llama.cpp's coopmat1 loads from f16vec2).
-//   COOP_LEAN      prefetched operands kept only packed as float16, not also as 8 floats a group until the
-//                  stash: 32 registers fewer. NVIDIA's cooperative-matrix sample is organised like
-//                  gemm_coop.glsl (padded uvec4 shared memory, 8 subgroups of 4 x 2, prefetch between the
-//                  barriers) but that lean: register pressure is one difference left.
-//   COOP_F16_SUMS  float16 accumulators, measurement only, never a default: each addition rounds to 2^-11
-//                  (not 2^-24) and sums past 65504 overflow.
+// Variants of gemm_coop.glsl's tile under measurement (issue 23: its shared-memory matrix loads and multiply-
+// adds run at ~56 TFLOP/s on the H200, a tenth of the tensor cores' rate). Same interface and product, KHR
+// only; the "_coopk_<name>" kernels (kernels.cmake), run by KILN_VULKAN_COOP=<name>. One change each:
+//   COOP_K64      k steps of 64: twice the matrix work per pair of barriers (with one or two workgroups per
+//                 multiprocessor, a barrier idles the matrix units).
+//   COOP_SG4      128 threads, 4 subgroups of 64x64 (4 x 4 accumulators): 8 matrix loads per 16 multiply-adds,
+//                 not 6 per 8; half the warps at each barrier (llama.cpp's large coopmat1 geometry).
+//   COOP_WIDE     128x256 tiles, 8 subgroups of 64x64: twice the work per barrier and per operand loaded (n is
+//                 the wide side: SD's convolutions have few output channels, m).
+//   COOP_DB       two stages of shared memory, the prefetch stored into the other after the multiplies: one
+//                 barrier per k step.
+//   COOP_SH_F16   shared memory as float16_t, the matrices' own type: a driver may load from uvec4 on a slow
+//                 path (llama.cpp's coopmat1 loads from f16vec2).
+//   COOP_LEAN     the prefetch kept only packed as float16, not also as 8 floats a group: 32 registers fewer.
+//                 NVIDIA's cooperative-matrix sample is organised like gemm_coop.glsl but that lean.
+//   COOP_F16_SUMS float16 accumulators, measurement only, never a default: 2^-11 per addition, overflow past
+//                 65504.
 // K64, SG4 and WIDE fetch 4 groups per thread (of B, for WIDE), so they pack as LEAN does.
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -35,7 +32,7 @@
 #define NG_MASK ((1u << NG_SHIFT) - 1u)
 #ifdef COOP_K64
 #define TILE_K 64u
-#define K_ROW 9u  // uvec4 per row of 64 k (8, + 1 of padding against bank conflicts)
+#define K_ROW 9u  // uvec4 per row of 64 k (8, + 1 of padding)
 #define KG_SHIFT 3u
 #else
 #define TILE_K 32u
@@ -44,46 +41,35 @@
 #endif
 #define KG_MASK ((1u << KG_SHIFT) - 1u)  // groups of 8 k per shared row
 #define N_ROW ((TILE_N >> 3) + 1u)       // uvec4 per row of a row-major B (TILE_N / 8, + 1 of padding)
-#ifdef COOP_SG4
-#define THREADS 128u
+#if defined(COOP_SG4) || defined(COOP_WIDE)
 #define ACC_N 4u  // accumulators across n per subgroup (4 down m in every variant)
-#define SG_M(sg) (((sg) >> 1) * 64u)
-#define SG_N(sg) (((sg) & 1u) * 64u)
-#elif defined(COOP_WIDE)
-#define THREADS 256u
-#define ACC_N 4u
-#define SG_M(sg) (((sg) >> 2) * 64u)
-#define SG_N(sg) (((sg) & 3u) * 64u)
 #else
-#define THREADS 256u
 #define ACC_N 2u
-#define SG_M(sg) (((sg) >> 2) * 64u)
-#define SG_N(sg) (((sg) & 3u) * 32u)
 #endif
-#define PER_A (TILE_M * TILE_K / 8u / THREADS)  // groups of 8 values of A each thread fetches
-#define PER_B (TILE_N * TILE_K / 8u / THREADS)  // and of B
+#define SG_COLS (TILE_N / 16u / ACC_N)  // subgroups across the tile; 2 down it
+#define THREADS (SG_COLS * 64u)
+#define SG_M(sg) ((sg) / SG_COLS * 64u)
+#define SG_N(sg) ((sg) % SG_COLS * 16u * ACC_N)
+#define PER_A (TILE_M * TILE_K / 8u / THREADS)  // groups of 8 values of A a thread fetches
+#define PER_B (TILE_N * TILE_K / 8u / THREADS)
 #if defined(COOP_K64) || defined(COOP_SG4) || defined(COOP_LEAN) || defined(COOP_WIDE)
 #define PACK_AT_FETCH
 #endif
 #ifdef COOP_DB
 #if defined(COOP_K64) || defined(COOP_WIDE) || defined(COOP_SH_F16)
-#error "COOP_DB takes neither K64 / WIDE (over 48 KiB) nor SH_F16 (its staging reads sh_a as uvec4)"
+#error "COOP_DB: over 48 KiB with K64 or WIDE; stages through sh_a as uvec4"
 #endif
 #define STAGES 2u
 #else
 #define STAGES 1u
 #endif
 
-// Shared memory in units of SH_T; SH_E of them hold 8 float16 values (one uvec4). put() stores a uvec4 there.
+// Shared memory in SH_T, SH_E of them a uvec4 (8 float16 values).
 #if defined(COOP_SH_F16)
 #define SH_T float16_t
 #define SH_E 8u
-#define PUT(buf, at, v)                                                    \
-    [[unroll]] for (uint i_ = 0u; i_ < 4u; ++i_) {                         \
-        const f16vec2 h_ = unpackFloat2x16(v[i_]);                         \
-        buf[(at) * 8u + 2u * i_] = h_.x;                                   \
-        buf[(at) * 8u + 2u * i_ + 1u] = h_.y;                              \
-    }
+#define PUT(buf, at, v) \
+    [[unroll]] for (uint i_ = 0u; i_ < 8u; ++i_) buf[(at) * 8u + i_] = unpackFloat2x16(v[i_ / 2u])[i_ % 2u];
 #else
 #define SH_T uvec4
 #define SH_E 1u
@@ -98,7 +84,7 @@ void put_b(uint at, uvec4 v) { PUT(sh_b, at, v) }
 #ifndef COOP_DB
 shared float staged[THREADS / 32u * 256u];  // one 16x16 accumulator per subgroup, for the epilogue
 #endif
-// (COOP_DB stages them in sh_a: with a staging area of its own it would take 48 KiB, many drivers' limit.)
+// (COOP_DB stages them in sh_a, else it would take 48 KiB.)
 
 #define MatA coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define MatB coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
