@@ -2,7 +2,8 @@
 // (128x128 tiles, 64x64 tiles, matrix units where the device has them), in float16 and float32: median of
 // the runs after a warm-up, with the TFLOP/s it reaches. The products are where a UNet's time goes, and this
 // isolates them from the rest of a step; `kiln bench` gives the whole-model figures.
-//   kiln_vulkan_products_bench [device index] [runs]
+//   kiln_vulkan_products_bench [device index] [runs] [f16|matrix]
+// f16: float16 products only; matrix: only their matrix-unit build (KILN_VULKAN_COOP picks its variant).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -53,10 +54,13 @@ int main(int argc, char** argv) {
         register_backend_factory(DeviceKind::Vulkan, vulkan::vulkan_backend_factory());
         const int index = argc > 1 ? std::atoi(argv[1]) : 0;
         const int runs = argc > 2 ? std::atoi(argv[2]) : 20;
+        const std::string only = argc > 3 ? argv[3] : "";
+        require(only.empty() || only == "f16" || only == "matrix", ErrorKind::InvalidArgument,
+                "the third argument is f16 or matrix, not " + only);
         auto& vk = static_cast<vulkan::VulkanBackend&>(backend_for(Device{DeviceKind::Vulkan, index}));
         std::printf("%s\n", vk.describe().name.c_str());
         for (DType t : {DType::F16, DType::F32}) {
-            if (!vk.supports(t)) continue;
+            if (!vk.supports(t) || (!only.empty() && t != DType::F16)) continue;
             auto dev = [&](Shape s) { return Tensor::filled(std::move(s), 0.25f).to_device(vk, t); };
             std::vector<Case> cases;
             // SD 1.5's UNet at 64x64 latents with guidance (batch 2): attention projections, GEGLU in and out.
@@ -79,7 +83,8 @@ int main(int argc, char** argv) {
             for (const Case& c : cases) {
                 std::printf("%-34s %5s", c.name.c_str(), dtype_name(t));
                 for (Products p : {Products::Large, Products::Small, Products::Matrix}) {
-                    if (p == Products::Matrix && (t != DType::F16 || !vk.physical().matrix_products)) {
+                    if ((p == Products::Matrix && (t != DType::F16 || !vk.physical().matrix_products)) ||
+                        (only == "matrix" && p != Products::Matrix)) {
                         std::printf(" %14s", "-");
                         continue;
                     }

@@ -244,7 +244,9 @@ TEST(VulkanProducts, TiledAndDirectKernelsAgree) {
 // possibly truncating (2^-23 per addition rather than 2^-24): (K + 2)(2^-24 + 2^-23) S, then each rounds its
 // sum to float16 once (2^-11 S each). Attention's products (scores into float32, probabilities rounded to
 // float16 for the weighted sum) are checked against the CPU by tests/gpu on a GPU with these units.
-// Runs only on devices that have them (not lavapipe).
+// Runs only on devices that have them (not lavapipe); on the KHR build, every variant too. "f16acc" sums in
+// float16, each addition rounding (or truncating) to 2^-10 of a partial sum at most S, or 2^-24 absolute among
+// subnormals: (K + 2)(2^-10 + 2^-24) S + K 2^-24 for the sums' term. 2 slices of k cut k64's steps.
 TEST(VulkanProducts, MatrixUnitsAgreeWithDirect) {
     KILN_VULKAN_OR_SKIP(gpu);
     auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
@@ -253,20 +255,32 @@ TEST(VulkanProducts, MatrixUnitsAgreeWithDirect) {
     const P was = vk.products();
     auto fill = [](Shape s, uint32_t seed) { return uniform_values(std::move(s), seed).converted(DType::F16).to_f32(); };
     const int was_split = vk.split_k();
+    const std::string was_variant = vk.matrix_variant().empty() ? "base" : vk.matrix_variant().substr(1);
+    std::vector<std::string> variants{"base"};
+    if (vk.physical().matrix_khr)
+        for (const std::string& v : vulkan::matrix_variants())
+            if (v != "f16acc" || vulkan::khr_float16_sums(vk.physical())) variants.push_back(v);
     auto both = [&](const std::function<Tensor(P)>& run, const Tensor& scale, double k, const char* what) {
         vk.set_split_k(1);
         const Tensor direct = run(P::Direct);
-        for (int slices : {1, 3}) {
-            vk.set_split_k(slices);
-            const Tensor matrix = run(P::Matrix);
-            double worst = 0;
+        for (const std::string& variant : variants) {
+            vk.set_matrix_variant(variant);
             const double u = std::ldexp(1.0, -24), us = std::ldexp(1.0, -11);
-            for (int64_t i = 0; i < scale.numel(); ++i)
-                worst = std::max(worst, std::fabs(double(matrix[i]) - direct[i]) /
-                                            ((k + 2) * 3 * u * scale[i] + 2 * us * scale[i] + 1e-30));
-            EXPECT_LE(worst, 1.0) << what << ", " << slices << " slices";
-            std::printf("[ vulkan ] %s: matrix units (%d slices of k) vs direct, err/bound %.3f\n", what, slices, worst);
+            const bool f16_sums = variant == "f16acc";
+            const double sums = f16_sums ? 2 * us + u : 3 * u, subnormal = f16_sums ? k * u : 0;
+            for (int slices : {1, 2, 3}) {
+                vk.set_split_k(slices);
+                const Tensor matrix = run(P::Matrix);
+                double worst = 0;
+                for (int64_t i = 0; i < scale.numel(); ++i)
+                    worst = std::max(worst, std::fabs(double(matrix[i]) - direct[i]) /
+                                                ((k + 2) * sums * scale[i] + 2 * us * scale[i] + subnormal + 1e-30));
+                EXPECT_LE(worst, 1.0) << what << ", " << slices << " slices, variant " << variant;
+                std::printf("[ vulkan ] %s: matrix units (%s, %d slices of k) vs direct, err/bound %.3f\n", what,
+                            variant.c_str(), slices, worst);
+            }
         }
+        vk.set_matrix_variant(was_variant);
     };
     for (auto [rows, in, out] : {std::tuple{1, 16, 16}, {130, 70, 135}, {300, 320, 257}}) {
         const Tensor x = fill({1, rows, in}, 1), w = fill({out, in}, 2), b = fill({out}, 3), abs_b = abs_of(b);
@@ -277,11 +291,12 @@ TEST(VulkanProducts, MatrixUnitsAgreeWithDirect) {
             return ops::linear(x.to_device(vk, DType::F16), w.to_device(vk, DType::F16), &bd).to_host();
         }, ops::linear(abs_of(x), abs_of(w), &abs_b), in, what.c_str());
     }
-    const Tensor img = fill({2, 6, 19, 17}, 4), kern = fill({131, 6, 3, 3}, 5);
+    // 16 channels: k = 144, more than one step of 64 (2 slices: 96 and 48, the first ending inside a step).
+    const Tensor img = fill({2, 16, 19, 17}, 4), kern = fill({131, 16, 3, 3}, 5);
     both([&](P build) {
         vk.set_products(build);
         return ops::conv2d(img.to_device(vk, DType::F16), kern.to_device(vk, DType::F16), nullptr, 1, 1).to_host();
-    }, ops::conv2d(abs_of(img), abs_of(kern), nullptr, 1, 1), 54, "conv2d 6x19x17 -> 131, 3x3");
+    }, ops::conv2d(abs_of(img), abs_of(kern), nullptr, 1, 1), 144, "conv2d 16x19x17 -> 131, 3x3");
     vk.set_products(was);
     vk.set_split_k(was_split);
 }
@@ -490,6 +505,29 @@ TEST(VulkanMatrixKernels, KhrKernelsEmbeddedWhereExpected) {
         if (!embedded) GTEST_SKIP() << "built without glslang 13+ (set KILN_EXPECT_VULKAN_KHR=1 to require it)";
     }
     EXPECT_TRUE(embedded) << "the VK_KHR_cooperative_matrix kernels are missing from this build (KILN_GLSLANG)";
+    for (const std::string& v : vulkan::matrix_variants())  // KILN_VULKAN_COOP's, as kernels.cmake names them
+        for (const char* base : {"matmul", "matmul_scores", "matmul_pv", "conv2d"})
+            EXPECT_TRUE(vulkan::embedded_kernel((std::string(base) + "_coopk_" + v + "_f16").c_str())) << base << " " << v;
+}
+
+// KILN_VULKAN_COOP: "base" and the variants' names (all taken where there are no matrix units), else an error.
+TEST(VulkanSettings, MatrixVariantNames) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    const std::string was = vk.matrix_variant().empty() ? "base" : vk.matrix_variant().substr(1);
+    vk.set_matrix_variant("base");
+    EXPECT_EQ(vk.matrix_variant(), "");
+    for (const std::string& v : vulkan::matrix_variants())
+        if (!vk.physical().matrix_products) EXPECT_EQ((vk.set_matrix_variant(v), vk.matrix_variant()), "_" + v);
+    for (const char* bad : {"k32", "K64", " base"}) {
+        try {
+            vk.set_matrix_variant(bad);
+            ADD_FAILURE() << bad << " was taken";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_COOP"), std::string::npos) << e.what();
+        }
+    }
+    vk.set_matrix_variant(was);
 }
 #endif
 

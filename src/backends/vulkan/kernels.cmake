@@ -78,3 +78,15 @@ set(KILN_VULKAN_KERNELS
   "timestep_embedding_f32|timestep_embedding.comp"
   "timestep_embedding_f16|timestep_embedding.comp|T_F16"
 )
+# Issue 23's matrix variants (gemm_coop_variants.glsl; vulkan_backend.cpp lists the names): four kernels each.
+foreach(variant "k64|COOP_K64" "sg4|COOP_SG4" "wide|COOP_WIDE" "db|COOP_DB" "f16sh|COOP_SH_F16" "lean|COOP_LEAN"
+                "f16acc|COOP_F16_SUMS")
+  string(REPLACE "|" ";" variant "${variant}")
+  list(GET variant 0 v)
+  list(GET variant 1 d)
+  list(APPEND KILN_VULKAN_KERNELS
+    "matmul_coopk_${v}_f16|matmul.comp|COOP,COOP_KHR,COOP_VARIANT,${d},A_F16,B_F16,C_F16"
+    "matmul_scores_coopk_${v}_f16|matmul.comp|COOP,COOP_KHR,COOP_VARIANT,${d},A_F16,B_F16"
+    "matmul_pv_coopk_${v}_f16|matmul.comp|COOP,COOP_KHR,COOP_VARIANT,${d},B_F16,C_F16"
+    "conv2d_coopk_${v}_f16|conv2d.comp|COOP,COOP_KHR,COOP_VARIANT,${d},T_F16")
+endforeach()

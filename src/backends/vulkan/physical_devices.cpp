@@ -50,7 +50,8 @@ struct MatrixUnits {
     bool products = false, khr = false, subgroup_32 = false;
 };
 
-bool khr_shape(const Api& a, VkPhysicalDevice h) {
+// sums: the accumulators' type, float32 for gemm_coop.glsl (float16 for a variant under measurement).
+bool khr_shape(const Api& a, VkPhysicalDevice h, VkComponentTypeKHR sums = VK_COMPONENT_TYPE_FLOAT32_KHR) {
     if (!a.vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR) return false;
     uint32_t n = 0;
     if (a.vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR(h, &n, nullptr) != VK_SUCCESS) return false;
@@ -58,8 +59,8 @@ bool khr_shape(const Api& a, VkPhysicalDevice h) {
     if (a.vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR(h, &n, shapes.data()) != VK_SUCCESS) return false;
     for (const VkCooperativeMatrixPropertiesKHR& m : shapes)
         if (m.MSize == 16 && m.NSize == 16 && m.KSize == 16 && m.AType == VK_COMPONENT_TYPE_FLOAT16_KHR &&
-            m.BType == VK_COMPONENT_TYPE_FLOAT16_KHR && m.CType == VK_COMPONENT_TYPE_FLOAT32_KHR &&
-            m.ResultType == VK_COMPONENT_TYPE_FLOAT32_KHR && m.scope == VK_SCOPE_SUBGROUP_KHR && !m.saturatingAccumulation)
+            m.BType == VK_COMPONENT_TYPE_FLOAT16_KHR && m.CType == sums &&
+            m.ResultType == sums && m.scope == VK_SCOPE_SUBGROUP_KHR && !m.saturatingAccumulation)
             return true;
     return false;
 }
@@ -119,6 +120,10 @@ std::string mib(uint64_t bytes) { return std::to_string((bytes + (1 << 19)) >> 2
 
 }  // namespace
 
+bool khr_float16_sums(const PhysicalDevice& d) {
+    return d.matrix_khr && khr_shape(api(), d.handle, VK_COMPONENT_TYPE_FLOAT16_KHR);
+}
+
 std::string matrix_extension_from_env(const char* value) {
     const std::string s = value ? value : "";
     require(s.empty() || s == "khr" || s == "nv", ErrorKind::InvalidArgument,
@@ -171,6 +176,9 @@ std::vector<PhysicalDevice> physical_devices(std::string* why) {
                 continue;
             }
             d.memory_budget = has_extension(a, h, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+            const char* stats = std::getenv("KILN_VULKAN_STATS");
+            d.statistics = stats && *stats == '1' && a.vkGetPipelineExecutableStatisticsKHR &&
+                           has_extension(a, h, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
             {
                 VkPhysicalDeviceMaintenance4Properties m4{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_4_PROPERTIES};
                 VkPhysicalDeviceMaintenance3Properties m3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};

@@ -23,6 +23,8 @@ struct PhysicalDevice {
     // The matrix kernels' pipelines ask for 32-wide subgroups (VK_EXT_subgroup_size_control), which gemm_coop.glsl
     // assumes: where the driver's default differs (RDNA's wave64) and wherever the device can be asked.
     bool matrix_subgroup_32 = false;
+    // KILN_VULKAN_STATS=1 and VK_KHR_pipeline_executable_properties: pipelines' statistics printed (vulkan_kernels.cpp)
+    bool statistics = false;
     uint32_t device_local_heap = 0;       // the largest device-local heap
     uint64_t heap_bytes = 0;              // its size
     // The driver's limits on one allocation: maxMemoryAllocationSize (Vulkan 1.1, from maintenance3) and, where
@@ -34,6 +36,10 @@ struct PhysicalDevice {
 // them on a device that has both), "" (unset) takes KHR where this build has its kernels, else NV; another value
 // is an InvalidArgument naming it.
 std::string matrix_extension_from_env(const char* value);
+
+// Whether the device's VK_KHR_cooperative_matrix offers 16x16x16 float16 products with float16 sums (the
+// "f16acc" variant under measurement, gemm_coop_variants.glsl).
+bool khr_float16_sums(const PhysicalDevice& d);
 
 // Usable devices; why collects why the others (or all) are not.
 std::vector<PhysicalDevice> physical_devices(std::string* why);

@@ -58,6 +58,10 @@ Api load() {
         get(a.instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
     a.vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR>(
         get(a.instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"));
+#define KILN_VULKAN_OPTIONAL(name) a.name = reinterpret_cast<PFN_##name>(get(a.instance, #name));
+    KILN_VULKAN_OPTIONAL(vkGetPipelineExecutablePropertiesKHR)
+    KILN_VULKAN_OPTIONAL(vkGetPipelineExecutableStatisticsKHR)
+#undef KILN_VULKAN_OPTIONAL
     // Registered after the driver's own handlers (made while the instance was), so it runs before them.
     std::atexit(exit_handler);
     return a;  // the instance and the library stay for the process: devices may be used until exit

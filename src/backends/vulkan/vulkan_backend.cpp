@@ -66,6 +66,26 @@ VulkanBackend::Q8Products q8_products_from_env(const char* value) {
     fail(ErrorKind::InvalidArgument, "KILN_VULKAN_Q8=" + v + ": expected transient or fused");
 }
 
+const std::vector<std::string>& matrix_variants() {
+    static const std::vector<std::string> names{"k64", "sg4", "wide", "db", "f16sh", "lean", "f16acc"};
+    return names;
+}
+
+void VulkanBackend::set_matrix_variant(const std::string& name) {
+    const std::string setting = "KILN_VULKAN_COOP=" + name + ": ", device = physical_.properties.deviceName;
+    const auto& names = matrix_variants();
+    if (name.empty() || name == "base") return matrix_variant_.clear();
+    std::string list = "base";
+    for (const std::string& n : names) list += ", " + n;
+    require(std::find(names.begin(), names.end(), name) != names.end(), ErrorKind::InvalidArgument,
+            setting + "expected one of " + list);
+    require(!physical_.matrix_products || physical_.matrix_khr, ErrorKind::InvalidArgument,
+            setting + "the variants are VK_KHR_cooperative_matrix kernels; " + device + " runs the NV build");
+    require(!physical_.matrix_products || name != "f16acc" || khr_float16_sums(physical_), ErrorKind::Unsupported,
+            setting + device + " offers no 16x16x16 float16 products with float16 sums");
+    matrix_variant_ = "_" + name;
+}
+
 VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physical_(physical), index_(index) {
     const char* sync = std::getenv("KILN_VULKAN_SYNC_OPS");
     sync_ops_ = sync && std::string(sync) == "1";
@@ -76,6 +96,7 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
     split_k_ = split_k_from_env(std::getenv("KILN_VULKAN_SPLIT_K"));
     attention_ = attention_from_env(std::getenv("KILN_VULKAN_ATTENTION"));
     q8_products_ = q8_products_from_env(std::getenv("KILN_VULKAN_Q8"));
+    if (const char* v = std::getenv("KILN_VULKAN_COOP")) set_matrix_variant(v);
     const Api& a = api();
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -112,9 +133,17 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
             (physical_.matrix_khr ? coop_khr.pNext : coop_nv.pNext) = &control;
             extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
         }
-        info.enabledExtensionCount = uint32_t(extensions.size());
-        info.ppEnabledExtensionNames = extensions.data();
     }
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR stats{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
+    if (physical_.statistics) {  // KILN_VULKAN_STATS=1
+        stats.pipelineExecutableInfo = VK_TRUE;
+        stats.pNext = &f11;
+        info.pNext = &stats;
+        extensions.push_back(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+    }
+    info.enabledExtensionCount = uint32_t(extensions.size());
+    info.ppEnabledExtensionNames = extensions.data();
     info.queueCreateInfoCount = 1;
     info.pQueueCreateInfos = &queue;
     check(a.vkCreateDevice(physical_.handle, &info, nullptr, &device_),

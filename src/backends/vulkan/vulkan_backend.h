@@ -111,6 +111,11 @@ public:
     enum class Q8Products { Transient, Fused };
     Q8Products q8_products() const { return q8_products_; }
     void set_q8_products(Q8Products q) { q8_products_ = q; }
+    // Issue 23's matrix kernels: "" gemm_coop.glsl, "_<name>" a variant (gemm_coop_variants.glsl), set by
+    // KILN_VULKAN_COOP=base|<name>; an error where the matrix units run the NV build, no effect without them.
+    const std::string& matrix_variant() const { return matrix_variant_; }
+    uint32_t matrix_tile_n() const { return matrix_variant_ == "_wide" ? 256 : 128; }  // its tiles: 128 x this
+    void set_matrix_variant(const std::string& name);  // "base" or a listed name, else InvalidArgument
     // Inside run_recorded's recording nothing may wait for the device (so nothing is timed there).
     bool recording_call() const { return capturing_; }
     // Submits what is recorded and waits for it.
@@ -157,6 +162,7 @@ private:
     int split_k_ = 0;
     Attention attention_ = Attention::Products;
     Q8Products q8_products_ = Q8Products::Transient;
+    std::string matrix_variant_;
     int64_t recorded_ = 0;  // commands in the buffer since the last submit
     // Host-visible memory that uploads are staged through and downloads come back in.
     VkBuffer staging_ = VK_NULL_HANDLE;
@@ -187,6 +193,8 @@ VulkanBackend::Products products_from_env(const char* value, bool runs_on_cpu);
 // KILN_VULKAN_ATTENTION (unset: Products).
 VulkanBackend::Attention attention_from_env(const char* value);
 VulkanBackend::Q8Products q8_products_from_env(const char* value);
+// The variants' names, as kernels.cmake builds them (not "base").
+const std::vector<std::string>& matrix_variants();
 int split_k_from_env(const char* value);
 
 }  // namespace kiln::vulkan

@@ -170,9 +170,13 @@ constexpr int kLarge = 0, kSmall = 1, kMatrix = 2, kDirect = 3;
 void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const ProductRun& run) const {
     using P = VulkanBackend::Products;
     matrix = matrix && backend_.physical().matrix_products;
-    // The matrix build through VK_KHR_cooperative_matrix is the "_coopk" kernel, through the NV extension "_coop".
+    // The matrix build through VK_KHR_cooperative_matrix is the "_coopk" kernel (or "_coopk_<name>", a variant
+    // under measurement: VulkanBackend::matrix_variant), through the NV extension "_coop".
+    const std::string khr = "_coopk" + backend_.matrix_variant();
     auto go = [&](int b) {
-        run(b == kMatrix && backend_.physical().matrix_khr ? "_coopk" : kBuilds[b].variant, kBuilds[b].tile);
+        if (b == kMatrix && backend_.physical().matrix_khr)
+            return run(khr.c_str(), kBuilds[b].tile, backend_.matrix_tile_n());
+        run(kBuilds[b].variant, kBuilds[b].tile, kBuilds[b].tile);
     };
     switch (backend_.products()) {
         case P::Direct: return go(kDirect);
@@ -247,8 +251,8 @@ void VulkanDeviceOps::matmul(const MatmulParams& params, const char* base, const
     if ((p.flags & 1) && p.sak == 1 && aligned(p.a, p.sam, p.saz)) p.flags |= 8;
     if ((p.flags & 2) ? p.sbk == 1 && aligned(p.b, p.sbn, p.sbz) : p.sbn == 1 && aligned(p.b, p.sbk, p.sbz))
         p.flags |= 16;
-    run_product({std::string(base) + suffix, p.m, p.n, p.k, batch}, matrix, [&](const char* variant, uint32_t tile) {
-        dispatch_product(std::string(base) + variant + suffix, p, (p.n + tile - 1) / tile, (p.m + tile - 1) / tile,
+    run_product({std::string(base) + suffix, p.m, p.n, p.k, batch}, matrix, [&](const char* variant, uint32_t tile_m, uint32_t tile_n) {
+        dispatch_product(std::string(base) + variant + suffix, p, (p.n + tile_n - 1) / tile_n, (p.m + tile_m - 1) / tile_m,
                          batch, p.k, int64_t(batch) * p.m * p.n, 32);
     });
 }
@@ -362,9 +366,9 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
     require(n <= 65535 && (cout + 31) / 32 <= 65535 && (oh * ow + 31) / 32 <= 65535, ErrorKind::Unsupported,
             "vulkan: conv2d of " + device_operand("x", x) + " exceeds the workgroup grid");
     const std::string suffix = x.dtype() == DType::F16 ? "_f16" : "_f32", base = q8 ? "conv2d_q8" : "conv2d";
-    run_product({base + suffix, cout, oh * ow, cin * kk * kk, n}, x.dtype() == DType::F16 && !q8, [&](const char* variant, uint32_t tile) {
-        dispatch_product(base + std::string(variant) + suffix, p, uint32_t((oh * ow + tile - 1) / tile),
-                         uint32_t((cout + tile - 1) / tile), uint32_t(n), cin * kk * kk, y.numel(), 16);
+    run_product({base + suffix, cout, oh * ow, cin * kk * kk, n}, x.dtype() == DType::F16 && !q8, [&](const char* variant, uint32_t tile_m, uint32_t tile_n) {
+        dispatch_product(base + std::string(variant) + suffix, p, uint32_t((oh * ow + tile_n - 1) / tile_n),
+                         uint32_t((cout + tile_m - 1) / tile_m), uint32_t(n), cin * kk * kk, y.numel(), 16);
     });
     return y;
 }

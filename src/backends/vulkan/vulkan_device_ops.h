@@ -64,12 +64,12 @@ private:
     bool flash_attention_fits(int64_t head_dim) const;
     void flash_attention(const AttentionOperands& a, Tensor& out, int heads, bool causal) const;
     void layout(int op, const Tensor& a, const Tensor* b, Tensor& y, int64_t c, int64_t c2, int64_t h, int64_t w) const;
-    // Runs a product through run(variant, tile): variant "" (128x128 tiles), "_small" (64x64), "_direct" or
-    // "_coop" (matrix units, 128x128; only where `matrix` says the kernel has that build and the device can
-    // run it), as the backend's mode says; in Measured mode the first call of each shape (key) times the
-    // candidate builds and keeps the fastest, whose output stands.
+    // Runs a product through run(variant, tile_m, tile_n): variant "" (128x128 tiles), "_small" (64x64),
+    // "_direct" or "_coop" (matrix units, 128 x VulkanBackend::matrix_tile_n; only where `matrix` says the kernel
+    // has that build and the device can run it), as the backend's mode says; in Measured mode the first call of
+    // each shape (key) times the candidate builds and keeps the fastest, whose output stands.
     using ProductKey = std::tuple<std::string, int64_t, int64_t, int64_t, int64_t>;
-    using ProductRun = std::function<void(const char* variant, uint32_t tile)>;
+    using ProductRun = std::function<void(const char* variant, uint32_t tile_m, uint32_t tile_n)>;
     void run_product(const ProductKey& key, bool matrix, const ProductRun& run) const;
     // Split-K: a product of `tiles` workgroups too few to fill the GPU runs its k in `slices` slices of `kslice`
     // side by side, each summing into a float32 workspace, then a second pass of the same kernel adds them

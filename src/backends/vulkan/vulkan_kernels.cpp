@@ -31,7 +31,7 @@ std::string VulkanKernels::cache_directory() {
 }
 
 VulkanKernels::VulkanKernels(VkDevice device, const PhysicalDevice& physical)
-    : device_(device), matrix_subgroup_32_(physical.matrix_subgroup_32) {
+    : device_(device), matrix_subgroup_32_(physical.matrix_subgroup_32), statistics_(physical.statistics) {
     const Api& a = api();
     VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushConstantBytes};
     VkPipelineLayoutCreateInfo layout{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
@@ -86,21 +86,46 @@ VkPipeline VulkanKernels::pipeline(const std::string& kernel) {
     info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
     info.stage.module = module;
     info.stage.pName = "main";
-    // gemm_coop.glsl splits its 256 threads into 8 subgroups of 32.
+    // gemm_coop.glsl splits its 256 threads into 8 subgroups of 32 (its variants, 128 or 256 into 4 or 8).
     VkPipelineShaderStageRequiredSubgroupSizeCreateInfoEXT subgroup_32{
         VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO_EXT};
     subgroup_32.requiredSubgroupSize = 32;
     if (matrix_subgroup_32_ && kernel.find("_coop") != std::string::npos) info.stage.pNext = &subgroup_32;
     info.layout = layout_;
+    if (statistics_) info.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
     VkPipeline p = VK_NULL_HANDLE;
     const VkResult r = a.vkCreateComputePipelines(device_, cache_, 1, &info, nullptr, &p);
     a.vkDestroyShaderModule(device_, module, nullptr);
     check(r, "vkCreateComputePipelines " + kernel);
+    if (statistics_) print_statistics(kernel, p);
     pipelines_[kernel] = p;
     dirty_ = true;
     ++made_;
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return p;
+}
+
+// "vulkan stats KERNEL: NAME=VALUE ...", one line per executable, in the driver's words (registers and the like).
+void VulkanKernels::print_statistics(const std::string& kernel, VkPipeline p) const {
+    const Api& a = api();
+    VkPipelineInfoKHR pipeline{VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR};
+    pipeline.pipeline = p;
+    uint32_t n = 0;
+    if (a.vkGetPipelineExecutablePropertiesKHR(device_, &pipeline, &n, nullptr) != VK_SUCCESS) return;
+    for (uint32_t e = 0; e < n; ++e) {
+        VkPipelineExecutableInfoKHR exe{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, nullptr, p, e};
+        uint32_t m = 0;
+        if (a.vkGetPipelineExecutableStatisticsKHR(device_, &exe, &m, nullptr) != VK_SUCCESS) continue;
+        std::vector<VkPipelineExecutableStatisticKHR> stats(m, {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR});
+        if (a.vkGetPipelineExecutableStatisticsKHR(device_, &exe, &m, stats.data()) != VK_SUCCESS) continue;
+        std::string line = "vulkan stats " + kernel + ":";
+        for (const VkPipelineExecutableStatisticKHR& s : stats)
+            line += std::string(" ") + s.name + "=" +
+                    (s.format == VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR ? std::to_string(s.value.f64)
+                     : s.format == VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR ? std::to_string(s.value.i64)
+                                                                                      : std::to_string(s.value.u64));
+        std::fprintf(stderr, "%s\n", line.c_str());
+    }
 }
 
 void VulkanKernels::save_cache() noexcept {

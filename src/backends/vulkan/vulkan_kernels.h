@@ -35,6 +35,8 @@ public:
 private:
     VkDevice device_;
     bool matrix_subgroup_32_;  // PhysicalDevice::matrix_subgroup_32: the matrix kernels ask for 32-wide subgroups
+    bool statistics_;          // PhysicalDevice::statistics: print each pipeline's compiler statistics
+    void print_statistics(const std::string& kernel, VkPipeline p) const;
     VkPipelineLayout layout_ = VK_NULL_HANDLE;
     VkPipelineCache cache_ = VK_NULL_HANDLE;
     std::string cache_file_;

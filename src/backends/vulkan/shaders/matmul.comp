@@ -6,6 +6,8 @@
 #include "common.glsl"
 #ifdef DIRECT
 layout(local_size_x = 8, local_size_y = 8) in;
+#elif defined(COOP_SG4)
+layout(local_size_x = 128) in;  // gemm_coop_variants.glsl: 4 subgroups of 32
 #else
 layout(local_size_x = 16, local_size_y = 16) in;
 #endif
@@ -85,7 +87,7 @@ bool load_b8(uint k, uint n, bool k_fast, inout uvec4 v) {
 #include "gemm_build.glsl"
 
 void main() {
-    const uint m0 = gl_WorkGroupID.y * TILE, n0 = gl_WorkGroupID.x * TILE, slices = max(p.slices, 1u);
+    const uint m0 = gl_WorkGroupID.y * TILE_M, n0 = gl_WorkGroupID.x * TILE_N, slices = max(p.slices, 1u);
     if ((p.flags & 32u) != 0u) {
         z = gl_WorkGroupID.z;
         sum_slices(m0, n0, p.M, p.N, slices);
