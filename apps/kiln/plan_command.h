@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kiln::cli {
 
@@ -17,6 +18,13 @@ struct PlanOptions {
     std::string device = "cpu";
     std::string precision;
     std::string vae_tiling = "auto";
+    // As txt2img takes them: the prompt's AND parts add rows to each UNet call, its <lora:...> tags and --lora
+    // files merged copies to the weights (estimated from the files' headers, not merged).
+    std::string prompt;
+    double cfg_scale = 7.5;
+    std::string prompt_syntax = "a1111";
+    std::vector<std::string> loras;  // --lora FILE[:WEIGHT]
+    std::string lora_dir;
 };
 
 // Adds the subcommand to `app`; parsing writes into `options`, which must outlive it.

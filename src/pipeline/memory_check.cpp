@@ -21,10 +21,13 @@ std::string gib(int64_t bytes) {
 
 }  // namespace
 
-int64_t estimate_unet_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch) {
+int64_t estimate_unet_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch,
+                                       int unet_rows_per_image) {
+    require(unet_rows_per_image >= 1, ErrorKind::InvalidArgument,
+            "a UNet call has at least one row per image, not " + std::to_string(unet_rows_per_image));
     const int64_t pixels = static_cast<int64_t>(width) * height;
-    // UNet at the latent resolution with the guidance batch of 2: the skip connections of every
-    // level plus about eight working tensors of the widest first-level activation.
+    // UNet at the latent resolution, per row of the call (float32): the skip connections of every level plus
+    // about eight working tensors of the widest first-level activation.
     int64_t unet = 0;
     if (model.unet) {
         const UNetConfig& c = model.unet->config();
@@ -33,7 +36,7 @@ int64_t estimate_unet_activation_bytes(const StableDiffusionModel& model, int wi
             skips += (c.layers_per_block + 1) * c.block_out_channels[level] * tokens;
             tokens = std::max<int64_t>(1, tokens / 4);
         }
-        unet = 2 * 4 * (skips + 8 * c.block_out_channels[0] * (pixels / 64));
+        unet = int64_t(unet_rows_per_image) * 4 * (skips + 8 * c.block_out_channels[0] * (pixels / 64));
     }
     // Beside them, the ops' scratch (ops/tuning.h), whatever the image: a convolution's im2col columns, the
     // output tiles it holds (a few, each a ninth of the columns for a 3x3 kernel) and the float32 rows of a
@@ -43,9 +46,9 @@ int64_t estimate_unet_activation_bytes(const StableDiffusionModel& model, int wi
 }
 
 int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch,
-                                  bool vae_tiled) {
+                                  bool vae_tiled, int unet_rows_per_image) {
     // The VAE decode's own figure (vae_tiling.cpp) includes the ops' scratch too.
-    return std::max(estimate_unet_activation_bytes(model, width, height, batch),
+    return std::max(estimate_unet_activation_bytes(model, width, height, batch, unet_rows_per_image),
                     estimate_vae_decode_bytes(model, width, height, batch, vae_tiled));
 }
 
@@ -61,14 +64,20 @@ int64_t available_host_bytes() {
     return -1;
 }
 
-void check_memory_for(const StableDiffusionModel& model, int width, int height, int batch, bool vae_tiled) {
-    const int64_t need = estimate_activation_bytes(model, width, height, batch, vae_tiled), free = available_host_bytes();
+void check_memory_for(const StableDiffusionModel& model, int width, int height, int batch, bool vae_tiled,
+                      int unet_rows_per_image) {
+    const int64_t need = estimate_activation_bytes(model, width, height, batch, vae_tiled, unet_rows_per_image),
+                  free = available_host_bytes();
     if (free < 0) return;
     const std::string size = std::to_string(width) + "x" + std::to_string(height);
     require(need <= free, ErrorKind::OutOfMemory,
             (batch == 1 ? "a " + size + " image needs" : "a batch of " + std::to_string(batch) + " " + size +
                                                              " images needs") +
                 " about " + gib(need) + " of memory for activations, and " + gib(free) + " is available" +
+                (unet_rows_per_image > kGuidedUNetRows
+                     ? " (the prompt's AND parts give each UNet call " + std::to_string(unet_rows_per_image) +
+                           " rows per image)"
+                     : "") +
                 (batch == 1 ? "" : " (a smaller --batch-size, with --batch-count for the rest, needs less)"));
 }
 

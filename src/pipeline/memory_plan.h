@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "models/model.h"
+#include "pipeline/lora_memory.h"
+#include "pipeline/memory_check.h"
 #include "pipeline/vae_tiling.h"
 
 namespace kiln {
@@ -31,10 +33,23 @@ struct StageEstimate {
     int64_t total(int64_t fixed) const { return fixed + pages + activations; }
 };
 
+// What the plans count beyond the image size and the batch (the defaults: a plain prompt with guidance, nothing
+// more to merge).
+struct PlanExtras {
+    // Rows of conditioning each image puts into a UNet call (unet_rows_per_image, conditioning.h): 1 + the
+    // prompt's AND parts with guidance.
+    int unet_rows_per_image = kGuidedUNetRows;
+    // LoRA merges the model was loaded without (kiln plan), estimated from the files' headers (lora_memory.h).
+    // Empty for a generation's model, which holds its merged copies already.
+    LoraMergeEstimate unmerged_loras;
+};
+
 struct MemoryPlan {
     bool stream_unet = false;    // drop each UNet block's pages after it runs
     bool vae_tiled = false;      // decode in bands
     int64_t fixed = 0;           // resident whatever the stage: the process before loading, copied weights
+    int batch = 1;               // images, each with extras.unet_rows_per_image rows in a UNet call
+    PlanExtras extras;           // (fixed includes extras.unmerged_loras.merged_bytes)
     std::vector<StageEstimate> stages;
     int64_t peak() const;
     // One line per stage and the configuration, for `kiln plan` and --verbose output.
@@ -50,7 +65,7 @@ int64_t measure_fixed_bytes(const StableDiffusionModel& model);
 
 // Every configuration `tiling` allows, from the fastest to the leanest, for `batch` width x height images.
 std::vector<MemoryPlan> cpu_memory_plans(const StableDiffusionModel& model, int width, int height, int batch,
-                                         VaeTiling tiling, int64_t fixed);
+                                         VaeTiling tiling, int64_t fixed, const PlanExtras& extras = {});
 
 // The first plan whose peak fits `budget` (< 0: the first). None: OutOfMemory naming the smallest budget that
 // would do, in whole MiB (--memory NNNM).
@@ -76,6 +91,9 @@ std::string budget_in_mib(int64_t peak);
 // `budget` bytes (< 0: no budget, so no streaming; the decode whole unless `tiling` is On; Off never tiles), with
 // the fixed part measured now (measure_fixed_bytes): call it between generations.
 MemoryPlan plan_cpu_memory(const StableDiffusionModel& model, int width, int height, int batch, int64_t budget,
-                           VaeTiling tiling = VaeTiling::Auto);
+                           VaeTiling tiling = VaeTiling::Auto, const PlanExtras& extras = {});
+
+// "UNet calls: 4 rows (2 images x 2: the negative and the prompt)", for the plans' descriptions.
+std::string describe_unet_rows(int batch, int rows_per_image);
 
 }  // namespace kiln

@@ -4,6 +4,7 @@
 // becomes a weight change for one model tensor (docs/LORA.md).
 #pragma once
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,18 @@ struct LoraFile {
     std::vector<LoraModule> modules;
     std::vector<std::string> unknown_keys;  // tensors under no prefix kiln knows (reported, as A1111 skips them)
 };
+
+// Where one tensor of a LoRA file belongs, from its name alone: which component, which module (the file's name
+// for messages, and its path with '_' for '.'), and which part ("down", "up", "alpha", "hada_w1_a", "lokr_w1",
+// ... or as written). Nothing for a name under no prefix kiln knows. (What read_lora_file uses; the memory plan
+// reads a file's header with it, without loading the tensors.)
+struct LoraKeyParts {
+    LoraComponent component;
+    std::string module;
+    std::string path;
+    std::string part;
+};
+std::optional<LoraKeyParts> lora_key_parts(const std::string& key);
 
 // Reads and checks a LoRA file: shapes that agree (rank, up against down), floating-point tensors without
 // NaN or infinity, every module complete. InvalidModel naming the tensor otherwise; Unsupported naming the
