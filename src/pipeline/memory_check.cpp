@@ -26,17 +26,28 @@ int64_t estimate_unet_activation_bytes(const StableDiffusionModel& model, int wi
     require(unet_rows_per_image >= 1, ErrorKind::InvalidArgument,
             "a UNet call has at least one row per image, not " + std::to_string(unet_rows_per_image));
     const int64_t pixels = static_cast<int64_t>(width) * height;
-    // UNet at the latent resolution, per row of the call (float32): the skip connections of every level plus
-    // about eight working tensors of the widest first-level activation.
+    // UNet at the latent resolution, per row of the call (float32): the skip connections of every level, about
+    // ten working tensors of the widest first-level activation (a transformer block's feed-forward holds its
+    // input, the GEGLU projection's 8 widths and the gated 4 at once; the demo model measured about 9 a row:
+    // tests/pipeline/memory_check_test.cpp), and, whatever the image, the context's row (one 77-token chunk) with
+    // every cross-attention's keys and values of it, and the embeddings' vectors: the time embedding, SDXL's
+    // added one, and every ResNet block's time projection (the last two computed once a call, stacked by width).
     int64_t unet = 0;
     if (model.unet) {
         const UNetConfig& c = model.unet->config();
-        int64_t tokens = pixels / 64, skips = 0;
+        int64_t tokens = pixels / 64, skips = 0, kv_widths = 0, time_widths = 0;
         for (int level = 0; level < c.levels(); ++level) {
-            skips += (c.layers_per_block + 1) * c.block_out_channels[level] * tokens;
+            const int64_t width = c.block_out_channels[level], blocks = 2 * c.layers_per_block + 1;  // down, up
+            skips += (c.layers_per_block + 1) * width * tokens;
             tokens = std::max<int64_t>(1, tokens / 4);
+            time_widths += blocks * width;
+            if (c.level_has_attention[level]) kv_widths += blocks * c.transformer_depth[level] * 2 * width;
         }
-        unet = int64_t(unet_rows_per_image) * 4 * (skips + 8 * c.block_out_channels[0] * (pixels / 64));
+        kv_widths += c.mid_transformer_depth * 2 * c.block_out_channels.back();
+        time_widths += 2 * c.block_out_channels.back();
+        const int64_t per_call = 77 * (kv_widths + c.cross_attention_dim) + time_widths +
+                                 c.projection_class_embeddings_input_dim + 4 * c.time_embed_dim();
+        unet = int64_t(unet_rows_per_image) * 4 * (skips + 10 * c.block_out_channels[0] * (pixels / 64) + per_call);
     }
     // Beside them, the ops' scratch (ops/tuning.h), whatever the image: a convolution's im2col columns, the
     // output tiles it holds (a few, each a ninth of the columns for a 3x3 kernel) and the float32 rows of a
