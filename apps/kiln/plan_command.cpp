@@ -34,17 +34,13 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
     cmd->add_option("--vae-tiling", o.vae_tiling, "auto | on | off, as txt2img takes it")
         ->check(CLI::IsMember({"auto", "on", "off"}))
         ->capture_default_str();
-    cmd->add_option("-p,--prompt", o.prompt,
-                    "the prompt, as txt2img takes it: its AND parts add rows to each UNet call, its <lora:...> tags "
-                    "merged weights");
-    cmd->add_option("--cfg-scale", o.cfg_scale, "classifier-free guidance scale (1 or less: no negative rows)")
-        ->capture_default_str();
-    cmd->add_option("--prompt-syntax", o.prompt_syntax, "a1111 | none, as txt2img takes it")
+    cmd->add_option("-p,--prompt", o.prompt, "the prompt (its AND parts and <lora:...> tags count)");
+    cmd->add_option("--cfg-scale", o.cfg_scale, "guidance scale (1 or less: no negative row)")->capture_default_str();
+    cmd->add_option("--prompt-syntax", o.prompt_syntax, "a1111 | none")
         ->check(CLI::IsMember({"a1111", "none"}))
         ->capture_default_str();
-    cmd->add_option("--lora", o.loras, "FILE[:WEIGHT]: a LoRA file txt2img would merge (repeatable; counted from "
-                                       "its header)");
-    cmd->add_option("--lora-dir", o.lora_dir, "folder where the prompt's <lora:NAME:WEIGHT> tags find NAME.safetensors");
+    cmd->add_option("--lora", o.loras, "FILE[:WEIGHT]: a LoRA file to count (repeatable)");
+    cmd->add_option("--lora-dir", o.lora_dir, "where the prompt's <lora:NAME:W> tags find NAME.safetensors");
     return cmd;
 }
 
@@ -65,8 +61,7 @@ int run_plan(const PlanOptions& o) {
     load.device = placement.device;
     load.precision = placement.precision;
     load.offload_weights = gpu;  // only their sizes are needed: none stays on the device
-    // The LoRA files as txt2img finds them (a missing one is an error here too), but not merged: the model loads
-    // without them and the plan adds their merged copies from the files' headers (pipeline/lora_memory.h).
+    // The LoRA files as txt2img finds them, not merged: the plan adds their copies (pipeline/lora_memory.h).
     GenerationRequest r;
     r.prompt = o.prompt;
     r.cfg_scale = static_cast<float>(o.cfg_scale);

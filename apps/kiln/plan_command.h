@@ -18,9 +18,7 @@ struct PlanOptions {
     std::string device = "cpu";
     std::string precision;
     std::string vae_tiling = "auto";
-    // As txt2img takes them: the prompt's AND parts add rows to each UNet call, its <lora:...> tags and --lora
-    // files merged copies to the weights (estimated from the files' headers, not merged).
-    std::string prompt;
+    std::string prompt;  // and the next: as txt2img's options
     double cfg_scale = 7.5;
     std::string prompt_syntax = "a1111";
     std::vector<std::string> loras;  // --lora FILE[:WEIGHT]

@@ -111,34 +111,10 @@ std::vector<size_t> ConditioningSchedule::entries_for(int call) const {
 
 size_t ConditioningSchedule::part_for_call(int call) const { return part_of.at(entries_for(call)); }
 
-int ConditioningSchedule::rows_per_image() const {
-    int64_t rows = 0;
-    for (const CallConditioning& c : parts) {
-        rows = std::max(rows, c.joint.context.dim(0));
-        if (c.negative) rows = std::max(rows, c.negative->context.dim(0));
-    }
-    return static_cast<int>(rows);
-}
-
-namespace {
-
-// The prompt's AND parts as the webui reads them: the tags out first, then split (only with its syntax).
-std::vector<ComposablePart> composable_parts(const std::string& prompt_without_tags, PromptSyntax syntax) {
-    if (syntax != PromptSyntax::A1111) return {{prompt_without_tags, 1.0}};
-    return split_composable_prompt(prompt_without_tags);
-}
-
-// Whether the calls carry the negative's rows and are guided: with guidance, and always for a composed prompt.
-bool guided_calls(const std::vector<ComposablePart>& parts, bool with_negative) {
-    return with_negative || is_composed(parts);
-}
-
-}  // namespace
-
 int unet_rows_per_image(const std::string& prompt, PromptSyntax syntax, bool with_negative) {
-    const std::vector<ComposablePart> parts = composable_parts(
-        syntax == PromptSyntax::A1111 ? remove_extra_network_tags(prompt).prompt : prompt, syntax);
-    return static_cast<int>(parts.size()) + (guided_calls(parts, with_negative) ? 1 : 0);
+    if (syntax != PromptSyntax::A1111) return with_negative ? 2 : 1;
+    const std::vector<ComposablePart> parts = split_composable_prompt(remove_extra_network_tags(prompt).prompt);
+    return static_cast<int>(parts.size()) + (with_negative || is_composed(parts) ? 1 : 0);  // s.guided below
 }
 
 ConditioningSchedule encode_conditioning_schedule(const StableDiffusionModel& model, const std::string& prompt,
@@ -147,14 +123,15 @@ ConditioningSchedule encode_conditioning_schedule(const StableDiffusionModel& mo
                                                   const std::function<void(const std::string&)>& notice) {
     const bool sdxl = model.arch == Architecture::SDXL;
     // The webui takes the tags out first, then splits at AND (extra networks are parsed before the conditioning).
-    const std::vector<ComposablePart> and_parts = composable_parts(
-        options.syntax == PromptSyntax::A1111 ? without_network_tags(model, prompt, negative, notice) : prompt,
-        options.syntax);
-    for (const ComposablePart& part : and_parts)
-        if (!std::isfinite(part.weight))
-            fail(ErrorKind::InvalidArgument, "the AND weight of \"" + part.text + "\" in the prompt is not a finite number");
+    std::vector<ComposablePart> and_parts{{prompt, 1.0}};
+    if (options.syntax == PromptSyntax::A1111) {
+        and_parts = split_composable_prompt(without_network_tags(model, prompt, negative, notice));
+        for (const ComposablePart& part : and_parts)
+            if (!std::isfinite(part.weight))
+                fail(ErrorKind::InvalidArgument, "the AND weight of \"" + part.text + "\" in the prompt is not a finite number");
+    }
     ConditioningSchedule s;
-    s.guided = guided_calls(and_parts, with_negative);
+    s.guided = with_negative || is_composed(and_parts);
     for (const ComposablePart& part : and_parts) s.and_weights.push_back(part.weight);
     const bool zero_negative = s.guided && model.force_zeros_for_empty_prompt && !negative;
     const bool encode_negative = s.guided && !zero_negative;

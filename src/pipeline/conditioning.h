@@ -48,18 +48,10 @@ struct ConditioningSchedule {
 
     // [negative entry (0 without one), each AND part's entry] at model call `call`.
     std::vector<size_t> entries_for(int call) const;
-
-    // The most rows of conditioning one image puts into a UNet call: the negative and each AND part in one call,
-    // or the parts alone where the negative runs apart (what the memory pre-check counts).
-    int rows_per_image() const;
 };
 
-// The most rows of conditioning one image puts into a UNet call, from the prompt alone (nothing is encoded):
-// the prompt's AND parts (with AUTOMATIC1111's syntax, once its extra-network tags are out), and the negative's
-// row where the calls are guided (`with_negative`, or a composed prompt), as encode_conditioning_schedule builds
-// the calls. A plain prompt: 2 with guidance, 1 without. Where the negative's length differs from the parts' (known
-// once encoded), it runs in a call of its own and the largest call has one row fewer: this is then one more than
-// ConditioningSchedule::rows_per_image (what the memory plans, made before the prompt is encoded, count).
+// An image's rows in a UNet call, from the prompt alone (for the memory plans): its AND parts, and the negative's
+// where guided, as encode_conditioning_schedule makes them (a negative of another length runs apart: one fewer).
 int unet_rows_per_image(const std::string& prompt, PromptSyntax syntax, bool with_negative);
 
 // Batch [negative, positive] when `with_negative`, else [positive]; an absent SDXL negative prompt is zeros

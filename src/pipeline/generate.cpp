@@ -259,7 +259,9 @@ GenerationResult generate_with(const StableDiffusionModel& model, const Generati
     };
 
     // Host RAM; a GPU reports its own out-of-memory.
-    if (!gpu) check_memory_for(model, r.width, r.height, n, r.vae_tiling != VaeTiling::Off, schedule.rows_per_image());
+    if (!gpu)
+        check_memory_for(model, r.width, r.height, n, r.vae_tiling != VaeTiling::Off,
+                         unet_rows_per_image(r.prompt, r.prompt_syntax, cfg));
     GenerationResult result;
     result.used_embeddings = used_embeddings;
     if (r.prompt_syntax == PromptSyntax::A1111 && r.emphasis != EmphasisMode::Original && texts_with_brackets)
@@ -355,8 +357,7 @@ void notice_plan(const GenerationRequest& r, const GpuMemoryPlan& p) {
 
 GenerationResult generate(const StableDiffusionModel& model, const GenerationRequest& r) {
     validate_request(r);
-    // The plans count the UNet's calls as the prompt makes them (its AND parts add rows), before it is encoded.
-    PlanExtras extras;
+    PlanExtras extras;  // a prompt's AND parts add UNet rows
     extras.unet_rows_per_image = unet_rows_per_image(r.prompt, r.prompt_syntax, r.cfg_scale > 1.0f);
     if (model.device.is_cpu()) {
         // Where the host runs out all the same (a cgroup's or ulimit's cap, the plan's estimates short), the

@@ -38,8 +38,7 @@ std::string GpuMemoryPlan::describe() const {
                       "; VAE decode: " + (vae_tiled ? "in bands" : "whole") + "\n";
     out += "  " + describe_unet_rows(batch, extras.unet_rows_per_image) + "\n";
     if (!extras.unmerged_loras.empty())
-        out += "  LoRA merges: " + std::to_string(extras.unmerged_loras.modules) +
-               " weights merged, in the device's dtype as the others: no more device memory\n";
+        out += "  LoRA merges: " + std::to_string(extras.unmerged_loras.modules) + " weights, no more device memory\n";
     for (const StageEstimate& s : stages)
         out += "  " + s.stage + ": " + format_mib(s.total(0)) + " (weights on the device " + format_mib(s.pages) +
                ", activations " + format_mib(s.activations) + ")\n";

@@ -28,8 +28,8 @@ GpuWeightPlacement parse_gpu_weight_placement(const std::string& name);
 struct GpuMemoryPlan {
     GpuWeightPlacement weights = GpuWeightPlacement::Resident;
     bool vae_tiled = false;
-    int batch = 1;      // images, each with extras.unet_rows_per_image rows in a UNet call
-    PlanExtras extras;  // (a LoRA's merged weights take the device's dtype, as the others: no device bytes)
+    int batch = 1;
+    PlanExtras extras;
     std::vector<StageEstimate> stages;  // `pages` holds the weights on the device during the stage
     int64_t peak() const;
     std::string describe() const;

@@ -1,7 +1,6 @@
 #include "pipeline/lora_memory.h"
 
 #include <map>
-#include <set>
 
 #include "io/safetensors.h"
 #include "models/lora/lora_file.h"
@@ -12,135 +11,77 @@ namespace kiln {
 
 namespace {
 
-// A module of a LoRA file as its header gives it: where it goes, and the values of the change it makes (those of
-// the weight it changes: the merge refuses any other size).
-struct ModuleHeader {
-    LoraComponent component;
-    std::string path;
-    int64_t values = 0;
-};
+using Where = std::pair<LoraComponent, std::string>;  // component, LoRA path
 
-int64_t values_from(const Shape& s, size_t first) {
-    int64_t n = 1;
-    for (size_t i = first; i < s.size(); ++i) n *= s[i];
-    return n;
-}
-
-// The change's [rows, values per row], as lora_file.cpp's make_module reads the parts (0 rows: a module the
-// header cannot size, which read_lora_file refuses at load).
-std::pair<int64_t, int64_t> change_shape(const std::map<std::string, Shape>& parts) {
-    auto has = [&](const std::string& p) { return parts.count(p) > 0 && !parts.at(p).empty(); };
-    auto rows = [&](const std::string& p) { return parts.at(p)[0]; };
-    auto cols = [&](const std::string& p) { return values_from(parts.at(p), 1); };
-    if (has("down") && has("up")) return {rows("up"), cols("down")};
-    if (has("hada_w1_a") && has("hada_w1_b")) return {rows("hada_w1_a"), cols("hada_w1_b")};
-    int64_t r = 1, c = 1;
-    for (const std::string w : {"lokr_w1", "lokr_w2"}) {
-        if (has(w)) r *= rows(w), c *= cols(w);
-        else if (has(w + "_a") && has(w + "_b")) r *= rows(w + "_a"), c *= cols(w + "_b");
-        else return {0, 0};
-    }
-    return {r, c};
-}
-
-std::vector<ModuleHeader> module_headers(const std::string& path) {
+// Each module's change in values (the changed weight's), from the factors' shapes as read_lora_file reads them.
+std::map<Where, int64_t> module_values(const std::string& path) {
     const SafetensorsFile file = SafetensorsFile::open(path);
-    std::map<std::string, std::pair<LoraKeyParts, std::map<std::string, Shape>>> modules;  // by the file's name
+    std::map<std::string, std::pair<LoraKeyParts, std::map<std::string, Shape>>> modules;
     for (const std::string& name : file.names())
-        if (const std::optional<LoraKeyParts> k = lora_key_parts(name)) {
-            auto& m = modules[k->module];
-            m.first = *k;
-            m.second[k->part] = file.info(name).shape;
-        }
-    std::vector<ModuleHeader> out;
+        if (const std::optional<LoraKeyParts> k = lora_key_parts(name))
+            modules[k->module].first = *k, modules[k->module].second[k->part] = file.info(name).shape;
+    std::map<Where, int64_t> out;
     for (const auto& [name, m] : modules) {
-        const auto [rows, cols] = change_shape(m.second);
-        if (rows > 0) out.push_back({m.first.component, m.first.path, rows * cols});
+        const auto& parts = m.second;
+        auto has = [&](const std::string& p) { return parts.count(p) && !parts.at(p).empty(); };
+        auto rows = [&](const std::string& p) { return parts.at(p)[0]; };
+        auto cols = [&](const std::string& p) { return shape_numel(Shape(parts.at(p).begin() + 1, parts.at(p).end())); };
+        int64_t r = 1, c = 1;
+        if (has("down") && has("up")) r = rows("up"), c = cols("down");
+        else if (has("hada_w1_a") && has("hada_w1_b")) r = rows("hada_w1_a"), c = cols("hada_w1_b");
+        else
+            for (const std::string w : {"lokr_w1", "lokr_w2"}) {  // kron(w1, w2), each whole or a product
+                if (has(w)) r *= rows(w), c *= cols(w);
+                else if (has(w + "_a") && has(w + "_b")) r *= rows(w + "_a"), c *= cols(w + "_b");
+                else r = 0;  // refused at load
+            }
+        if (r > 0) out[{m.first.component, m.first.path}] = r * c;
     }
     return out;
 }
 
-std::string underscored_module(std::string name) {
-    const std::string suffix = ".weight";
-    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-        return "";
-    name.resize(name.size() - suffix.size());
-    for (char& c : name)
-        if (c == '.') c = '_';
+std::string module_path(std::string name) {  // "a.b.weight" -> "a_b" (as LoRA files name modules)
+    name.resize(name.size() > 7 ? name.size() - 7 : 0);
+    for (char& c : name) c = c == '.' ? '_' : c;
     return name;
 }
-
-// A component's weights that are views of the mapped file, by module path as LoRA files write it (the UNet's also
-// by its original LDM name), with their pages' bytes.
-struct Views {
-    std::map<std::string, std::pair<std::string, int64_t>> by_path;  // path -> (weight name, bytes)
-    void add(const WeightPages& pages, const UNetConfig* unet) {
-        for (const WeightPages::Range& r : pages.ranges()) {
-            const std::string path = underscored_module(r.name);
-            if (path.empty()) continue;
-            by_path.emplace(path, std::pair(r.name, r.bytes));
-            if (unet)
-                if (const std::string alias = underscored_module(unet_ldm_name(r.name, *unet, "")); !alias.empty())
-                    by_path.emplace(alias, std::pair(r.name, r.bytes));
-        }
-    }
-};
 
 }  // namespace
 
 std::string LoraMergeEstimate::describe() const {
-    return "LoRA merges (from the files' headers): " + std::to_string(modules) + " weights merged, " +
-           format_mib(merged_bytes) + " of float32 copies held throughout, in place of " +
-           format_mib(text_pages) + " of the text encoders' and " + format_mib(unet_pages) +
-           " of the UNet's mapped weights";
+    return "LoRA merges (from the files' headers): " + std::to_string(modules) + " weights, +" + format_mib(merged_bytes) +
+           " of copies, -" + format_mib(text_pages) + " and -" + format_mib(unet_pages) + " of text and UNet pages";
 }
 
 LoraMergeEstimate estimate_lora_merge(const StableDiffusionModel& model, const std::vector<LoraApplication>& loras) {
-    LoraMergeEstimate e;
-    if (loras.empty()) return e;
-    const bool cpu = model.device.is_cpu();
-    std::map<LoraComponent, Views> views;
-    std::set<LoraComponent> present;  // the components the model has
-    for (size_t i = 0; i < model.text_encoders.size() && i < 2; ++i) {
-        const LoraComponent c = i == 0 ? LoraComponent::TextEncoder : LoraComponent::TextEncoder2;
-        present.insert(c);
-        views[c].add(model.text_encoders[i].model.pages(), nullptr);
-    }
-    if (model.unet) {
-        present.insert(LoraComponent::UNet);
-        views[LoraComponent::UNet].add(model.unet->pages(), &model.unet->config());
-    }
-    // Each weight once, by the view's name where it is one (two namings of a module are one weight), else by path.
-    struct Merged {
-        LoraComponent component;
-        int64_t values;
-        int64_t view_bytes;  // 0: not a view
-    };
-    std::map<std::pair<LoraComponent, std::string>, Merged> merged;
-    for (const LoraApplication& lora : loras)
-        for (const ModuleHeader& m : module_headers(lora.path)) {
-            if (!present.count(m.component)) continue;  // SDXL's second encoder on another model: skipped at load
-            const auto& by_path = views[m.component].by_path;
-            const auto view = by_path.find(m.path);
-            const std::string key = view != by_path.end() ? view->second.first : m.path;
-            merged.emplace(std::pair(m.component, key),
-                           Merged{m.component, m.values, view != by_path.end() ? view->second.second : 0});
+    std::map<LoraComponent, std::map<std::string, std::pair<std::string, int64_t>>> views;  // path -> name, bytes
+    auto add_views = [&](LoraComponent c, const WeightPages& pages, const UNetConfig* unet) {
+        for (const WeightPages::Range& r : pages.ranges()) {
+            views[c].emplace(module_path(r.name), std::pair(r.name, r.bytes));
+            if (unet) views[c].emplace(module_path(unet_ldm_name(r.name, *unet, "")), std::pair(r.name, r.bytes));
         }
+    };
+    for (size_t i = 0; i < model.text_encoders.size(); ++i)
+        add_views(i ? LoraComponent::TextEncoder2 : LoraComponent::TextEncoder, model.text_encoders[i].model.pages(), 0);
+    if (model.unet) add_views(LoraComponent::UNet, model.unet->pages(), &model.unet->config());
+    std::map<Where, std::pair<int64_t, int64_t>> merged;  // each weight once (by its view's name) -> values, view bytes
+    for (const LoraApplication& lora : loras)
+        for (const auto& [where, values] : module_values(lora.path)) {
+            if (!views.count(where.first)) continue;  // a component the model lacks: skipped at load
+            const auto v = views[where.first].find(where.second);
+            if (v == views[where.first].end()) merged.emplace(where, std::pair(values, 0));
+            else merged.emplace(Where(where.first, v->second.first), std::pair(values, v->second.second));
+        }
+    LoraMergeEstimate e;
     e.modules = static_cast<int>(merged.size());
-    if (!cpu) return e;
-    // The file's bytes a value, for the stacked matrices: as the views among the merged weights have them (a
-    // checkpoint stores its matrices in one precision), else 2 (the 16-bit files users mostly have).
-    int64_t view_values = 0, view_bytes = 0;
+    if (!model.device.is_cpu()) return e;
+    int64_t view_values = 0, view_bytes = 0;  // the file's bytes a value, for the stacks (else 2: fp16)
     for (const auto& [key, m] : merged)
-        if (m.view_bytes > 0) view_values += m.values, view_bytes += m.view_bytes;
+        if (m.second > 0) view_values += m.first, view_bytes += m.second;
     const double stored = view_values > 0 ? double(view_bytes) / double(view_values) : 2.0;
     for (const auto& [key, m] : merged) {
-        if (m.view_bytes > 0) {
-            e.merged_bytes += 4 * m.values;
-            (m.component == LoraComponent::UNet ? e.unet_pages : e.text_pages) += m.view_bytes;
-        } else {
-            e.merged_bytes += static_cast<int64_t>(double(m.values) * (4.0 - stored));
-        }
+        if (m.second > 0) (key.first == LoraComponent::UNet ? e.unet_pages : e.text_pages) += m.second;
+        e.merged_bytes += m.second > 0 ? 4 * m.first : static_cast<int64_t>(double(m.first) * (4.0 - stored));
     }
     return e;
 }

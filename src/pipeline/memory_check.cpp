@@ -23,15 +23,10 @@ std::string gib(int64_t bytes) {
 
 int64_t estimate_unet_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch,
                                        int unet_rows_per_image) {
-    require(unet_rows_per_image >= 1, ErrorKind::InvalidArgument,
-            "a UNet call has at least one row per image, not " + std::to_string(unet_rows_per_image));
     const int64_t pixels = static_cast<int64_t>(width) * height;
-    // UNet at the latent resolution, per row of the call (float32): the skip connections of every level, about
-    // ten working tensors of the widest first-level activation (a transformer block's feed-forward holds its
-    // input, the GEGLU projection's 8 widths and the gated 4 at once; the demo model measured about 9 a row:
-    // tests/pipeline/memory_check_test.cpp), and, whatever the image, the context's row (one 77-token chunk) with
-    // every cross-attention's keys and values of it, and the embeddings' vectors: the time embedding, SDXL's
-    // added one, and every ResNet block's time projection (the last two computed once a call, stacked by width).
+    // Per row of the call (float32): every level's skips, ten widths of the first level (a feed-forward holds its
+    // input, GEGLU's 8 and the gated 4; about 9 measured: memory_check_test), and per call one 77-token context
+    // with every cross-attention's keys and values, the embeddings and the stacked time projections.
     int64_t unet = 0;
     if (model.unet) {
         const UNetConfig& c = model.unet->config();
@@ -85,10 +80,7 @@ void check_memory_for(const StableDiffusionModel& model, int width, int height, 
             (batch == 1 ? "a " + size + " image needs" : "a batch of " + std::to_string(batch) + " " + size +
                                                              " images needs") +
                 " about " + gib(need) + " of memory for activations, and " + gib(free) + " is available" +
-                (unet_rows_per_image > kGuidedUNetRows
-                     ? " (the prompt's AND parts give each UNet call " + std::to_string(unet_rows_per_image) +
-                           " rows per image)"
-                     : "") +
+                (unet_rows_per_image > kGuidedUNetRows ? " (" + std::to_string(unet_rows_per_image) + " UNet rows an image)" : "") +
                 (batch == 1 ? "" : " (a smaller --batch-size, with --batch-count for the rest, needs less)"));
 }
 

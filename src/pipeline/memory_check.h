@@ -8,9 +8,7 @@
 
 namespace kiln {
 
-// Rows of conditioning each image puts into a UNet call with classifier-free guidance and a plain prompt: the
-// negative and the prompt. A prompt with AND parts puts one more per part beyond the first (and a call without
-// guidance one): unet_rows_per_image (conditioning.h) counts them from the prompt.
+// A UNet call's rows per image with guidance and a plain prompt (AND parts add more: unet_rows_per_image).
 constexpr int kGuidedUNetRows = 2;
 
 // Peak bytes of activations and the ops' scratch (not weights, which are already loaded) for `batch` width x
@@ -19,8 +17,7 @@ constexpr int kGuidedUNetRows = 2;
 int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch = 1,
                                   bool vae_tiled = false, int unet_rows_per_image = kGuidedUNetRows);
 
-// The UNet's part of it: its activations for `batch` images of `unet_rows_per_image` rows each, and the ops'
-// scratch.
+// The UNet's part of it: its activations for `batch` x `unet_rows_per_image` rows, and the ops' scratch.
 int64_t estimate_unet_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch = 1,
                                        int unet_rows_per_image = kGuidedUNetRows);
 

@@ -57,8 +57,7 @@ std::string MemoryPlan::describe() const {
                       "; VAE decode: " + (vae_tiled ? "in bands" : "whole") + "\n";
     out += "  " + describe_unet_rows(batch, extras.unet_rows_per_image) + "\n";
     if (!extras.unmerged_loras.empty()) out += "  " + extras.unmerged_loras.describe() + "\n";
-    out += "  fixed (process, copied weights" + std::string(extras.unmerged_loras.empty() ? "" : ", LoRA copies") +
-           "): " + format_mib(fixed) + "\n";
+    out += "  fixed (process, copied weights): " + format_mib(fixed) + "\n";
     for (const StageEstimate& s : stages)
         out += "  " + s.stage + ": " + format_mib(s.total(fixed)) + " (mapped weights " + format_mib(s.pages) +
                ", activations " + format_mib(s.activations) + ")\n";
@@ -80,7 +79,7 @@ MemoryPlan make_plan(const StableDiffusionModel& model, int width, int height, i
                      bool stream_unet, bool vae_tiled, const PlanExtras& extras) {
     MemoryPlan p;
     const LoraMergeEstimate& lora = extras.unmerged_loras;
-    p.fixed = fixed + lora.merged_bytes;  // the merged copies are heap memory, held from the load on
+    p.fixed = fixed + lora.merged_bytes;  // heap memory
     p.stream_unet = stream_unet;
     p.vae_tiled = vae_tiled;
     p.batch = batch;
@@ -90,8 +89,7 @@ MemoryPlan make_plan(const StableDiffusionModel& model, int width, int height, i
     p.stages.push_back({"text_encode", std::max<int64_t>(0, text_pages - lora.text_pages), text_encode_bytes(model)});
     if (model.unet) {
         const UNet& u = *model.unet;
-        // Streamed, a block's pages at a time: its merged weights are not among them either, but which block
-        // they are in is not known here; the whole UNet's figure is left as it is (an over-estimate).
+        // (Streamed: the largest block's pages, LoRA or not; an over-estimate.)
         const int64_t pages =
             stream_unet ? u.streamed_page_bytes() : std::max<int64_t>(0, u.pages().bytes() - lora.unet_pages);
         p.stages.push_back({"denoise", pages,
@@ -142,13 +140,8 @@ MemoryPlan plan_cpu_memory(const StableDiffusionModel& model, int width, int hei
 }
 
 std::string describe_unet_rows(int batch, int rows_per_image) {
-    const std::string images = std::to_string(batch) + (batch == 1 ? " image" : " images");
-    std::string why;
-    if (rows_per_image == 1) why = "the prompt, without guidance";
-    else if (rows_per_image == kGuidedUNetRows) why = "the negative and the prompt";
-    else why = "the negative and " + std::to_string(rows_per_image - 1) + " AND parts of the prompt";
-    return "UNet calls: " + std::to_string(int64_t(batch) * rows_per_image) + " rows (" + images + " x " +
-           std::to_string(rows_per_image) + ": " + why + ")";
+    return "UNet calls: " + std::to_string(batch * rows_per_image) + " rows (" + std::to_string(rows_per_image) +
+           " an image: the prompt's AND parts, and the negative with guidance)";
 }
 
 }  // namespace kiln

@@ -33,15 +33,10 @@ struct StageEstimate {
     int64_t total(int64_t fixed) const { return fixed + pages + activations; }
 };
 
-// What the plans count beyond the image size and the batch (the defaults: a plain prompt with guidance, nothing
-// more to merge).
+// What the plans count beyond the image size and the batch.
 struct PlanExtras {
-    // Rows of conditioning each image puts into a UNet call (unet_rows_per_image, conditioning.h): 1 + the
-    // prompt's AND parts with guidance.
-    int unet_rows_per_image = kGuidedUNetRows;
-    // LoRA merges the model was loaded without (kiln plan), estimated from the files' headers (lora_memory.h).
-    // Empty for a generation's model, which holds its merged copies already.
-    LoraMergeEstimate unmerged_loras;
+    int unet_rows_per_image = kGuidedUNetRows;  // unet_rows_per_image (conditioning.h)
+    LoraMergeEstimate unmerged_loras;           // kiln plan's: a generation's model holds its copies
 };
 
 struct MemoryPlan {
@@ -93,7 +88,6 @@ std::string budget_in_mib(int64_t peak);
 MemoryPlan plan_cpu_memory(const StableDiffusionModel& model, int width, int height, int batch, int64_t budget,
                            VaeTiling tiling = VaeTiling::Auto, const PlanExtras& extras = {});
 
-// "UNet calls: 4 rows (2 images x 2: the negative and the prompt)", for the plans' descriptions.
-std::string describe_unet_rows(int batch, int rows_per_image);
+std::string describe_unet_rows(int batch, int rows_per_image);  // "UNet calls: 4 rows (2 an image: ...)"
 
 }  // namespace kiln

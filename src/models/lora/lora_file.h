@@ -43,15 +43,12 @@ struct LoraFile {
     std::vector<std::string> unknown_keys;  // tensors under no prefix kiln knows (reported, as A1111 skips them)
 };
 
-// Where one tensor of a LoRA file belongs, from its name alone: which component, which module (the file's name
-// for messages, and its path with '_' for '.'), and which part ("down", "up", "alpha", "hada_w1_a", "lokr_w1",
-// ... or as written). Nothing for a name under no prefix kiln knows. (What read_lora_file uses; the memory plan
-// reads a file's header with it, without loading the tensors.)
+// Where a LoRA file's tensor belongs, from its name: nothing under no prefix kiln knows.
 struct LoraKeyParts {
     LoraComponent component;
-    std::string module;
-    std::string path;
-    std::string part;
+    std::string module;  // the file's name of the module (for messages)
+    std::string path;    // '_' for '.'
+    std::string part;    // normalised: "down", "up", "alpha", "hada_w1_a", "lokr_w1", ... or as written
 };
 std::optional<LoraKeyParts> lora_key_parts(const std::string& key);
 
