@@ -6,7 +6,10 @@
 
 #include "kiln/error.h"
 #include "pipeline/generate.h"
+#include "pipeline/conditioning.h"
 #include "pipeline/gpu_memory_plan.h"
+#include "pipeline/lora_memory.h"
+#include "pipeline/lora_selection.h"
 #include "pipeline/memory_plan.h"
 #include "pipeline/vram_budget.h"
 #include "commands.h"
@@ -31,6 +34,13 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
     cmd->add_option("--vae-tiling", o.vae_tiling, "auto | on | off, as txt2img takes it")
         ->check(CLI::IsMember({"auto", "on", "off"}))
         ->capture_default_str();
+    cmd->add_option("-p,--prompt", o.prompt, "the prompt (its AND parts and <lora:...> tags count)");
+    cmd->add_option("--cfg-scale", o.cfg_scale, "guidance scale (1 or less: no negative row)")->capture_default_str();
+    cmd->add_option("--prompt-syntax", o.prompt_syntax, "a1111 | none")
+        ->check(CLI::IsMember({"a1111", "none"}))
+        ->capture_default_str();
+    cmd->add_option("--lora", o.loras, "FILE[:WEIGHT]: a LoRA file to count (repeatable)");
+    cmd->add_option("--lora-dir", o.lora_dir, "where the prompt's <lora:NAME:W> tags find NAME.safetensors");
     return cmd;
 }
 
@@ -51,28 +61,40 @@ int run_plan(const PlanOptions& o) {
     load.device = placement.device;
     load.precision = placement.precision;
     load.offload_weights = gpu;  // only their sizes are needed: none stays on the device
-    const StableDiffusionModel model = load_model(o.model, load);
+    // The LoRA files as txt2img finds them, not merged: the plan adds their copies (pipeline/lora_memory.h).
     GenerationRequest r;
+    r.prompt = o.prompt;
+    r.cfg_scale = static_cast<float>(o.cfg_scale);
+    r.prompt_syntax = parse_prompt_syntax(o.prompt_syntax);
+    r.batch_size = o.batch_size;
+    std::vector<LoraApplication> loras;
+    if (r.prompt_syntax == PromptSyntax::A1111) loras = loras_from_prompt(r.prompt, o.lora_dir);
+    for (const std::string& arg : o.loras) loras.push_back(lora_from_argument(arg));
+    const StableDiffusionModel model = load_model(o.model, load);
     r.width = o.width.value_or(default_image_size(model));
     r.height = o.height.value_or(default_image_size(model));
-    r.batch_size = o.batch_size;
     validate_request(r);
+    PlanExtras extras;
+    extras.unet_rows_per_image = unet_rows_per_image(r.prompt, r.prompt_syntax, r.cfg_scale > 1.0f);
+    extras.unmerged_loras = estimate_lora_merge(model, loras);
     const std::string where = gpu ? device_name(placement.device) : "CPU";
     const std::string limit = budget < 0 ? ", no budget" : (gpu ? ", --vram " : ", --memory ") + format_mib(budget);
     std::string described;
     std::function<bool(int)> fits;  // whether some plan for a batch of that many fits the budget
     if (gpu) {
-        described = plan_gpu_memory(model, r.width, r.height, r.batch_size, budget, tiling).describe();
+        described = plan_gpu_memory(model, r.width, r.height, r.batch_size, budget, tiling, extras).describe();
         fits = [&](int batch) {
             const GpuMemoryPlan* leanest = nullptr;
-            return first_plan_within(gpu_memory_plans(model, r.width, r.height, batch, tiling), budget, leanest) != nullptr;
+            return first_plan_within(gpu_memory_plans(model, r.width, r.height, batch, tiling, extras), budget,
+                                     leanest) != nullptr;
         };
     } else {
-        described = plan_cpu_memory(model, r.width, r.height, r.batch_size, budget, tiling).describe();
+        described = plan_cpu_memory(model, r.width, r.height, r.batch_size, budget, tiling, extras).describe();
         const int64_t fixed = measure_fixed_bytes(model);
         fits = [&, fixed](int batch) {
             const MemoryPlan* leanest = nullptr;
-            return first_plan_within(cpu_memory_plans(model, r.width, r.height, batch, tiling, fixed), budget, leanest) != nullptr;
+            return first_plan_within(cpu_memory_plans(model, r.width, r.height, batch, tiling, fixed, extras), budget,
+                                     leanest) != nullptr;
         };
     }
     std::printf("%s %dx%d, batch %d, %s%s:\n%s", o.model.c_str(), r.width, r.height, r.batch_size, where.c_str(),

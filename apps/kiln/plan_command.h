@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kiln::cli {
 
@@ -17,6 +18,11 @@ struct PlanOptions {
     std::string device = "cpu";
     std::string precision;
     std::string vae_tiling = "auto";
+    std::string prompt;  // and the next: as txt2img's options
+    double cfg_scale = 7.5;
+    std::string prompt_syntax = "a1111";
+    std::vector<std::string> loras;  // --lora FILE[:WEIGHT]
+    std::string lora_dir;
 };
 
 // Adds the subcommand to `app`; parsing writes into `options`, which must outlive it.

@@ -111,6 +111,12 @@ std::vector<size_t> ConditioningSchedule::entries_for(int call) const {
 
 size_t ConditioningSchedule::part_for_call(int call) const { return part_of.at(entries_for(call)); }
 
+int unet_rows_per_image(const std::string& prompt, PromptSyntax syntax, bool with_negative) {
+    if (syntax != PromptSyntax::A1111) return with_negative ? 2 : 1;
+    const std::vector<ComposablePart> parts = split_composable_prompt(remove_extra_network_tags(prompt).prompt);
+    return static_cast<int>(parts.size()) + (with_negative || is_composed(parts) ? 1 : 0);  // s.guided below
+}
+
 ConditioningSchedule encode_conditioning_schedule(const StableDiffusionModel& model, const std::string& prompt,
                                                   const std::optional<std::string>& negative, bool with_negative,
                                                   const PromptEncodingOptions& options, int width, int height,

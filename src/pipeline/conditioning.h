@@ -50,6 +50,10 @@ struct ConditioningSchedule {
     std::vector<size_t> entries_for(int call) const;
 };
 
+// An image's rows in a UNet call, from the prompt alone (for the memory plans): its AND parts, and the negative's
+// where guided, as encode_conditioning_schedule makes them (a negative of another length runs apart: one fewer).
+int unet_rows_per_image(const std::string& prompt, PromptSyntax syntax, bool with_negative);
+
 // Batch [negative, positive] when `with_negative`, else [positive]; an absent SDXL negative prompt is zeros
 // (force_zeros_for_empty_prompt). With AUTOMATIC1111's syntax, "<lora:...>" tags leave the prompt as in the
 // webui (a tag of a LoRA the model was not loaded with is an error; others are reported through `notice`;

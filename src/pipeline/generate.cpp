@@ -259,7 +259,9 @@ GenerationResult generate_with(const StableDiffusionModel& model, const Generati
     };
 
     // Host RAM; a GPU reports its own out-of-memory.
-    if (!gpu) check_memory_for(model, r.width, r.height, n, r.vae_tiling != VaeTiling::Off);
+    if (!gpu)
+        check_memory_for(model, r.width, r.height, n, r.vae_tiling != VaeTiling::Off,
+                         unet_rows_per_image(r.prompt, r.prompt_syntax, cfg));
     GenerationResult result;
     result.used_embeddings = used_embeddings;
     if (r.prompt_syntax == PromptSyntax::A1111 && r.emphasis != EmphasisMode::Original && texts_with_brackets)
@@ -355,17 +357,20 @@ void notice_plan(const GenerationRequest& r, const GpuMemoryPlan& p) {
 
 GenerationResult generate(const StableDiffusionModel& model, const GenerationRequest& r) {
     validate_request(r);
+    PlanExtras extras;  // a prompt's AND parts add UNet rows
+    extras.unet_rows_per_image = unet_rows_per_image(r.prompt, r.prompt_syntax, r.cfg_scale > 1.0f);
     if (model.device.is_cpu()) {
         // Where the host runs out all the same (a cgroup's or ulimit's cap, the plan's estimates short), the
         // generation runs again once, from the same seed, with the leanest configuration the tiling allows: the
         // UNet's pages read block by block, the VAE in bands. Both give the same image on the CPU.
-        const MemoryPlan first = plan_cpu_memory(model, r.width, r.height, r.batch_size, r.memory_budget, r.vae_tiling);
+        const MemoryPlan first =
+            plan_cpu_memory(model, r.width, r.height, r.batch_size, r.memory_budget, r.vae_tiling, extras);
         try {
             return generate_with(model, r, GpuMemoryPlan{}, first);
         } catch (const Error& e) {
             if (e.kind() != ErrorKind::OutOfMemory) throw;
             const MemoryPlan leanest =
-                cpu_memory_plans(model, r.width, r.height, r.batch_size, r.vae_tiling, first.fixed).back();
+                cpu_memory_plans(model, r.width, r.height, r.batch_size, r.vae_tiling, first.fixed, extras).back();
             if (first.stream_unet == leanest.stream_unet && first.vae_tiled == leanest.vae_tiled) throw;
             if (r.notice)
                 r.notice(std::string("out of memory (") + e.what() + "); trying again with " +
@@ -379,9 +384,10 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     if (!r.gpu_weights.empty())
         return generate_with(model, r,
                              gpu_memory_plan_with(model, r.width, r.height, r.batch_size,
-                                                  parse_gpu_weight_placement(r.gpu_weights), r.vae_tiling),
+                                                  parse_gpu_weight_placement(r.gpu_weights), r.vae_tiling, extras),
                              MemoryPlan{});
-    GpuMemoryPlan plan = plan_gpu_memory(model, r.width, r.height, r.batch_size, r.vram_budget, r.vae_tiling);
+    GpuMemoryPlan plan =
+        plan_gpu_memory(model, r.width, r.height, r.batch_size, r.vram_budget, r.vae_tiling, extras);
     // A placement that ran out of memory is not tried again for the same call (--batch-count, a bench), unless
     // it ran out in the call's first generation: that one also picks the algorithms, with workspaces the plan
     // does not count, and later ones may fit (SD 1.5 in --vram 1G: the whole decode fits from the second image
@@ -391,7 +397,8 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
     static std::set<std::string> done_once;
     const std::string key = std::to_string(model.serial) + " " + std::to_string(r.width) + "x" +
                             std::to_string(r.height) + " " + std::to_string(r.batch_size) + " " +
-                            std::to_string(r.vram_budget) + " " + vae_tiling_name(r.vae_tiling);
+                            std::to_string(r.vram_budget) + " " + vae_tiling_name(r.vae_tiling) + " rows " +
+                            std::to_string(extras.unet_rows_per_image);
     {
         std::lock_guard lock(remembered_mutex);
         if (auto it = worked.find(key); it != worked.end()) plan = it->second;
@@ -408,7 +415,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
         } catch (const Error& e) {
             if (e.kind() != ErrorKind::OutOfMemory || r.vram_budget < 0) throw;
             const std::vector<GpuMemoryPlan> plans =
-                gpu_memory_plans(model, r.width, r.height, r.batch_size, r.vae_tiling);
+                gpu_memory_plans(model, r.width, r.height, r.batch_size, r.vae_tiling, extras);
             const GpuMemoryPlan* next = nullptr;
             for (const GpuMemoryPlan& p : plans)
                 if (p.weights > plan.weights || (p.weights == plan.weights && p.vae_tiled && !plan.vae_tiled)) {

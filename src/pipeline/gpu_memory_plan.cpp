@@ -36,6 +36,9 @@ int64_t GpuMemoryPlan::peak() const {
 std::string GpuMemoryPlan::describe() const {
     std::string out = "  weights: " + std::string(gpu_weight_placement_name(weights)) +
                       "; VAE decode: " + (vae_tiled ? "in bands" : "whole") + "\n";
+    out += "  " + describe_unet_rows(batch, extras.unet_rows_per_image) + "\n";
+    if (!extras.unmerged_loras.empty())
+        out += "  LoRA merges: " + std::to_string(extras.unmerged_loras.modules) + " weights, no more device memory\n";
     for (const StageEstimate& s : stages)
         out += "  " + s.stage + ": " + format_mib(s.total(0)) + " (weights on the device " + format_mib(s.pages) +
                ", activations " + format_mib(s.activations) + ")\n";
@@ -67,10 +70,12 @@ int64_t in_dtype(int64_t cpu_estimate, DType dtype, int64_t scratch) {
 }
 
 GpuMemoryPlan make_plan(const StableDiffusionModel& model, int width, int height, int batch,
-                        GpuWeightPlacement weights, bool vae_tiled) {
+                        GpuWeightPlacement weights, bool vae_tiled, const PlanExtras& extras) {
     GpuMemoryPlan p;
     p.weights = weights;
     p.vae_tiled = vae_tiled;
+    p.batch = batch;
+    p.extras = extras;
     const int64_t text = text_encoder_bytes(model);
     const int64_t unet = model.unet ? model.unet->device_weights().bytes() : 0;
     const int64_t vae = model.vae ? model.vae->device_weights().bytes() : 0;
@@ -81,7 +86,9 @@ GpuMemoryPlan make_plan(const StableDiffusionModel& model, int width, int height
     if (model.unet) {
         const int64_t held = weights == GpuWeightPlacement::Streamed ? model.unet->streamed_device_bytes() : unet;
         p.stages.push_back({"denoise", held + (resident ? text + vae : 0),
-                            in_dtype(estimate_unet_activation_bytes(model, width, height, batch), model.precision,
+                            in_dtype(estimate_unet_activation_bytes(model, width, height, batch,
+                                                                    extras.unet_rows_per_image),
+                                     model.precision,
                                      kUNetScratch)});
     }
     if (model.vae)
@@ -94,19 +101,19 @@ GpuMemoryPlan make_plan(const StableDiffusionModel& model, int width, int height
 }  // namespace
 
 std::vector<GpuMemoryPlan> gpu_memory_plans(const StableDiffusionModel& model, int width, int height, int batch,
-                                            VaeTiling tiling) {
+                                            VaeTiling tiling, const PlanExtras& extras) {
     std::vector<GpuMemoryPlan> plans;
     for (GpuWeightPlacement w : {GpuWeightPlacement::Resident, GpuWeightPlacement::Stages,
                                  GpuWeightPlacement::EachStage, GpuWeightPlacement::Streamed}) {
-        if (tiling != VaeTiling::On) plans.push_back(make_plan(model, width, height, batch, w, false));
-        if (tiling != VaeTiling::Off) plans.push_back(make_plan(model, width, height, batch, w, true));
+        if (tiling != VaeTiling::On) plans.push_back(make_plan(model, width, height, batch, w, false, extras));
+        if (tiling != VaeTiling::Off) plans.push_back(make_plan(model, width, height, batch, w, true, extras));
     }
     return plans;
 }
 
 GpuMemoryPlan plan_gpu_memory(const StableDiffusionModel& model, int width, int height, int batch, int64_t budget,
-                              VaeTiling tiling) {
-    const std::vector<GpuMemoryPlan> plans = gpu_memory_plans(model, width, height, batch, tiling);
+                              VaeTiling tiling, const PlanExtras& extras) {
+    const std::vector<GpuMemoryPlan> plans = gpu_memory_plans(model, width, height, batch, tiling, extras);
     const GpuMemoryPlan* leanest = nullptr;
     if (const GpuMemoryPlan* p = first_plan_within(plans, budget, leanest)) return *p;
     fail(ErrorKind::OutOfMemory,
@@ -116,8 +123,8 @@ GpuMemoryPlan plan_gpu_memory(const StableDiffusionModel& model, int width, int 
 }
 
 GpuMemoryPlan gpu_memory_plan_with(const StableDiffusionModel& model, int width, int height, int batch,
-                                   GpuWeightPlacement weights, VaeTiling tiling) {
-    return make_plan(model, width, height, batch, weights, tiling == VaeTiling::On);
+                                   GpuWeightPlacement weights, VaeTiling tiling, const PlanExtras& extras) {
+    return make_plan(model, width, height, batch, weights, tiling == VaeTiling::On, extras);
 }
 
 void place_weights_for_stage(const StableDiffusionModel& model, const GpuMemoryPlan& plan, const std::string& stage) {

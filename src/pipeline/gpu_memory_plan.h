@@ -28,6 +28,8 @@ GpuWeightPlacement parse_gpu_weight_placement(const std::string& name);
 struct GpuMemoryPlan {
     GpuWeightPlacement weights = GpuWeightPlacement::Resident;
     bool vae_tiled = false;
+    int batch = 1;
+    PlanExtras extras;
     std::vector<StageEstimate> stages;  // `pages` holds the weights on the device during the stage
     int64_t peak() const;
     std::string describe() const;
@@ -35,15 +37,16 @@ struct GpuMemoryPlan {
 
 // Every configuration `tiling` allows, from the fastest to the leanest.
 std::vector<GpuMemoryPlan> gpu_memory_plans(const StableDiffusionModel& model, int width, int height, int batch,
-                                            VaeTiling tiling);
+                                            VaeTiling tiling, const PlanExtras& extras = {});
 
 // The first plan whose peak fits `budget` (< 0: the resident one, whole decode unless tiling is On). None: an
 // OutOfMemory error naming the smallest budget that would do (--vram NNNM).
 GpuMemoryPlan plan_gpu_memory(const StableDiffusionModel& model, int width, int height, int batch, int64_t budget,
-                              VaeTiling tiling = VaeTiling::Auto);
+                              VaeTiling tiling = VaeTiling::Auto, const PlanExtras& extras = {});
 // The plan with the given placement (the decode whole unless `tiling` is On), whatever it needs.
 GpuMemoryPlan gpu_memory_plan_with(const StableDiffusionModel& model, int width, int height, int batch,
-                                   GpuWeightPlacement weights, VaeTiling tiling = VaeTiling::Auto);
+                                   GpuWeightPlacement weights, VaeTiling tiling = VaeTiling::Auto,
+                                   const PlanExtras& extras = {});
 
 // Puts the weights where `plan` wants them before `stage` ("text_encode", "vae_encode", "denoise", "vae_decode"): what the
 // stage does not need leaves first, then what it needs comes back. A streamed UNet's blocks all stay off the

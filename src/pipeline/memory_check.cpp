@@ -21,19 +21,28 @@ std::string gib(int64_t bytes) {
 
 }  // namespace
 
-int64_t estimate_unet_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch) {
+int64_t estimate_unet_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch,
+                                       int unet_rows_per_image) {
     const int64_t pixels = static_cast<int64_t>(width) * height;
-    // UNet at the latent resolution with the guidance batch of 2: the skip connections of every
-    // level plus about eight working tensors of the widest first-level activation.
+    // Per row of the call (float32): every level's skips, ten widths of the first level (a feed-forward holds its
+    // input, GEGLU's 8 and the gated 4; about 9 measured: memory_check_test), and per call one 77-token context
+    // with every cross-attention's keys and values, the embeddings and the stacked time projections.
     int64_t unet = 0;
     if (model.unet) {
         const UNetConfig& c = model.unet->config();
-        int64_t tokens = pixels / 64, skips = 0;
+        int64_t tokens = pixels / 64, skips = 0, kv_widths = 0, time_widths = 0;
         for (int level = 0; level < c.levels(); ++level) {
-            skips += (c.layers_per_block + 1) * c.block_out_channels[level] * tokens;
+            const int64_t width = c.block_out_channels[level], blocks = 2 * c.layers_per_block + 1;  // down, up
+            skips += (c.layers_per_block + 1) * width * tokens;
             tokens = std::max<int64_t>(1, tokens / 4);
+            time_widths += blocks * width;
+            if (c.level_has_attention[level]) kv_widths += blocks * c.transformer_depth[level] * 2 * width;
         }
-        unet = 2 * 4 * (skips + 8 * c.block_out_channels[0] * (pixels / 64));
+        kv_widths += c.mid_transformer_depth * 2 * c.block_out_channels.back();
+        time_widths += 2 * c.block_out_channels.back();
+        const int64_t per_call = 77 * (kv_widths + c.cross_attention_dim) + time_widths +
+                                 c.projection_class_embeddings_input_dim + 4 * c.time_embed_dim();
+        unet = int64_t(unet_rows_per_image) * 4 * (skips + 10 * c.block_out_channels[0] * (pixels / 64) + per_call);
     }
     // Beside them, the ops' scratch (ops/tuning.h), whatever the image: a convolution's im2col columns, the
     // output tiles it holds (a few, each a ninth of the columns for a 3x3 kernel) and the float32 rows of a
@@ -43,9 +52,9 @@ int64_t estimate_unet_activation_bytes(const StableDiffusionModel& model, int wi
 }
 
 int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch,
-                                  bool vae_tiled) {
+                                  bool vae_tiled, int unet_rows_per_image) {
     // The VAE decode's own figure (vae_tiling.cpp) includes the ops' scratch too.
-    return std::max(estimate_unet_activation_bytes(model, width, height, batch),
+    return std::max(estimate_unet_activation_bytes(model, width, height, batch, unet_rows_per_image),
                     estimate_vae_decode_bytes(model, width, height, batch, vae_tiled));
 }
 
@@ -61,14 +70,17 @@ int64_t available_host_bytes() {
     return -1;
 }
 
-void check_memory_for(const StableDiffusionModel& model, int width, int height, int batch, bool vae_tiled) {
-    const int64_t need = estimate_activation_bytes(model, width, height, batch, vae_tiled), free = available_host_bytes();
+void check_memory_for(const StableDiffusionModel& model, int width, int height, int batch, bool vae_tiled,
+                      int unet_rows_per_image) {
+    const int64_t need = estimate_activation_bytes(model, width, height, batch, vae_tiled, unet_rows_per_image),
+                  free = available_host_bytes();
     if (free < 0) return;
     const std::string size = std::to_string(width) + "x" + std::to_string(height);
     require(need <= free, ErrorKind::OutOfMemory,
             (batch == 1 ? "a " + size + " image needs" : "a batch of " + std::to_string(batch) + " " + size +
                                                              " images needs") +
                 " about " + gib(need) + " of memory for activations, and " + gib(free) + " is available" +
+                (unet_rows_per_image > kGuidedUNetRows ? " (" + std::to_string(unet_rows_per_image) + " UNet rows an image)" : "") +
                 (batch == 1 ? "" : " (a smaller --batch-size, with --batch-count for the rest, needs less)"));
 }
 

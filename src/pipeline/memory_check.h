@@ -8,14 +8,18 @@
 
 namespace kiln {
 
+// A UNet call's rows per image with guidance and a plain prompt (AND parts add more: unet_rows_per_image).
+constexpr int kGuidedUNetRows = 2;
+
 // Peak bytes of activations and the ops' scratch (not weights, which are already loaded) for `batch` width x
 // height images sampled together (the UNet and the VAE decode take the whole batch at once), with the VAE
-// decode whole or in bands (vae_tiling.h).
+// decode whole or in bands (vae_tiling.h), the UNet's calls holding `unet_rows_per_image` rows per image.
 int64_t estimate_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch = 1,
-                                  bool vae_tiled = false);
+                                  bool vae_tiled = false, int unet_rows_per_image = kGuidedUNetRows);
 
-// The UNet's part of it: its activations for `batch` images with the guidance batch of 2, and the ops' scratch.
-int64_t estimate_unet_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch = 1);
+// The UNet's part of it: its activations for `batch` x `unet_rows_per_image` rows, and the ops' scratch.
+int64_t estimate_unet_activation_bytes(const StableDiffusionModel& model, int width, int height, int batch = 1,
+                                       int unet_rows_per_image = kGuidedUNetRows);
 
 // The CPU ops' scratch beside the activations, whatever the image (see estimate_activation_bytes).
 int64_t ops_scratch_bytes();
@@ -25,6 +29,6 @@ int64_t available_host_bytes();
 
 // Throws ErrorKind::OutOfMemory when the estimate exceeds what is available.
 void check_memory_for(const StableDiffusionModel& model, int width, int height, int batch = 1,
-                      bool vae_tiled = false);
+                      bool vae_tiled = false, int unet_rows_per_image = kGuidedUNetRows);
 
 }  // namespace kiln

@@ -55,6 +55,8 @@ int64_t MemoryPlan::peak() const {
 std::string MemoryPlan::describe() const {
     std::string out = "  UNet weights: " + std::string(stream_unet ? "streamed block by block" : "resident while sampling") +
                       "; VAE decode: " + (vae_tiled ? "in bands" : "whole") + "\n";
+    out += "  " + describe_unet_rows(batch, extras.unet_rows_per_image) + "\n";
+    if (!extras.unmerged_loras.empty()) out += "  " + extras.unmerged_loras.describe() + "\n";
     out += "  fixed (process, copied weights): " + format_mib(fixed) + "\n";
     for (const StageEstimate& s : stages)
         out += "  " + s.stage + ": " + format_mib(s.total(fixed)) + " (mapped weights " + format_mib(s.pages) +
@@ -74,18 +76,24 @@ int64_t text_encode_bytes(const StableDiffusionModel& model) {
 }
 
 MemoryPlan make_plan(const StableDiffusionModel& model, int width, int height, int batch, int64_t fixed,
-                     bool stream_unet, bool vae_tiled) {
+                     bool stream_unet, bool vae_tiled, const PlanExtras& extras) {
     MemoryPlan p;
-    p.fixed = fixed;
+    const LoraMergeEstimate& lora = extras.unmerged_loras;
+    p.fixed = fixed + lora.merged_bytes;  // heap memory
     p.stream_unet = stream_unet;
     p.vae_tiled = vae_tiled;
+    p.batch = batch;
+    p.extras = extras;
     int64_t text_pages = 0;
     for (const TextEncoder& te : model.text_encoders) text_pages += te.model.pages().bytes();
-    p.stages.push_back({"text_encode", text_pages, text_encode_bytes(model)});
+    p.stages.push_back({"text_encode", std::max<int64_t>(0, text_pages - lora.text_pages), text_encode_bytes(model)});
     if (model.unet) {
         const UNet& u = *model.unet;
-        const int64_t pages = stream_unet ? u.streamed_page_bytes() : u.pages().bytes();
-        p.stages.push_back({"denoise", pages, estimate_unet_activation_bytes(model, width, height, batch)});
+        // (Streamed: the largest block's pages, LoRA or not; an over-estimate.)
+        const int64_t pages =
+            stream_unet ? u.streamed_page_bytes() : std::max<int64_t>(0, u.pages().bytes() - lora.unet_pages);
+        p.stages.push_back({"denoise", pages,
+                            estimate_unet_activation_bytes(model, width, height, batch, extras.unet_rows_per_image)});
     }
     if (model.vae)
         p.stages.push_back({"vae_decode", model.vae->pages().bytes(),
@@ -102,13 +110,13 @@ int64_t measure_fixed_bytes(const StableDiffusionModel& model) {
 }
 
 std::vector<MemoryPlan> cpu_memory_plans(const StableDiffusionModel& model, int width, int height, int batch,
-                                         VaeTiling tiling, int64_t fixed) {
+                                         VaeTiling tiling, int64_t fixed, const PlanExtras& extras) {
     // Streaming costs each call a pass of page faults; a decode in bands, a second run of each ResNet block's
     // first convolution (1.3x the decode on the CPU). Both are cheap next to a CPU stage, streaming the cheaper.
     std::vector<MemoryPlan> plans;
     for (bool stream : {false, true}) {
-        if (tiling != VaeTiling::On) plans.push_back(make_plan(model, width, height, batch, fixed, stream, false));
-        if (tiling != VaeTiling::Off) plans.push_back(make_plan(model, width, height, batch, fixed, stream, true));
+        if (tiling != VaeTiling::On) plans.push_back(make_plan(model, width, height, batch, fixed, stream, false, extras));
+        if (tiling != VaeTiling::Off) plans.push_back(make_plan(model, width, height, batch, fixed, stream, true, extras));
     }
     return plans;
 }
@@ -126,9 +134,14 @@ MemoryPlan choose_memory_plan(const std::vector<MemoryPlan>& plans, int64_t budg
 }
 
 MemoryPlan plan_cpu_memory(const StableDiffusionModel& model, int width, int height, int batch, int64_t budget,
-                           VaeTiling tiling) {
+                           VaeTiling tiling, const PlanExtras& extras) {
     return choose_memory_plan(
-        cpu_memory_plans(model, width, height, batch, tiling, measure_fixed_bytes(model)), budget);
+        cpu_memory_plans(model, width, height, batch, tiling, measure_fixed_bytes(model), extras), budget);
+}
+
+std::string describe_unet_rows(int batch, int rows_per_image) {
+    return "UNet calls: " + std::to_string(batch * rows_per_image) + " rows (" + std::to_string(rows_per_image) +
+           " an image: the prompt's AND parts, and the negative with guidance)";
 }
 
 }  // namespace kiln

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "models/model.h"
+#include "pipeline/lora_memory.h"
+#include "pipeline/memory_check.h"
 #include "pipeline/vae_tiling.h"
 
 namespace kiln {
@@ -31,10 +33,18 @@ struct StageEstimate {
     int64_t total(int64_t fixed) const { return fixed + pages + activations; }
 };
 
+// What the plans count beyond the image size and the batch.
+struct PlanExtras {
+    int unet_rows_per_image = kGuidedUNetRows;  // unet_rows_per_image (conditioning.h)
+    LoraMergeEstimate unmerged_loras;           // kiln plan's: a generation's model holds its copies
+};
+
 struct MemoryPlan {
     bool stream_unet = false;    // drop each UNet block's pages after it runs
     bool vae_tiled = false;      // decode in bands
     int64_t fixed = 0;           // resident whatever the stage: the process before loading, copied weights
+    int batch = 1;               // images, each with extras.unet_rows_per_image rows in a UNet call
+    PlanExtras extras;           // (fixed includes extras.unmerged_loras.merged_bytes)
     std::vector<StageEstimate> stages;
     int64_t peak() const;
     // One line per stage and the configuration, for `kiln plan` and --verbose output.
@@ -50,7 +60,7 @@ int64_t measure_fixed_bytes(const StableDiffusionModel& model);
 
 // Every configuration `tiling` allows, from the fastest to the leanest, for `batch` width x height images.
 std::vector<MemoryPlan> cpu_memory_plans(const StableDiffusionModel& model, int width, int height, int batch,
-                                         VaeTiling tiling, int64_t fixed);
+                                         VaeTiling tiling, int64_t fixed, const PlanExtras& extras = {});
 
 // The first plan whose peak fits `budget` (< 0: the first). None: OutOfMemory naming the smallest budget that
 // would do, in whole MiB (--memory NNNM).
@@ -76,6 +86,8 @@ std::string budget_in_mib(int64_t peak);
 // `budget` bytes (< 0: no budget, so no streaming; the decode whole unless `tiling` is On; Off never tiles), with
 // the fixed part measured now (measure_fixed_bytes): call it between generations.
 MemoryPlan plan_cpu_memory(const StableDiffusionModel& model, int width, int height, int batch, int64_t budget,
-                           VaeTiling tiling = VaeTiling::Auto);
+                           VaeTiling tiling = VaeTiling::Auto, const PlanExtras& extras = {});
+
+std::string describe_unet_rows(int batch, int rows_per_image);  // "UNet calls: 4 rows (2 an image: ...)"
 
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #include "cli/cli_expectations.h"
 #include "cli/run_process.h"
 #include "cli/test_files.h"
+#include "io/safetensors.h"
 
 using namespace kiln::test;
 
@@ -40,4 +41,24 @@ TEST(MemoryBudgetCli, VramIsForGpusAndMemoryForTheCpu) {
                           {"--vram bounds a GPU's memory"});
     expect_one_error_line(run_kiln({"bench", "--suite", "unet", "--device", "cpu", "--vram", "many"}),
                           {"--vram 'many' is not a size"});
+}
+
+// kiln plan reads the prompt and LoRA options as txt2img; a missing LoRA is one error line.
+TEST(MemoryBudgetCli, PlanCountsAndPartsAndLoraMerges) {
+    TempDir tmp;
+    const std::string m = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_out_0";
+    kiln::write_safetensors(tmp.file("grain.safetensors"),
+                            {{m + ".lora_down.weight", kiln::Tensor({2, 16})}, {m + ".lora_up.weight", kiln::Tensor({16, 2})}});
+    for (const auto& [args, line] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+             {{"-p", "a"}, "UNet calls: 2 rows (2 an image"},
+             {{"-p", "a AND b AND c", "--batch-size", "2"}, "UNet calls: 8 rows (4 an image"},
+             {{"--lora", tmp.file("grain.safetensors")}, "LoRA merges (from the files' headers): 1 weights"},
+             {{"-p", "<lora:grain:0.8>", "--lora-dir", tmp.path().string()}, "LoRA merges (from the files' headers): 1"}}) {
+        std::vector<std::string> all = {"plan", "-m", kSd15, "-W", "64", "-H", "64"};
+        all.insert(all.end(), args.begin(), args.end());
+        const ProcessResult r = run_kiln(all);
+        expect_success(r);
+        EXPECT_NE(r.out.find(line), std::string::npos) << r.out;
+    }
+    expect_one_error_line(run_kiln({"plan", "-m", kSd15, "--lora", tmp.file("missing")}), {"missing"});
 }

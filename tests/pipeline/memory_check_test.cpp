@@ -4,6 +4,7 @@
 // accounting (core/memory.h) measures during real runs, and for how it must grow with the image.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -12,6 +13,7 @@
 #include "common/fixtures.h"
 #include "core/memory.h"
 #include "kiln/error.h"
+#include "pipeline/conditioning.h"
 #include "pipeline/generate.h"
 #include "pipeline/memory_check.h"
 
@@ -52,6 +54,21 @@ int64_t measured_peak(const StableDiffusionModel& model, int side, int batch = 1
 }
 
 double mib(int64_t bytes) { return bytes / 1048576.0; }
+
+// The peak one UNet call of `rows` rows holds beyond its inputs (a 77-token context).
+int64_t unet_call_peak(const StableDiffusionModel& model, int side, int64_t rows) {
+    const UNetConfig& c = model.unet->config();
+    const Tensor x({rows, 4, side / 8, side / 8}), t({rows}, std::vector<float>(size_t(rows), 500.0f)),
+        context({rows, 77, c.cross_attention_dim});
+    const int64_t extra = c.projection_class_embeddings_input_dim - 6 * c.addition_time_embed_dim;  // SDXL's pooled
+    const Tensor pooled({rows, std::max<int64_t>(extra, 1)}), ids({rows, 6}, std::vector<float>(size_t(rows) * 6, 64.0f));
+    UNetInputs in{&x, &t, &context};
+    if (c.addition_time_embed_dim > 0) in.text_embeds = &pooled, in.time_ids = &ids;
+    const int64_t before = memory_stats().device("cpu").total.current;
+    reset_memory_peaks();
+    (void)model.unet->forward(in);
+    return memory_stats().device("cpu").total.peak - before;
+}
 
 }  // namespace
 
@@ -130,5 +147,40 @@ TEST(MemoryCheck, RefusesWhatDoesNotFitNamingTheFigures) {
         const std::string size = std::to_string(side) + "x" + std::to_string(side);
         for (const std::string& part : {size, std::string(need), std::string("available")})
             EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
+    }
+}
+
+// The rows counted from the prompt (unet_rows_per_image, for the plans) are the UNet calls': the negative and each
+// AND part with guidance, the prompt alone without, a composed prompt guided at any scale (as the webui).
+TEST(MemoryCheck, RowsCountedFromThePromptAreTheCalls) {
+    const StableDiffusionModel model = load(cases()[0]);
+    for (const auto& [prompt, cfg] : std::vector<std::pair<std::string, float>>{
+             {"a", 7.5f}, {"a", 1.0f}, {"a AND b", 7.5f}, {"a AND b AND c :0.5", 1.0f}, {"a :0.7", 1.0f}}) {
+        GenerationRequest r;
+        r.prompt = prompt;
+        r.width = r.height = 64;
+        r.steps = 1;
+        r.cfg_scale = cfg;
+        int64_t rows = 0;
+        r.unet_observer = [&](const UNetInputs& in, const Tensor&) { rows = std::max(rows, in.sample->dim(0)); };
+        (void)generate(model, r);
+        EXPECT_EQ(rows, unet_rows_per_image(prompt, PromptSyntax::A1111, cfg > 1.0f)) << prompt << " at CFG " << cfg;
+    }
+}
+
+// A call's measured peak of 2 rows (a plain prompt) and of 4 (three AND parts) are covered by the estimate, which
+// grows at least as much between them (an estimate of 2 rows whatever the prompt would not grow).
+TEST(MemoryCheck, UNetEstimateCoversTheRowsOfAndParts) {
+    for (const Case& c : cases()) {
+        const StableDiffusionModel model = load(c);
+        for (int side : {64, c.small}) {
+            const int64_t two = unet_call_peak(model, side, 2), four = unet_call_peak(model, side, 4);
+            const int64_t two_estimate = estimate_unet_activation_bytes(model, side, side, 1, 2);
+            const int64_t four_estimate = estimate_unet_activation_bytes(model, side, side, 1, 4);
+            std::printf("[ memory   ] %-11s %d px: 2 / 4 rows %.2f / %.2f MiB, estimate %.2f / %.2f MiB\n",
+                        c.name.c_str(), side, mib(two), mib(four), mib(two_estimate), mib(four_estimate));
+            EXPECT_LE(four, four_estimate) << c.name;
+            EXPECT_LE(four - two, four_estimate - two_estimate) << c.name << " at " << side;
+        }
     }
 }

@@ -21,13 +21,7 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
     for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
 }
 
-// One tensor of the file placed: which module of which component, and which part of it.
-struct KeyParts {
-    LoraComponent component;
-    std::string module;  // the file's name of the module (for messages)
-    std::string path;    // '_' for '.'
-    std::string part;    // normalised: "down", "up", "alpha", "hada_w1_a", "lokr_w1", ... or as written
-};
+using KeyParts = LoraKeyParts;
 
 // The parts each naming writes, normalised (A1111 reads PEFT's lora_A/lora_B as lora_down/lora_up too).
 std::string normalised_part(const std::string& part) {
@@ -37,8 +31,10 @@ std::string normalised_part(const std::string& part) {
     return part;
 }
 
+}  // namespace
+
 // kohya / A1111: "lora_unet_<path>.<part>"; diffusers / PEFT: "unet.<dotted path>.<part>".
-std::optional<KeyParts> place_key(const std::string& key) {
+std::optional<LoraKeyParts> lora_key_parts(const std::string& key) {
     static const std::pair<const char*, LoraComponent> kohya[] = {
         {"lora_unet_", LoraComponent::UNet}, {"lora_te1_", LoraComponent::TextEncoder},
         {"lora_te2_", LoraComponent::TextEncoder2}, {"lora_te_", LoraComponent::TextEncoder}};
@@ -76,6 +72,8 @@ std::optional<KeyParts> place_key(const std::string& key) {
     }
     return std::nullopt;
 }
+
+namespace {
 
 // The file's tensor as float32, checked: a floating-point dtype and finite values.
 Tensor read_checked(const SafetensorsFile& file, const std::string& name) {
@@ -209,7 +207,7 @@ LoraFile read_lora_file(const std::string& path) {
     std::map<std::string, KeyParts> where;  // by module name, in the file's (sorted) order
     std::map<std::string, std::map<std::string, std::pair<std::string, Tensor>>> parts;
     for (const std::string& name : file.names()) {
-        const std::optional<KeyParts> k = place_key(name);
+        const std::optional<KeyParts> k = lora_key_parts(name);
         if (!k) {
             out.unknown_keys.push_back(name);
             continue;

@@ -4,6 +4,7 @@
 // becomes a weight change for one model tensor (docs/LORA.md).
 #pragma once
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,15 @@ struct LoraFile {
     std::vector<LoraModule> modules;
     std::vector<std::string> unknown_keys;  // tensors under no prefix kiln knows (reported, as A1111 skips them)
 };
+
+// Where a LoRA file's tensor belongs, from its name: nothing under no prefix kiln knows.
+struct LoraKeyParts {
+    LoraComponent component;
+    std::string module;  // the file's name of the module (for messages)
+    std::string path;    // '_' for '.'
+    std::string part;    // normalised: "down", "up", "alpha", "hada_w1_a", "lokr_w1", ... or as written
+};
+std::optional<LoraKeyParts> lora_key_parts(const std::string& key);
 
 // Reads and checks a LoRA file: shapes that agree (rank, up against down), floating-point tensors without
 // NaN or infinity, every module complete. InvalidModel naming the tensor otherwise; Unsupported naming the
