@@ -36,17 +36,20 @@ Tensor DequantizeAhead::widen(const Tensor& w, DType dtype, bool channels_last) 
     unsigned long long capture = 0;
     KILN_CUDA_CHECK(cudaStreamGetCaptureInfo(main, &status, &capture));
     if (status != cudaStreamCaptureStatusActive) capture = 0;
-    // A point from another capture (or from outside this one) cannot be waited for here: start from now.
-    if (!have_point_ || point_capture_ != capture) KILN_CUDA_CHECK(cudaEventRecord(point_, main));
 
     const int64_t bytes = dtype_storage_bytes(dtype, w.numel());
     std::shared_ptr<DeviceBuffer>& buffer = buffers_[size_t(next_)];
     next_ ^= 1;
-    if (!buffer || buffer->bytes() < bytes) {
+    const bool fresh = !buffer || buffer->bytes() < bytes;
+    if (fresh) {
         if (buffer && capture) retired_.push_back(buffer);  // the graph being captured may name it
         buffer.reset();
         buffer = backend_.lasting_buffer(bytes);
     }
+    // Start from now where the point is another capture's (or from outside this one), which cannot be waited for
+    // here, and for a buffer just allocated: the caching allocator hands out memory in the main stream's order,
+    // so work queued after the point may still read what it held.
+    if (!have_point_ || point_capture_ != capture || fresh) KILN_CUDA_CHECK(cudaEventRecord(point_, main));
     Tensor wide = Tensor::on_buffer(buffer, w.shape(), dtype);
     // The buffer was last read by the product before the previous one, which point_ follows.
     KILN_CUDA_CHECK(cudaStreamWaitEvent(side_, point_, 0));
