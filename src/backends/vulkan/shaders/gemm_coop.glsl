@@ -47,12 +47,7 @@ shared float staged[8u * 256u];  // one 16x16 accumulator per subgroup, for the 
 #define store_row_major(m, buf, at, stride) coopMatStoreNV(m, buf, at, stride, false)
 #endif
 
-float a_or_0(uint m, uint k, uint M, uint K) { return (m < M && k < K) ? load_a(m, k) : 0.0; }
-float b_or_0(uint k, uint n, uint N, uint K) { return (n < N && k < K) ? load_b(k, n) : 0.0; }
-uvec4 pack8(float v[8]) {
-    return uvec4(packFloat2x16(f16vec2(v[0], v[1])), packFloat2x16(f16vec2(v[2], v[3])),
-                 packFloat2x16(f16vec2(v[4], v[5])), packFloat2x16(f16vec2(v[6], v[7])));
-}
+#include "gemm_coop_operands.glsl"
 
 // The next k step's operands, fetched into registers while the current step multiplies (so the loads'
 // latency hides behind the matrix work), then stashed into shared memory. Each thread fills two groups of 8

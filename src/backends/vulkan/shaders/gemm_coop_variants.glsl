@@ -97,12 +97,7 @@ shared float staged[THREADS / 32u * 256u];  // one 16x16 accumulator per subgrou
 #define ZERO 0.0
 #endif
 
-float a_or_0(uint m, uint k, uint M, uint K) { return (m < M && k < K) ? load_a(m, k) : 0.0; }
-float b_or_0(uint k, uint n, uint N, uint K) { return (n < N && k < K) ? load_b(k, n) : 0.0; }
-uvec4 pack8(float v[8]) {
-    return uvec4(packFloat2x16(f16vec2(v[0], v[1])), packFloat2x16(f16vec2(v[2], v[3])),
-                 packFloat2x16(f16vec2(v[4], v[5])), packFloat2x16(f16vec2(v[6], v[7])));
-}
+#include "gemm_coop_operands.glsl"
 
 // Prefetch as gemm_coop.glsl. Group g of A: row m, k .. k+7 at shared row g >> KG_SHIFT; of B likewise when
 // its k is contiguous, else row k, n .. n+7 at shared row g >> NG_SHIFT. A step of 64 k may pass the end of a
