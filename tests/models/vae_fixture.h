@@ -18,6 +18,9 @@ namespace kiln::test {
 // and enc_mean; grosser ones (a wrong tensor, padding, group count or level order) show far larger.
 constexpr double kVaeTolerance = 2e-5;
 
+// The fixture models whose VAEs the VAE tests check.
+inline const char* const kVaeModels[] = {"sd15-mini", "sd2-mini", "sdxl-mini"};
+
 inline Vae load_diffusers_vae(const std::string& model, bool with_encoder = true) {
     const std::string dir = data_path(model + "/diffusers/vae/");
     FileSource source(

@@ -24,8 +24,6 @@ namespace {
 // So the bound is that comparison's (vae_fixture.h).
 constexpr double kTolerance = kiln::test::kVaeTolerance;
 
-const char* const kModels[] = {"sd15-mini", "sd2-mini", "sdxl-mini"};
-
 Vae load_diffusers(const std::string& model) { return kiln::test::load_diffusers_vae(model, false); }
 
 // 1 byte gives the smallest bands (2 rows); 64 KiB a few rows at these sizes; 1 GiB the whole image in one band.
@@ -34,7 +32,7 @@ const int64_t kBandBudgets[] = {1, 64 << 10, int64_t(1) << 30};
 }  // namespace
 
 TEST(VaeTiledDecode, MatchesDiffusersAndTheUntiledDecode) {
-    for (const char* model : kModels) {
+    for (const char* model : kiln::test::kVaeModels) {
         const Vae vae = load_diffusers(model);
         SafetensorsFile ref = SafetensorsFile::open(data_path(std::string(model) + "/modules.safetensors"));
         for (const std::string shape : {"sq", "wide"}) {

@@ -23,8 +23,6 @@ namespace {
 // (vae_fixture.h).
 constexpr double kTolerance = kiln::test::kVaeTolerance;
 
-const char* const kModels[] = {"sd15-mini", "sd2-mini", "sdxl-mini"};
-
 // 1 byte gives the smallest bands (2 rows, 1 downsampled row); 64 KiB a few rows. (A budget past the image is one
 // band, encode()'s own arithmetic: 0 difference when tried.)
 const int64_t kBandBudgets[] = {1, 64 << 10};
@@ -44,7 +42,7 @@ Tensor image_of(Shape shape, int seed) {
 }  // namespace
 
 TEST(VaeTiledEncode, MatchesDiffusersAndTheUntiledEncode) {
-    for (const char* model : kModels) {
+    for (const char* model : kiln::test::kVaeModels) {
         const Vae vae = kiln::test::load_diffusers_vae(model);
         SafetensorsFile ref = SafetensorsFile::open(data_path(std::string(model) + "/modules.safetensors"));
         for (const std::string shape : {"sq", "wide"}) {
