@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "backends/cuda/dependent_launch.h"
+#include "backends/cuda/dequantize_ahead.h"
+#include "backends/cuda/on_off_setting.h"
 #include "cuda/kernel_test_support.h"
 
 namespace kiln::cuda::test {
@@ -114,6 +116,24 @@ TEST(KernelsCudaArgs, DependentLaunchSettingIsZeroOrOne) {
         } catch (const Error& e) {
             EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
             EXPECT_NE(std::string(e.what()).find(std::string("KILN_CUDA_PDL=") + bad), std::string::npos) << e.what();
+        }
+    }
+}
+
+// The settings that turn the quantized weights' dequantization ahead and the streamed copies ahead off
+// (dequantize_ahead.h, CudaBackend::upload_ahead) read the same way, naming themselves when wrong.
+TEST(KernelsCudaArgs, AheadSettingsAreZeroOrOne) {
+    EXPECT_TRUE(dequantize_ahead_wanted(nullptr));
+    EXPECT_TRUE(dequantize_ahead_wanted("1"));
+    EXPECT_FALSE(dequantize_ahead_wanted("0"));
+    EXPECT_FALSE(detail::on_off_setting("KILN_CUDA_UPLOAD_AHEAD", "0", "on", "off"));
+    for (const char* bad : {"off", "2"}) {
+        try {
+            dequantize_ahead_wanted(bad);
+            ADD_FAILURE() << "KILN_CUDA_DEQUANT_AHEAD=" << bad << " was accepted";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find(std::string("KILN_CUDA_DEQUANT_AHEAD=") + bad), std::string::npos);
         }
     }
 }

@@ -10,6 +10,7 @@
 #include "backends/cuda/device_info.h"
 #include "backends/cuda/graph_memset_nodes.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/on_off_setting.h"
 #include "core/tensor.h"
 #include "kiln/error.h"
 #include "ops/flop_tally.h"
@@ -92,11 +93,8 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
     const char* sync = std::getenv("KILN_CUDA_SYNC_OPS");
     sync_ops_ = sync && std::strcmp(sync, "1") == 0;
     graphs_enabled_ = !(env && std::strcmp(env, "0") == 0) && !sync_ops_;
-    const char* ahead = std::getenv("KILN_CUDA_UPLOAD_AHEAD");
-    require(!ahead || !*ahead || std::strcmp(ahead, "0") == 0 || std::strcmp(ahead, "1") == 0,
-            ErrorKind::InvalidArgument,
-            std::string("KILN_CUDA_UPLOAD_AHEAD=") + (ahead ? ahead : "") + ": 1 copies streamed weights ahead, 0 in line");
-    upload_ahead_wanted_ = !(ahead && std::strcmp(ahead, "0") == 0);
+    upload_ahead_wanted_ = detail::on_off_setting("KILN_CUDA_UPLOAD_AHEAD", std::getenv("KILN_CUDA_UPLOAD_AHEAD"),
+                                                  "copies streamed weights ahead", "in line");
     if (dequantize_ahead_wanted(std::getenv("KILN_CUDA_DEQUANT_AHEAD")))
         dequantize_ahead_ = std::make_unique<DequantizeAhead>(*this);
 }

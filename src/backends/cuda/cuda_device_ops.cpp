@@ -359,10 +359,8 @@ Tensor CudaDeviceOps::widen_weight(const Tensor& w, DType dtype) const {
     const bool channels_last =
         taps > 1 && cin <= 4096 && cout <= 65535 && cuda::dequantize_krsc_supported(cin, taps);
     if (DequantizeAhead* ahead = backend_.dequantize_ahead()) return ahead->widen(w, dtype, channels_last);
-    if (!channels_last) return DeviceOps::widen_weight(w, dtype);
     Tensor wide = Tensor::empty_on(backend_, w.shape(), dtype);
-    cuda::dequantize_krsc(w.device_data(), w.dtype(), wide.device_data(), dtype, cout, cin, taps, backend_.stream());
-    backend_.mark_channels_last(wide.device_data(), {cout, cin, taps, dtype});
+    write_widened(backend_, w, wide, channels_last, backend_.stream());
     return wide;
 }
 

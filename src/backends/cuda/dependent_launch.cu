@@ -9,15 +9,13 @@
 #include "backends/cuda/arch_paths.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/gpu_runtime.h"
+#include "backends/cuda/on_off_setting.h"
 #include "kiln/error.h"
 
 namespace kiln::cuda::detail {
 
 bool dependent_launch_wanted(const char* setting) {
-    if (!setting || !*setting || std::strcmp(setting, "1") == 0) return true;
-    if (std::strcmp(setting, "0") == 0) return false;
-    fail(ErrorKind::InvalidArgument,
-         std::string("KILN_CUDA_PDL=") + setting + ": 0 (plain launches) or 1 (dependent launches, the default)");
+    return on_off_setting("KILN_CUDA_PDL", setting, "dependent launches", "plain launches");
 }
 
 namespace {

@@ -1,20 +1,16 @@
 #include "backends/cuda/dequantize_ahead.h"
 
-#include <cstring>
-#include <string>
-
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/on_off_setting.h"
 #include "kiln/error.h"
 
 namespace kiln::cuda {
 
 bool dequantize_ahead_wanted(const char* setting) {
-    if (!setting || !*setting || std::strcmp(setting, "1") == 0) return true;
-    if (std::strcmp(setting, "0") == 0) return false;
-    fail(ErrorKind::InvalidArgument,
-         std::string("KILN_CUDA_DEQUANT_AHEAD=") + setting + ": 1 dequantizes weights ahead, 0 before each product");
+    return detail::on_off_setting("KILN_CUDA_DEQUANT_AHEAD", setting, "dequantizes weights ahead",
+                                  "before each product");
 }
 
 DequantizeAhead::DequantizeAhead(CudaBackend& backend) : backend_(backend) {
@@ -53,22 +49,25 @@ Tensor DequantizeAhead::widen(const Tensor& w, DType dtype, bool channels_last) 
     Tensor wide = Tensor::on_buffer(buffer, w.shape(), dtype);
     // The buffer was last read by the product before the previous one, which point_ follows.
     KILN_CUDA_CHECK(cudaStreamWaitEvent(side_, point_, 0));
-    if (channels_last)
-        dequantize_krsc(w.device_data(), w.dtype(), wide.device_data(), dtype, w.dim(0), w.dim(1),
-                        w.dim(2) * w.dim(3), side_);
-    else
-        dequantize(w.device_data(), w.dtype(), wide.device_data(), dtype, w.numel(), side_);
+    write_widened(backend_, w, wide, channels_last, side_);
     KILN_CUDA_CHECK(cudaEventRecord(done_, side_));
     KILN_CUDA_CHECK(cudaStreamWaitEvent(main, done_, 0));
     // The next transient may be written once this product's predecessor is done: the main stream as it is now.
     KILN_CUDA_CHECK(cudaEventRecord(point_, main));
     have_point_ = true;
     point_capture_ = capture;
-    if (channels_last)
-        backend_.mark_channels_last(wide.device_data(), {w.dim(0), w.dim(1), w.dim(2) * w.dim(3), dtype});
-    else
-        backend_.forget_channels_last(wide.device_data());
     return wide;
+}
+
+void write_widened(CudaBackend& backend, const Tensor& w, Tensor& wide, bool channels_last, cudaStream_t stream) {
+    if (channels_last) {
+        const int64_t cout = w.dim(0), cin = w.dim(1), taps = w.dim(2) * w.dim(3);
+        dequantize_krsc(w.device_data(), w.dtype(), wide.device_data(), wide.dtype(), cout, cin, taps, stream);
+        backend.mark_channels_last(wide.device_data(), {cout, cin, taps, wide.dtype()});
+    } else {
+        dequantize(w.device_data(), w.dtype(), wide.device_data(), wide.dtype(), w.numel(), stream);
+        backend.forget_channels_last(wide.device_data());
+    }
 }
 
 }  // namespace kiln::cuda

@@ -47,6 +47,11 @@ private:
     int next_ = 0;
 };
 
+// w's values into `wide` (a tensor of w's shape in the transient's dtype) on `stream`, in channels-last order
+// [cout, taps, cin] and marked so when channels_last, else as stored (a mark left there goes): the one way a
+// transient is written, ahead or in line.
+void write_widened(CudaBackend& backend, const Tensor& w, Tensor& wide, bool channels_last, cudaStream_t stream);
+
 // KILN_CUDA_DEQUANT_AHEAD's value (null: unset): unset, "" or "1" dequantize ahead, "0" in line before each
 // product (for comparisons); anything else is InvalidArgument naming it.
 bool dequantize_ahead_wanted(const char* setting);
