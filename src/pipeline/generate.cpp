@@ -261,7 +261,7 @@ GenerationResult generate_with(const StableDiffusionModel& model, const Generati
     // Host RAM; a GPU reports its own out-of-memory.
     if (!gpu)
         check_memory_for(model, r.width, r.height, n, r.vae_tiling != VaeTiling::Off,
-                         unet_rows_per_image(r.prompt, r.prompt_syntax, cfg));
+                         and_parts + (schedule.guided ? 1 : 0));  // the rows unet() above runs
     GenerationResult result;
     result.used_embeddings = used_embeddings;
     if (r.prompt_syntax == PromptSyntax::A1111 && r.emphasis != EmphasisMode::Original && texts_with_brackets)
