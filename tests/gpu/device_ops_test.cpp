@@ -122,7 +122,8 @@ TEST_P(DeviceOps, Conv2dAndFusedNorm) {
 // per-channel sums, and a strided copy of every channel's rows. Composed where the backend has no fused form (a 1x1
 // convolution with a diagonal filter), the affine's scale and shift are rounded to t, and so are the affine's output
 // and SiLU's: u_s each of |x scale| + |shift|, which bounds every intermediate; SiLU's slope is below 1.1, so
-// 4 u_s x 1.1 of the convolution over those magnitudes (factor 5 over abs_in below).
+// 4 u_s x 1.1 of the convolution over those magnitudes (factor 5 over abs_in below). Vulkan applies the affine and
+// SiLU as the convolution reads (scale and shift rounded to t, the rest float32): fewer roundings, the same bound.
 TEST_P(DeviceOps, TiledDecodePieces) {
     Backend* gpu = &this->gpu();
     for (DType t : kiln::test::gpu_dtypes(*gpu)) {

@@ -1,14 +1,15 @@
 // The Vulkan backend's fused products (issue 23): linear_add_, conv2d_group_norm_silu_add_ / _plus and
 // conv2d_upsample2x are epilogues (store_c) and index arithmetic (load_b) of matmul.comp and conv2d.comp, shared
 // by every build. device_ops_test.cpp runs them in the device's own build (lavapipe: the direct one); here each
-// runs in every FMA build (direct, 128x128 and 64x64 tiles) with and without split-K, whose second pass is the
-// one that adds into the output, against the host's composition under device_ops_test.cpp's bounds. Also the
+// runs in every FMA build (direct, 128x128 and 64x64 tiles) and, on a device with matrix units, the matrix-unit
+// build, with and without split-K, whose second pass is the one that adds into the output, against the host's composition under device_ops_test.cpp's bounds. Also the
 // first call of a shape in Measured mode, which times the builds by running the product several times: an op
 // that adds into its output must still add once. Skips without a Vulkan device.
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common/op_bounds.h"
 #include "core/backend.h"
@@ -16,6 +17,7 @@
 #include "kiln/error.h"
 #include "ops/ops.h"
 #if KILN_HAS_VULKAN
+#include "backends/vulkan/physical_devices.h"
 #include "backends/vulkan/vulkan_backend.h"
 #include "backends/vulkan/vulkan_device_ops.h"
 #endif
@@ -34,11 +36,11 @@ vulkan::VulkanBackend* first_vulkan() {
 
 using P = vulkan::VulkanBackend::Products;
 
-// Runs check(build, slices) for every FMA build and 1 or 3 slices of k, restoring the backend's settings.
-void for_each_build(vulkan::VulkanBackend& vk, const std::function<void(P, int)>& check) {
+// Runs check(build, slices) for each build and 1 or 3 slices of k, restoring the backend's settings.
+void for_each_build(vulkan::VulkanBackend& vk, const std::vector<P>& builds, const std::function<void(P, int)>& check) {
     const P was = vk.products();
     const int was_split = vk.split_k();
-    for (P build : {P::Direct, P::Large, P::Small})
+    for (P build : builds)
         for (int slices : {1, 3}) {
             vk.set_products(build);
             vk.set_split_k(slices);
@@ -56,14 +58,19 @@ std::string tag(P build, int slices, DType t) {
 }  // namespace
 
 // Bounds as in device_ops_test.cpp: the composition's roundings (factor), K-term float32 sums on each side.
-// float32 only: the builds differ in which threads call store_c / load_b, not in the storage type's code, which
-// device_ops_test.cpp runs in float16 (and float32 keeps to the pipelines the other product tests compile:
-// lavapipe compiles each on first use, seconds for a tiled one).
+// The FMA builds in float32 only: they differ in which threads call store_c / load_b, not in the storage type's
+// code, which device_ops_test.cpp runs in float16 (and float32 keeps to the pipelines the other product tests
+// compile: lavapipe compiles each on first use, seconds for a tiled one). The matrix-unit build (float16 only)
+// where the device has it (not lavapipe): its float32 additions may truncate (2^-23, not 2^-24), so its sums'
+// length is taken 1.5 times: (1.5 K + 1 + 2) 2u = (K + 2) 3u.
 TEST(VulkanFusedOps, EveryBuildAndSplitK) {
     vulkan::VulkanBackend* vk = first_vulkan();
     if (!vk) GTEST_SKIP() << "no Vulkan device";
-    {
-        const DType t = DType::F32;
+    for (DType t : {DType::F32, DType::F16}) {
+        const bool matrix = t == DType::F16;
+        if (!vk->supports(t) || (matrix && !vk->physical().matrix_products)) continue;
+        const std::vector<P> builds = matrix ? std::vector<P>{P::Matrix} : std::vector<P>{P::Direct, P::Large, P::Small};
+        const auto sums = [matrix](double k) { return matrix ? 1.5 * k + 1 : k; };
         const auto random = [t](Shape s, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
             return test::random_in(std::move(s), seed, t, lo, hi);
         };
@@ -104,18 +111,18 @@ TEST(VulkanFusedOps, EveryBuildAndSplitK) {
         const Tensor imgd = img.to_device(*vk, t), filtd = filt.to_device(*vk, t), fbd = fb.to_device(*vk, t);
         const Tensor gd = gamma.to_device(*vk, t), betad = beta.to_device(*vk, t), ybd = yb.to_device(*vk, t);
         const Tensor ibd = image_bias.to_device(*vk, t);
-        for_each_build(*vk, [&](P build, int slices) {
+        for_each_build(*vk, builds, [&](P build, int slices) {
             const std::string what = tag(build, slices, t);
             Tensor accd = acc.to_device(*vk, t);
             ops::linear_add_(accd, xd, wdv, &bd);
-            test::expect_close(accd.to_host(), lin_ref, lin_scale, 150, t, 1, "linear_add_" + what);
+            test::expect_close(accd.to_host(), lin_ref, lin_scale, sums(150), t, 1, "linear_add_" + what);
             Tensor yd = y0.to_device(*vk, t);
             ops::conv2d_group_norm_silu_add_(yd, imgd, groups, gd, betad, 1e-5f, filtd, &fbd, 1, 1, &ybd);
-            test::expect_close(yd.to_host(), add_ref, add_scale, kn, t, 5, "conv2d_group_norm_silu_add_" + what);
+            test::expect_close(yd.to_host(), add_ref, add_scale, sums(kn), t, 5, "conv2d_group_norm_silu_add_" + what);
             test::expect_close(
                 ops::conv2d_group_norm_silu_plus(imgd, groups, gd, betad, 1e-5f, filtd, &fbd, ibd, 2, 1, 1).to_host(),
-                plus_ref, plus_scale, kn, t, 4, "conv2d_group_norm_silu_plus" + what);
-            test::expect_close(ops::conv2d_upsample2x(imgd, filtd, &fbd, 2, 0).to_host(), up_ref, up_scale, 144, t, 1,
+                plus_ref, plus_scale, sums(kn), t, 4, "conv2d_group_norm_silu_plus" + what);
+            test::expect_close(ops::conv2d_upsample2x(imgd, filtd, &fbd, 2, 0).to_host(), up_ref, up_scale, sums(144), t, 1,
                                "conv2d_upsample2x" + what);
         });
     }

@@ -540,6 +540,22 @@ Tensor VulkanDeviceOps::conv2d_group_norm_silu_plus(const Tensor& x, int groups,
     return conv(x, w, b, stride, padding, &stats, &gamma, &beta, groups, f);
 }
 
+Tensor VulkanDeviceOps::conv2d_affine_silu(const Tensor& x, const std::vector<float>& scale,
+                                           const std::vector<float>& shift, const Tensor& w, const Tensor* b,
+                                           int stride, int padding) const {
+    if (!fused_) return DeviceOps::conv2d_affine_silu(x, scale, shift, w, b, stride, padding);
+    if (x.rank() != 4 || int64_t(scale.size()) != x.dim(1) || int64_t(shift.size()) != x.dim(1))
+        bad_device_operands("conv2d_affine_silu", x, device_operand("x", x) + " with " + std::to_string(scale.size()) +
+                                                         " scales and " + std::to_string(shift.size()) + " shifts");
+    const int64_t n = x.dim(0), c = x.dim(1);
+    std::vector<float> unit(size_t(2 * n * c), 1.0f);  // (mean 0, 1/std 1) per image and channel
+    for (size_t i = 0; i < unit.size(); i += 2) unit[i] = 0.0f;
+    const Tensor stats = Tensor({n, c, 2}, std::move(unit)).to_device(backend_, DType::F32);
+    const Tensor gamma = Tensor({c}, scale).to_device(backend_, x.dtype());
+    const Tensor beta = Tensor({c}, shift).to_device(backend_, x.dtype());
+    return conv(x, w, b, stride, padding, &stats, &gamma, &beta, int(c), ConvFusion{});
+}
+
 Tensor VulkanDeviceOps::conv2d_upsample2x(const Tensor& x, const Tensor& w, const Tensor* b, int stride,
                                           int padding) const {
     if (!fused_) return DeviceOps::conv2d_upsample2x(x, w, b, stride, padding);

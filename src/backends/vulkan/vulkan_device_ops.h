@@ -42,6 +42,10 @@ public:
                                        const Tensor& w, const Tensor* b, const Tensor& image_bias, int64_t at,
                                        int stride, int padding) const override;
     Tensor conv2d_upsample2x(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const override;
+    // SiLU(x scale + shift) read by the convolution as its GroupNorm+SiLU is (one channel a group, mean 0, 1/std 1):
+    // no 1x1 diagonal product, SiLU pass or intermediate tensor (the tiled VAE decode's bands).
+    Tensor conv2d_affine_silu(const Tensor& x, const std::vector<float>& scale, const std::vector<float>& shift,
+                              const Tensor& w, const Tensor* b, int stride, int padding) const override;
     Tensor group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps) const override;
     // GroupNorm written as [N, H*W, C] tokens, and y += tokens read as NCHW: the compositions' bits exactly (the
     // layout change is a copy), one kernel and no intermediate tensor each.
