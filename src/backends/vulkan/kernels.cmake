@@ -90,3 +90,5 @@ foreach(variant "k64|COOP_K64" "sg4|COOP_SG4" "wide|COOP_WIDE" "db|COOP_DB" "f16
     "matmul_pv_coopk_${v}_f16|matmul.comp|COOP,COOP_KHR,COOP_VARIANT,${d},B_F16,C_F16"
     "conv2d_coopk_${v}_f16|conv2d.comp|COOP,COOP_KHR,COOP_VARIANT,${d},T_F16")
 endforeach()
+# Measurement only (issue 23): the matrix units' multiply-add rate by itself (bench/vulkan/coop_peak_bench.cpp).
+list(APPEND KILN_VULKAN_KERNELS "peak_coopk_f32acc|coop_peak.comp" "peak_coopk_f16acc|coop_peak.comp|ACC_F16")
