@@ -80,7 +80,7 @@ set(KILN_VULKAN_KERNELS
 )
 # Issue 23's matrix variants (gemm_coop_variants.glsl; vulkan_backend.cpp lists the names): four kernels each.
 foreach(variant "k64|COOP_K64" "sg4|COOP_SG4" "wide|COOP_WIDE" "db|COOP_DB" "f16sh|COOP_SH_F16" "lean|COOP_LEAN"
-                "f16acc|COOP_F16_SUMS")
+                "f16acc|COOP_F16_SUMS" "sg32|COOP_SG32" "sg32l|COOP_SG32,COOP_LEAN")
   string(REPLACE "|" ";" variant "${variant}")
   list(GET variant 0 v)
   list(GET variant 1 d)
@@ -91,4 +91,5 @@ foreach(variant "k64|COOP_K64" "sg4|COOP_SG4" "wide|COOP_WIDE" "db|COOP_DB" "f16
     "conv2d_coopk_${v}_f16|conv2d.comp|COOP,COOP_KHR,COOP_VARIANT,${d},T_F16")
 endforeach()
 # Measurement only (issue 23): the matrix units' multiply-add rate by itself (bench/vulkan/coop_peak_bench.cpp).
-list(APPEND KILN_VULKAN_KERNELS "peak_coopk_f32acc|coop_peak.comp" "peak_coopk_f16acc|coop_peak.comp|ACC_F16")
+list(APPEND KILN_VULKAN_KERNELS "peak_coopk_f32acc|coop_peak.comp" "peak_coopk_f16acc|coop_peak.comp|ACC_F16"
+     "peak_coopk_f32glob|coop_peak.comp|GLOBAL_FETCH")

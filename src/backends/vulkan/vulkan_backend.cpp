@@ -67,7 +67,7 @@ VulkanBackend::Q8Products q8_products_from_env(const char* value) {
 }
 
 const std::vector<std::string>& matrix_variants() {
-    static const std::vector<std::string> names{"k64", "sg4", "wide", "db", "f16sh", "lean", "f16acc"};
+    static const std::vector<std::string> names{"k64", "sg4", "wide", "db", "f16sh", "lean", "f16acc", "sg32", "sg32l"};
     return names;
 }
 
@@ -96,7 +96,10 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
     split_k_ = split_k_from_env(std::getenv("KILN_VULKAN_SPLIT_K"));
     attention_ = attention_from_env(std::getenv("KILN_VULKAN_ATTENTION"));
     q8_products_ = q8_products_from_env(std::getenv("KILN_VULKAN_Q8"));
-    if (const char* v = std::getenv("KILN_VULKAN_COOP")) set_matrix_variant(v);
+    // The matrix kernel: sg32's 32x32 blocks a subgroup where the KHR kernels run (session 19, H200: SD 1.5 UNet
+    // call 101.6 ms against base's 125.8, docs/VULKAN.md), unless KILN_VULKAN_COOP names another.
+    const char* coop = std::getenv("KILN_VULKAN_COOP");
+    set_matrix_variant(coop ? coop : physical_.matrix_products && physical_.matrix_khr ? "sg32" : "base");
     const Api& a = api();
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};

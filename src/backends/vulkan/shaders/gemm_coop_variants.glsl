@@ -1,6 +1,6 @@
-// Variants of gemm_coop.glsl's tile under measurement (issue 23: its shared-memory matrix loads and multiply-
-// adds run at ~56 TFLOP/s on the H200, a tenth of the tensor cores' rate). Same interface and product, KHR
-// only; the "_coopk_<name>" kernels (kernels.cmake), run by KILN_VULKAN_COOP=<name>. One change each:
+// Variants of gemm_coop.glsl's tile under measurement (issue 23: the kernel runs at ~30 TFLOP/s on the H200, while
+// its multiply-adds and shared-memory matrix loads alone run at 350-600: bench/vulkan/coop_peak_bench.cpp). Same
+// interface and product, KHR only; SG32 is the default on KHR builds (vulkan_backend.cpp); the "_coopk_<name>" kernels (kernels.cmake), run by KILN_VULKAN_COOP=<name>. One change each:
 //   COOP_K64      k steps of 64: twice the matrix work per pair of barriers (with one or two workgroups per
 //                 multiprocessor, a barrier idles the matrix units).
 //   COOP_SG4      128 threads, 4 subgroups of 64x64 (4 x 4 accumulators): 8 matrix loads per 16 multiply-adds,
@@ -15,6 +15,9 @@
 //                 NVIDIA's cooperative-matrix sample is organised like gemm_coop.glsl but that lean.
 //   COOP_F16_SUMS float16 accumulators, measurement only, never a default: 2^-11 per addition, overflow past
 //                 65504.
+//   COOP_SG32     128x64 tiles, 8 subgroups of 32x32 (2 x 2 accumulators): half the accumulator registers, so
+//                 that the compiler keeps the prefetch ahead of the multiplies (session 19's bench: registers
+//                 cost the pipeline more than its barriers).
 // K64, SG4 and WIDE fetch 4 groups per thread (of B, for WIDE), so they pack as LEAN does.
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -25,6 +28,9 @@
 #ifdef COOP_WIDE
 #define TILE_N 256u
 #define NG_SHIFT 5u  // groups of 8 n per row of a row-major B
+#elif defined(COOP_SG32)
+#define TILE_N 64u
+#define NG_SHIFT 3u
 #else
 #define TILE_N 128u
 #define NG_SHIFT 4u
@@ -42,13 +48,19 @@
 #define KG_MASK ((1u << KG_SHIFT) - 1u)  // groups of 8 k per shared row
 #define N_ROW ((TILE_N >> 3) + 1u)       // uvec4 per row of a row-major B (TILE_N / 8, + 1 of padding)
 #if defined(COOP_SG4) || defined(COOP_WIDE)
-#define ACC_N 4u  // accumulators across n per subgroup (4 down m in every variant)
+#define ACC_N 4u  // accumulators across n per subgroup
 #else
 #define ACC_N 2u
 #endif
-#define SG_COLS (TILE_N / 16u / ACC_N)  // subgroups across the tile; 2 down it
-#define THREADS (SG_COLS * 64u)
-#define SG_M(sg) ((sg) / SG_COLS * 64u)
+#ifdef COOP_SG32
+#define ACC_M 2u  // and down m
+#else
+#define ACC_M 4u
+#endif
+#define SG_COLS (TILE_N / 16u / ACC_N)  // subgroups across the tile
+#define SG_ROWS (TILE_M / 16u / ACC_M)  // and down it
+#define THREADS (SG_ROWS * SG_COLS * 32u)
+#define SG_M(sg) ((sg) / SG_COLS * 16u * ACC_M)
 #define SG_N(sg) ((sg) % SG_COLS * 16u * ACC_N)
 #define PER_A (TILE_M * TILE_K / 8u / THREADS)  // groups of 8 values of A a thread fetches
 #define PER_B (TILE_N * TILE_K / 8u / THREADS)
@@ -176,8 +188,8 @@ void stash(uint stage, bool b_k_fast) {
 void gemm(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_fast, bool b_k_fast) {
     const uint sg = gl_SubgroupID;
     const uint wm = SG_M(sg), wn = SG_N(sg);  // this subgroup's block of the tile
-    MatSum acc[4][ACC_N];
-    [[unroll]] for (uint i = 0u; i < 4u; ++i)
+    MatSum acc[ACC_M][ACC_N];
+    [[unroll]] for (uint i = 0u; i < ACC_M; ++i)
         [[unroll]] for (uint j = 0u; j < ACC_N; ++j) acc[i][j] = MatSum(ZERO);
     fetch(m0, n0, k_begin, M, N, K, b_k_fast);
 #ifdef COOP_DB
@@ -196,9 +208,9 @@ void gemm(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_fast,
         if (k0 + TILE_K < K) fetch(m0, n0, k0 + TILE_K, M, N, K, b_k_fast);
         const uint s = stage * A_STAGE, sb = stage * B_STAGE;
         [[unroll]] for (uint kk = 0u; kk < TILE_K; kk += 16u) {
-            MatA a[4];
+            MatA a[ACC_M];
             MatB b[ACC_N];
-            [[unroll]] for (uint i = 0u; i < 4u; ++i)
+            [[unroll]] for (uint i = 0u; i < ACC_M; ++i)
                 coopMatLoad(a[i], sh_a, (s + (wm + 16u * i) * K_ROW + kk / 8u) * SH_E, K_ROW * SH_E,
                             gl_CooperativeMatrixLayoutRowMajor);
             if (b_k_fast) {
@@ -210,7 +222,7 @@ void gemm(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_fast,
                     coopMatLoad(b[j], sh_b, (sb + kk * N_ROW + (wn + 16u * j) / 8u) * SH_E, N_ROW * SH_E,
                                 gl_CooperativeMatrixLayoutRowMajor);
             }
-            [[unroll]] for (uint i = 0u; i < 4u; ++i)
+            [[unroll]] for (uint i = 0u; i < ACC_M; ++i)
                 [[unroll]] for (uint j = 0u; j < ACC_N; ++j) acc[i][j] = coopMatMulAdd(a[i], b[j], acc[i][j]);
         }
 #ifdef COOP_DB
@@ -219,7 +231,7 @@ void gemm(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_fast,
         stage ^= 1u;
 #endif
     }
-    [[unroll]] for (uint i = 0u; i < 4u; ++i)
+    [[unroll]] for (uint i = 0u; i < ACC_M; ++i)
         [[unroll]] for (uint j = 0u; j < ACC_N; ++j) {
 #ifdef COOP_DB
             // 16 floats a row: 4 uvec4 of sh_a, which the loop's last barrier freed.
