@@ -17,7 +17,8 @@
 //                 65504.
 //   COOP_SG32     128x64 tiles, 8 subgroups of 32x32 (2 x 2 accumulators): half the accumulator registers, so
 //                 that the compiler keeps the prefetch ahead of the multiplies (session 19's bench: registers
-//                 cost the pipeline more than its barriers).
+//                 cost the pipeline more than its barriers). Combined (kernels.cmake): sg32l with LEAN, sg32k with
+//                 K64 (a row of A or B is 128 contiguous bytes a step: 8 threads' 16-byte loads), sg32db with DB.
 // K64, SG4 and WIDE fetch 4 groups per thread (of B, for WIDE), so they pack as LEAN does.
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_memory_scope_semantics : require
