@@ -79,9 +79,7 @@ set(KILN_VULKAN_KERNELS
   "timestep_embedding_f16|timestep_embedding.comp|T_F16"
 )
 # Issue 23's matrix variants (gemm_coop_variants.glsl; vulkan_backend.cpp lists the names): four kernels each.
-foreach(variant "k64|COOP_K64" "sg4|COOP_SG4" "wide|COOP_WIDE" "db|COOP_DB" "f16sh|COOP_SH_F16" "lean|COOP_LEAN"
-                "f16acc|COOP_F16_SUMS" "sg32|COOP_SG32" "sg32l|COOP_SG32,COOP_LEAN"
-                "sg32k|COOP_SG32,COOP_K64" "sg32db|COOP_SG32,COOP_DB")
+foreach(variant "sg32|COOP_SG32" "f16acc|COOP_F16_SUMS")
   string(REPLACE "|" ";" variant "${variant}")
   list(GET variant 0 v)
   list(GET variant 1 d)

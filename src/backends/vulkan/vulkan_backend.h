@@ -116,7 +116,7 @@ public:
     // Default: "_sg32" where the KHR kernels run (measured faster on the H200), else "".
     const std::string& matrix_variant() const { return matrix_variant_; }
     uint32_t matrix_tile_n() const {  // its tiles: 128 x this
-        return matrix_variant_ == "_wide" ? 256 : matrix_variant_.rfind("_sg32", 0) == 0 ? 64 : 128;
+        return matrix_variant_ == "_sg32" ? 64 : 128;
     }
     void set_matrix_variant(const std::string& name);  // "base" or a listed name, else InvalidArgument
     // Inside run_recorded's recording nothing may wait for the device (so nothing is timed there).
