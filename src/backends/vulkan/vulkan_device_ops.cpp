@@ -243,7 +243,7 @@ void VulkanDeviceOps::matmul(const MatmulParams& params, const char* base, const
     require((params.m + 31) / 32 <= 65535, ErrorKind::Unsupported, "vulkan: a product with more than 2M rows");
     // Every float16 product has a matrix-unit build (kernels.cmake). It reads 8 float16 values at once where
     // they are contiguous and 16-byte aligned (flags 8 for A, 16 for B; the shader ignores 8 on float32 A).
-    const bool matrix = std::string(suffix) == "_f16" && std::string(base) != "matmul_q8";  // q8: FMA builds only
+    const bool matrix = std::string(suffix) == "_f16" && (std::string(base) != "matmul_q8" || matrix_reads_q8());
     MatmulParams p = params;
     auto aligned = [&](uint64_t address, uint32_t stride, uint32_t batch_stride) {
         return address % 16 == 0 && stride % 8 == 0 && (batch == 1 || batch_stride % 8 == 0);
@@ -255,6 +255,10 @@ void VulkanDeviceOps::matmul(const MatmulParams& params, const char* base, const
         dispatch_product(std::string(base) + variant + suffix, p, (p.n + tile_n - 1) / tile_n, (p.m + tile_m - 1) / tile_m,
                          batch, p.k, int64_t(batch) * p.m * p.n, 32);
     });
+}
+
+bool VulkanDeviceOps::matrix_reads_q8() const {
+    return backend_.physical().matrix_khr && backend_.matrix_variant() == "_sg32";
 }
 
 bool VulkanDeviceOps::reads_blocks(DType weight) const {
@@ -360,13 +364,13 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
     ConvParams p{bind(x), bind(w), bind(b), bind(y), bind(stats), bind(gamma), bind(beta), 0, uint32_t(cin),
                  uint32_t(h), uint32_t(wd), uint32_t(cout), uint32_t(oh), uint32_t(ow), uint32_t(kk), uint32_t(stride),
                  uint32_t(padding), uint32_t(groups), uint32_t((b ? 1 : 0) | (stats ? 2 : 0)), 1, 0};
-    const bool q8 = w.dtype() == DType::Q8_0;  // read as blocks by the FMA builds ("conv2d_q8")
-    if (p.w % 16 == 0 && (cin * kk * kk) % 8 == 0 && !q8) p.flags |= 4;
+    const bool q8 = w.dtype() == DType::Q8_0;  // read as blocks ("conv2d_q8": the FMA builds, and sg32's)
+    if (p.w % 16 == 0 && (cin * kk * kk) % 8 == 0) p.flags |= 4;
     if (p.x % 16 == 0 && kk == 1 && stride == 1 && padding == 0 && !stats && (h * wd) % 8 == 0) p.flags |= 8;
     require(n <= 65535 && (cout + 31) / 32 <= 65535 && (oh * ow + 31) / 32 <= 65535, ErrorKind::Unsupported,
             "vulkan: conv2d of " + device_operand("x", x) + " exceeds the workgroup grid");
     const std::string suffix = x.dtype() == DType::F16 ? "_f16" : "_f32", base = q8 ? "conv2d_q8" : "conv2d";
-    run_product({base + suffix, cout, oh * ow, cin * kk * kk, n}, x.dtype() == DType::F16 && !q8, [&](const char* variant, uint32_t tile_m, uint32_t tile_n) {
+    run_product({base + suffix, cout, oh * ow, cin * kk * kk, n}, x.dtype() == DType::F16 && (!q8 || matrix_reads_q8()), [&](const char* variant, uint32_t tile_m, uint32_t tile_n) {
         dispatch_product(base + std::string(variant) + suffix, p, uint32_t((oh * ow + tile_n - 1) / tile_n),
                          uint32_t((cout + tile_m - 1) / tile_m), uint32_t(n), cin * kk * kk, y.numel(), 16);
     });

@@ -21,6 +21,8 @@ public:
     explicit VulkanDeviceOps(VulkanBackend& backend) : backend_(backend) {}
     // q8_0 weights with KILN_VULKAN_Q8=fused: the "_q8" products decode them as their tiles load them.
     bool reads_blocks(DType weight) const override;
+    // Whether the matrix-unit build reads q8_0 weights as blocks too: sg32's KHR kernels ("_q8_coopk_sg32").
+    bool matrix_reads_q8() const;
     Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) const override;
     Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const override;
     Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
