@@ -460,6 +460,10 @@ void VulkanBackend::convert(const void* src, DType src_type, void* dst, DType ds
         constexpr DType kCodes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
                                     DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
         p.format = uint32_t(std::find(std::begin(kCodes), std::end(kCodes), src_type) - std::begin(kCodes));
+        if (src_type == DType::Q8_0 && dst_type == DType::F16 && p.dst % 16 == 0) {  // 8 values a 16-byte store
+            p.n = uint32_t(n / 8);
+            return dispatch("dequantize_q8_f16x8", p, uint32_t(std::min<int64_t>((p.n + 255) / 256, 65535)));
+        }
         return dispatch(dst_type == DType::F32 ? "dequantize_f32" : "dequantize_f16", p, groups);
     }
     dispatch(src_type == DType::F32 ? "convert_f32_f16" : "convert_f16_f32", p, groups);

@@ -21,10 +21,10 @@ float q8_0_value(U32s b, uint i) {
     const uint block = (i >> 5) * 34u;
     return float(block_int8(b, block + 2u + (i & 31u))) * block_half(b, block);
 }
-#ifdef COOP
-// The matrix-unit builds' 16-byte operand: values i .. i+7 of a q8_0 tensor (i a multiple of 8, so all in one
-// block), each the exact float32 product of code and scale rounded once to float16, as dequantize.comp's
-// float16 build rounds it: the products get the transient weight's operands bit for bit.
+#if defined(COOP) || defined(PACK8)
+// The matrix-unit builds' 16-byte operand, and dequantize.comp's PACK8 build's store: values i .. i+7 of a q8_0
+// tensor (i a multiple of 8, so all in one block), each the exact float32 product of code and scale rounded once
+// to float16, as dequantize.comp rounds it value by value: the same float16 bits either way.
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 // The two int8 codes in the low 16 bits of `codes`, times d, as two float16 values in a word.
 uint q8_0_pair(uint codes, float d) {
