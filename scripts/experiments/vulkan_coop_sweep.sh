@@ -9,7 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 run=${KILN_SWEEP_RUN:-scripts/run-on-device.sh}
 variants=("$@")
-[ ${#variants[@]} -gt 0 ] || variants=(base k64 sg4 wide db f16sh lean f16acc)
+[ ${#variants[@]} -gt 0 ] || variants=(base sg32 f16acc)
 start=$SECONDS out=$(mktemp -d)
 late() { [ $((SECONDS - start)) -ge 250 ] && echo "$1: skipped (time budget)"; }
 failed() { echo "$1: exit $2$([ "$2" -eq 124 ] && echo ' (timed out)'): $(tail -1 "$3")"; }

@@ -212,6 +212,22 @@ TEST(ConvRoutesCuda, AFilterKeptChannelsLastStillReadsInPyTorchsLayout) {
     for (int side : {64, 3, 64}) check_conv(ops, *gpu, wd, bd, side, "measured routes");
 }
 
+// Under a --vram cap the im2col route's column buffer is a share of the cap (cuda_device_ops.cpp,
+// scratch_budget): here the whole column matrix (16 x 9 rows of 512 x 512 pixels, 72 MiB in fp16) would exceed a
+// 64 MiB cap by itself, so the convolution runs only if it is tiled within it; the values are still the host's.
+TEST(ConvRoutesCuda, Im2colColumnsStayWithinTheCap) {
+    KILN_SKIP_WITHOUT_GPU();
+    std::unique_ptr<CudaBackend> gpu = backend_with_route("im2col");
+    ASSERT_TRUE(gpu->set_memory_limit(int64_t(64) << 20));
+    const DType t = DType::F16;
+    Tensor x = random_in({1, 16, 512, 512}, 4, t), w = random_in({8, 16, 3, 3}, 5, t), b = random_in({8}, 6, t);
+    Tensor babs = abs_of(b);
+    Tensor ref = kiln::ops::conv2d(x, w, &b, 1, 1);
+    Tensor scale = kiln::ops::conv2d(abs_of(x), abs_of(w), &babs, 1, 1);
+    Tensor xd = x.to_device(*gpu, t), wd = w.to_device(*gpu, t), bd = b.to_device(*gpu, t);
+    expect_close(gpu->ops().conv2d(xd, wd, &bd, 1, 1).to_host(), ref, scale, 16.0 * 9, t, 1, "im2col under 64 MiB");
+}
+
 TEST(ConvRoutesCuda, AnUnknownRouteIsAnErrorNamingTheSetting) {
     KILN_SKIP_WITHOUT_GPU();
     setenv("KILN_CUDA_CONV", "winograd", 1);

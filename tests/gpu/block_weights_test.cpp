@@ -341,4 +341,36 @@ TEST_P(BlockWeights, VulkanFusedQ8Products) {
     vk->set_products(saved);
     vk->set_q8_products(saved_q8);
 }
+
+// The default matrix kernel (sg32, KHR) reads q8_0 blocks too ("_q8_coopk_sg32"): each float16 operand is the exact
+// code x scale rounded once, as the transient weight's, so its products are the transient path's bit for bit, in
+// linear (130 rows, 96 k) and in a 3x3 convolution (k = 32 x 9 = 288). Runs only where the matrix units are (not
+// lavapipe).
+TEST_P(BlockWeights, VulkanMatrixUnitsReadQ8AsTheTransientsBits) {
+    auto* vk = dynamic_cast<vulkan::VulkanBackend*>(&this->gpu());
+    if (!vk) GTEST_SKIP() << "not a Vulkan device";
+    if (!vk->physical().matrix_khr || vk->matrix_variant() != "_sg32")
+        GTEST_SKIP() << vk->describe().name << " runs no sg32 matrix kernels";
+    using P = vulkan::VulkanBackend::Products;
+    using Q = vulkan::VulkanBackend::Q8Products;
+    const P saved = vk->products();
+    const Q saved_q8 = vk->q8_products();
+    vk->set_products(P::Matrix);
+    const Tensor x = random({1, 130, 96}, 53, DType::F16).to_device(*vk, DType::F16);
+    const Tensor w = blocks({70, 96}, 54, DType::Q8_0).to_device(*vk, DType::Q8_0);
+    const Tensor img = random({2, 32, 9, 11}, 55, DType::F16).to_device(*vk, DType::F16);
+    const Tensor filt = blocks({37, 32, 3, 3}, 56, DType::Q8_0).to_device(*vk, DType::Q8_0);
+    std::vector<Tensor> got[2];
+    for (Q mode : {Q::Transient, Q::Fused}) {
+        vk->set_q8_products(mode);
+        got[int(mode == Q::Fused)] = {ops::linear(x, w, nullptr).to_host(), ops::conv2d(img, filt, nullptr, 1, 1).to_host()};
+    }
+    expect_same_bits(got[1][0], got[0][0], "linear");
+    expect_same_bits(got[1][1], got[0][1], "conv2d k = 288");
+    vk->set_q8_products(Q::Fused);
+    check_linear(*vk, DType::Q8_0);
+    check_convolutions(*vk, DType::Q8_0);
+    vk->set_products(saved);
+    vk->set_q8_products(saved_q8);
+}
 #endif

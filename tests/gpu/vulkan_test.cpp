@@ -246,7 +246,7 @@ TEST(VulkanProducts, TiledAndDirectKernelsAgree) {
 // float16 for the weighted sum) are checked against the CPU by tests/gpu on a GPU with these units.
 // Runs only on devices that have them (not lavapipe); on the KHR build, every variant too. "f16acc" sums in
 // float16, each addition rounding (or truncating) to 2^-10 of a partial sum at most S, or 2^-24 absolute among
-// subnormals: (K + 2)(2^-10 + 2^-24) S + K 2^-24 for the sums' term. 2 slices of k cut k64's steps.
+// subnormals: (K + 2)(2^-10 + 2^-24) S + K 2^-24 for the sums' term.
 TEST(VulkanProducts, MatrixUnitsAgreeWithDirect) {
     KILN_VULKAN_OR_SKIP(gpu);
     auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);

@@ -45,6 +45,12 @@ constexpr int64_t kColumnBudgetBytes = int64_t(256) << 20;
 // Attention by products keeps its per-block scores (float32, plus the rounded probabilities) under this.
 constexpr int64_t kScoreBudgetBytes = int64_t(512) << 20;
 
+// A scratch budget within a --vram cap: at most a share of the cap (smaller tiles, more products), so that one
+// column buffer or score block does not ask for half of a 512 MiB cap at once; the full budget without a cap.
+int64_t scratch_budget(int64_t full, int64_t cap, int64_t share) {
+    return cap > 0 ? std::clamp<int64_t>(cap / share, int64_t(16) << 20, full) : full;
+}
+
 }  // namespace
 
 // An op's spans for the profiler (ops/op_observer.h). Kernels run asynchronously, so the host span is the
@@ -430,7 +436,9 @@ void CudaDeviceOps::conv_im2col(const ConvCall& c, Tensor& y) const {
     const int64_t pixels = sh.oh * sh.ow, kc = sh.cin * sh.k * sh.k;
     const bool direct = sh.k == 1 && sh.stride == 1 && sh.padding == 0 && !c.stats;  // x is its own column matrix
     const int64_t tile =
-        direct ? pixels : std::clamp<int64_t>(kColumnBudgetBytes / std::max<int64_t>(1, kc * esize(x)), 1, pixels);
+        direct ? pixels : std::clamp<int64_t>(scratch_budget(kColumnBudgetBytes, backend_.memory_limit(), 8) /
+                                               std::max<int64_t>(1, kc * esize(x)),
+                                           1, pixels);
     Tensor col, wn;
     if (!direct) col = Tensor::empty_on(backend_, {kc * tile}, x.dtype());
     const void* filter = pytorch_filter(c.w, wn);
@@ -680,7 +688,7 @@ Tensor CudaDeviceOps::attention_by_products(const Tensor& q, const Tensor& k, co
     cudaStream_t s = backend_.stream();
     // Scores in float32, probabilities stored straight in the operands' type by the softmax.
     const int64_t per_row = heads * lk * (4 + esize(q));
-    const int64_t block = std::clamp<int64_t>(kScoreBudgetBytes / per_row, 1, lq);
+    const int64_t block = std::clamp<int64_t>(scratch_budget(kScoreBudgetBytes, backend_.memory_limit(), 8) / per_row, 1, lq);
     Tensor scores = Tensor::empty_on(backend_, {heads * block * lk}, DType::F32);
     Tensor probs = Tensor::empty_on(backend_, {heads * block * lk}, q.dtype());
     for (int64_t bi = 0; bi < batch; ++bi)

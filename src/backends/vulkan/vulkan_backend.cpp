@@ -67,7 +67,7 @@ VulkanBackend::Q8Products q8_products_from_env(const char* value) {
 }
 
 const std::vector<std::string>& matrix_variants() {
-    static const std::vector<std::string> names{"k64", "sg4", "wide", "db", "f16sh", "lean", "f16acc"};
+    static const std::vector<std::string> names{"sg32", "f16acc"};
     return names;
 }
 
@@ -96,7 +96,10 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
     split_k_ = split_k_from_env(std::getenv("KILN_VULKAN_SPLIT_K"));
     attention_ = attention_from_env(std::getenv("KILN_VULKAN_ATTENTION"));
     q8_products_ = q8_products_from_env(std::getenv("KILN_VULKAN_Q8"));
-    if (const char* v = std::getenv("KILN_VULKAN_COOP")) set_matrix_variant(v);
+    // The matrix kernel: sg32's 32x32 blocks a subgroup where the KHR kernels run (session 19, H200: SD 1.5 UNet
+    // call 101.6 ms against base's 125.8, docs/VULKAN.md), unless KILN_VULKAN_COOP names another.
+    const char* coop = std::getenv("KILN_VULKAN_COOP");
+    set_matrix_variant(coop ? coop : physical_.matrix_products && physical_.matrix_khr ? "sg32" : "base");
     const Api& a = api();
     const float priority = 1.0f;
     VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -457,6 +460,10 @@ void VulkanBackend::convert(const void* src, DType src_type, void* dst, DType ds
         constexpr DType kCodes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
                                     DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
         p.format = uint32_t(std::find(std::begin(kCodes), std::end(kCodes), src_type) - std::begin(kCodes));
+        if (src_type == DType::Q8_0 && dst_type == DType::F16 && p.dst % 16 == 0) {  // 8 values a 16-byte store
+            p.n = uint32_t(n / 8);
+            return dispatch("dequantize_q8_f16x8", p, uint32_t(std::min<int64_t>((p.n + 255) / 256, 65535)));
+        }
         return dispatch(dst_type == DType::F32 ? "dequantize_f32" : "dequantize_f16", p, groups);
     }
     dispatch(src_type == DType::F32 ? "convert_f32_f16" : "convert_f16_f32", p, groups);

@@ -113,8 +113,11 @@ public:
     void set_q8_products(Q8Products q) { q8_products_ = q; }
     // Issue 23's matrix kernels: "" gemm_coop.glsl, "_<name>" a variant (gemm_coop_variants.glsl), set by
     // KILN_VULKAN_COOP=base|<name>; an error where the matrix units run the NV build, no effect without them.
+    // Default: "_sg32" where the KHR kernels run (measured faster on the H200), else "".
     const std::string& matrix_variant() const { return matrix_variant_; }
-    uint32_t matrix_tile_n() const { return matrix_variant_ == "_wide" ? 256 : 128; }  // its tiles: 128 x this
+    uint32_t matrix_tile_n() const {  // its tiles: 128 x this
+        return matrix_variant_ == "_sg32" ? 64 : 128;
+    }
     void set_matrix_variant(const std::string& name);  // "base" or a listed name, else InvalidArgument
     // Inside run_recorded's recording nothing may wait for the device (so nothing is timed there).
     bool recording_call() const { return capturing_; }

@@ -267,7 +267,7 @@ void VulkanDeviceOps::matmul(const MatmulParams& params, const char* base, const
     require((params.m + 31) / 32 <= 65535, ErrorKind::Unsupported, "vulkan: a product with more than 2M rows");
     // Every float16 product has a matrix-unit build (kernels.cmake). It reads 8 float16 values at once where
     // they are contiguous and 16-byte aligned (flags 8 for A, 16 for B; the shader ignores 8 on float32 A).
-    const bool matrix = std::string(suffix) == "_f16" && std::string(base) != "matmul_q8";  // q8: FMA builds only
+    const bool matrix = std::string(suffix) == "_f16" && (std::string(base) != "matmul_q8" || matrix_reads_q8());
     MatmulParams p = params;
     auto aligned = [&](uint64_t address, uint32_t stride, uint32_t batch_stride) {
         return address % 16 == 0 && stride % 8 == 0 && (batch == 1 || batch_stride % 8 == 0);
@@ -296,6 +296,10 @@ void VulkanDeviceOps::matmul(const MatmulParams& params, const char* base, const
         run_into(q)(variant, tile_m, tile_n);
     };
     run_product({std::string(base) + suffix, p.m, p.n, p.k, batch}, matrix, run, &trial);
+}
+
+bool VulkanDeviceOps::matrix_reads_q8() const {
+    return backend_.physical().matrix_khr && backend_.matrix_variant() == "_sg32";
 }
 
 bool VulkanDeviceOps::reads_blocks(DType weight) const {
@@ -460,8 +464,8 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
     p.groups = uint32_t(groups), p.slices = 1;
     p.flags = (b ? 1 : 0) | (stats ? 2 : 0) | (f.upsampled ? 32 : 0) | (f.accumulate ? 64 : 0) | (f.terms ? 128 : 0);
     if (f.terms) p.bias2 = bind(*f.terms, f.terms_at), p.bias2_stride = uint32_t(f.terms_stride);
-    const bool q8 = w.dtype() == DType::Q8_0;  // read as blocks by the FMA builds ("conv2d_q8")
-    if (p.w % 16 == 0 && (cin * kk * kk) % 8 == 0 && !q8) p.flags |= 4;
+    const bool q8 = w.dtype() == DType::Q8_0;  // read as blocks ("conv2d_q8": the FMA builds, and sg32's)
+    if (p.w % 16 == 0 && (cin * kk * kk) % 8 == 0) p.flags |= 4;
     if (p.x % 16 == 0 && kk == 1 && stride == 1 && padding == 0 && !stats && !f.upsampled && (h * wd) % 8 == 0)
         p.flags |= 8;
     require(n <= 65535 && (cout + 31) / 32 <= 65535 && (oh * ow + 31) / 32 <= 65535, ErrorKind::Unsupported,
@@ -475,7 +479,7 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
     };
     const ProductKey key{base + suffix, cout, oh * ow, cin * kk * kk, n};
     const ProductRun run = run_into(p);
-    const bool matrix = x.dtype() == DType::F16 && !q8;
+    const bool matrix = x.dtype() == DType::F16 && (!q8 || matrix_reads_q8());
     if (!f.accumulate) {
         run_product(key, matrix, run);
         return y;

@@ -25,6 +25,8 @@ public:
     explicit VulkanDeviceOps(VulkanBackend& backend);
     // q8_0 weights with KILN_VULKAN_Q8=fused: the "_q8" products decode them as their tiles load them.
     bool reads_blocks(DType weight) const override;
+    // Whether the matrix-unit build reads q8_0 weights as blocks too: sg32's KHR kernels ("_q8_coopk_sg32").
+    bool matrix_reads_q8() const;
     Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) const override;
     // The fused forms, one product kernel each (issue 23): acc's old value, a per-channel term (a shortcut's
     // bias, a time embedding's columns) added in the product's epilogue, and the upsampling read through the

@@ -21,3 +21,23 @@ float q8_0_value(U32s b, uint i) {
     const uint block = (i >> 5) * 34u;
     return float(block_int8(b, block + 2u + (i & 31u))) * block_half(b, block);
 }
+#if defined(COOP) || defined(PACK8)
+// The matrix-unit builds' 16-byte operand, and dequantize.comp's PACK8 build's store: values i .. i+7 of a q8_0
+// tensor (i a multiple of 8, so all in one block), each the exact float32 product of code and scale rounded once
+// to float16, as dequantize.comp rounds it value by value: the same float16 bits either way.
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+// The two int8 codes in the low 16 bits of `codes`, times d, as two float16 values in a word.
+uint q8_0_pair(uint codes, float d) {
+    const float c0 = float(int(codes << 24) >> 24), c1 = float(int(codes << 16) >> 24);
+    return packFloat2x16(f16vec2(c0 * d, c1 * d));
+}
+uvec4 q8_0_pack8(U32s b, uint i) {
+    const uint block = (i >> 5) * 34u, off = block + 2u + (i & 31u);  // off is even
+    const float d = block_half(b, block);
+    const uint w = off >> 2, w0 = b.v[w], w1 = b.v[w + 1u];
+    // 8 code bytes from an offset of 0 or 2 within a word: a third word where they straddle.
+    const uint lo = (off & 2u) == 0u ? w0 : (w0 >> 16) | (w1 << 16);
+    const uint hi = (off & 2u) == 0u ? w1 : (w1 >> 16) | (b.v[w + 2u] << 16);
+    return uvec4(q8_0_pair(lo, d), q8_0_pair(lo >> 16, d), q8_0_pair(hi, d), q8_0_pair(hi >> 16, d));
+}
+#endif

@@ -96,7 +96,11 @@ layout(buffer_reference, std430, buffer_reference_align = 16) buffer U128s { uve
 bool load_a8(uint m, uint k, inout uvec4 v) {
     const uint K = p.cin * p.ks * p.ks;
     if ((p.flags & 4u) == 0u || m >= p.cout || k + 8u > K) return false;
+#ifdef W_Q8
+    v = q8_0_pack8(p.w, m * K + k);  // a q8_0 filter: 8 values decoded from their block (K a multiple of 8)
+#else
     v = U128s(p.w).v[(m * K + k) >> 3];
+#endif
     return true;
 }
 bool load_b8(uint k, uint n, bool k_fast, inout uvec4 v) {

@@ -61,6 +61,15 @@ float value(uint i) {
     return v;
 }
 
+#ifdef PACK8
+// q8_0 to float16, 8 values an invocation, one 16-byte store (the host's choice where dst is 16-byte aligned): the
+// per-value path read two words and stored two bytes for each value. p.n counts groups of 8 here.
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer U128s { uvec4 v[]; };
+void main() {
+    FOR_EACH_ELEMENT(g, p.n) U128s(p.dst).v[g] = q8_0_pack8(p.src, g * 8u);
+}
+#else
 void main() {
     FOR_EACH_ELEMENT(i, p.n) st(p.dst, i, value(i));
 }
+#endif

@@ -82,8 +82,14 @@ bool load_a8(uint m, uint k, inout uvec4 v) {
 #endif
 }
 bool load_b8(uint k, uint n, bool k_fast, inout uvec4 v) {
+#ifdef B_Q8
+    // A q8_0 weight: 8 values along k decoded from their block, where they start at a multiple of 8 (flags & 16).
+    if ((p.flags & 16u) == 0u || !k_fast || n >= p.N || k + 8u > p.K) return false;
+    v = q8_0_pack8(p.b, z * p.sbz + k * p.sbk + n * p.sbn);
+#else
     if ((p.flags & 16u) == 0u || (k_fast ? (n >= p.N || k + 8u > p.K) : (k >= p.K || n + 8u > p.N))) return false;
     v = U128s(p.b).v[(z * p.sbz + k * p.sbk + n * p.sbn) >> 3];
+#endif
     return true;
 }
 #endif
