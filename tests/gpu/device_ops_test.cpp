@@ -56,8 +56,9 @@ TEST_P(DeviceOps, Linear) {
         }
 }
 
-// acc += linear(x, w, b): CUDA adds acc in the product's epilogue (one rounding), other backends compose
-// linear and add_ (the product rounded, then the sum): the bound is linear's, its sums including |acc|.
+// acc += linear(x, w, b): CUDA and Vulkan add acc in the product's epilogue (one rounding: the bits may differ
+// from the composition's by it), other backends compose linear and add_ (the product rounded, then the sum):
+// the bound is linear's (the composition's), its sums including |acc|.
 TEST_P(DeviceOps, LinearAddAccumulatesIntoTheResidual) {
     Backend* gpu = &this->gpu();
     for (DType t : kiln::test::gpu_dtypes(*gpu))
@@ -121,7 +122,8 @@ TEST_P(DeviceOps, Conv2dAndFusedNorm) {
 // per-channel sums, and a strided copy of every channel's rows. Composed where the backend has no fused form (a 1x1
 // convolution with a diagonal filter), the affine's scale and shift are rounded to t, and so are the affine's output
 // and SiLU's: u_s each of |x scale| + |shift|, which bounds every intermediate; SiLU's slope is below 1.1, so
-// 4 u_s x 1.1 of the convolution over those magnitudes (factor 5 over abs_in below).
+// 4 u_s x 1.1 of the convolution over those magnitudes (factor 5 over abs_in below). Vulkan applies the affine and
+// SiLU as the convolution reads (scale and shift rounded to t, the rest float32): fewer roundings, the same bound.
 TEST_P(DeviceOps, TiledDecodePieces) {
     Backend* gpu = &this->gpu();
     for (DType t : kiln::test::gpu_dtypes(*gpu)) {
@@ -167,63 +169,76 @@ TEST_P(DeviceOps, TiledDecodePieces) {
 
 // The fused convolutions (the VAE's ops::conv2d_group_norm_silu_add_ and ops::conv2d_upsample2x, the UNet's
 // ops::conv2d_group_norm_silu_plus): each backend's DeviceOps fuses them or composes them. Two calls each: on
-// CUDA the first composes and chooses the route, the second may run fused. The bounds are the GroupNorm conv's
-// (above) plus the added term's rounding, and conv2d's.
+// CUDA the first composes and chooses the route, the second may run fused. The bounds are the composition's: the
+// GroupNorm conv's (above) plus the added term's rounding, and conv2d's. CUDA and Vulkan fuse the added terms
+// into the product's epilogue, summed in float32 before the one rounding to t: fewer roundings than the
+// composition's, so its bound holds (the bits may differ from the composition's by that rounding). Shapes cut
+// the product tiles: 1, 31 and 33 channels, 1x1 and 3x3 filters, stride 1 and 2, padding 0 and 1.
 TEST_P(DeviceOps, ResidualAndUpsampledConvolutions) {
     Backend* gpu = &this->gpu();
-    for (DType t : kiln::test::gpu_dtypes(*gpu)) {
-        const int n = 2, cin = 16, h = 9, w = 7, cout = 8, groups = 4;
-        Tensor x = random({n, cin, h, w}, 41, t), wt = random({cout, cin, 3, 3}, 42, t), b = random({cout}, 43, t);
-        Tensor gamma = random({cin}, 44, t, 0.5f, 1.5f), beta = random({cin}, 45, t);
-        Tensor acc = random({n, cout, h, w}, 46, t, -2.0f, 2.0f);
-        Tensor babs = abs_of(b);
-        Tensor ref = acc;
-        ops::add_(ref, ops::conv2d_group_norm_silu(x, groups, gamma, beta, 1e-5f, wt, &b, 1, 1));
-        Tensor normed = ops::group_norm(x, groups, gamma, beta, 1e-5f);
-        ops::silu_(normed);
-        Tensor scale = abs_of(acc);
-        ops::add_(scale, ops::conv2d(abs_of(normed), abs_of(wt), &babs, 1, 1));
-        Tensor up = ops::upsample_nearest2x(x);
-        Tensor up_ref = ops::conv2d(up, wt, &b, 1, 1);
-        Tensor up_scale = ops::conv2d(abs_of(up), abs_of(wt), &babs, 1, 1);
-        Tensor image_bias = random({n, cout}, 47, t);
-        // y_bias: the shortcut's bias added to y before the sum (the CPU's form is the reference).
-        Tensor y_bias = random({cout}, 50, t), ref_shift = acc, scale_shift = scale;
-        ops::conv2d_group_norm_silu_add_(ref_shift, x, groups, gamma, beta, 1e-5f, wt, &b, 1, 1, &y_bias);
-        std::vector<float> yb_abs;
-        for (int i = 0; i < n; ++i)
-            for (float v : y_bias.values()) yb_abs.push_back(std::fabs(v));
-        ops::add_channel_bias_(scale_shift, Tensor({n, cout}, yb_abs));
-        Tensor plus_ref = ops::conv2d_group_norm_silu_plus(x, groups, gamma, beta, 1e-5f, wt, &b, image_bias, 0, 1, 1);
-        // The UNet's form: the same bias at column 5 of a wider one (every block's time projection, one product).
-        Tensor wide_bias = ops::concat_channels(random({n, 5, 1}, 48, t), image_bias.reshaped({n, cout, 1}));
-        wide_bias = ops::concat_channels(wide_bias, random({n, 2, 1}, 49, t)).reshaped({n, cout + 7});
-        Tensor plus_scale = ops::conv2d(abs_of(normed), abs_of(wt), &babs, 1, 1);
-        ops::add_channel_bias_(plus_scale, abs_of(image_bias));
-        Tensor xd = x.to_device(*gpu, t), wd = wt.to_device(*gpu, t), bd = b.to_device(*gpu, t);
-        Tensor gd = gamma.to_device(*gpu, t), betad = beta.to_device(*gpu, t), ibd = image_bias.to_device(*gpu, t);
-        Tensor wide_d = wide_bias.to_device(*gpu, t), ybd = y_bias.to_device(*gpu, t);
-        const double k = double(cin) * 9;
-        for (int call = 1; call <= 2; ++call) {
-            Tensor accd = acc.to_device(*gpu, t);
-            ops::conv2d_group_norm_silu_add_(accd, xd, groups, gd, betad, 1e-5f, wd, &bd, 1, 1);
-            expect_close(accd.to_host(), ref, scale, k + double(h) * w * cin / groups, t, 4,
-                         "conv2d_group_norm_silu_add_ call " + std::to_string(call));
-            Tensor shifted = acc.to_device(*gpu, t);
-            ops::conv2d_group_norm_silu_add_(shifted, xd, groups, gd, betad, 1e-5f, wd, &bd, 1, 1, &ybd);
-            expect_close(shifted.to_host(), ref_shift, scale_shift, k + double(h) * w * cin / groups, t, 5,
-                         "conv2d_group_norm_silu_add_ with y_bias, call " + std::to_string(call));
-            expect_close(ops::conv2d_upsample2x(xd, wd, &bd, 1, 1).to_host(), up_ref, up_scale, k, t, 1,
-                         "conv2d_upsample2x call " + std::to_string(call));
-            expect_close(ops::conv2d_group_norm_silu_plus(xd, groups, gd, betad, 1e-5f, wd, &bd, ibd, 0, 1, 1).to_host(),
-                         plus_ref, plus_scale, k + double(h) * w * cin / groups, t, 4,
-                         "conv2d_group_norm_silu_plus call " + std::to_string(call));
-            expect_close(
-                ops::conv2d_group_norm_silu_plus(xd, groups, gd, betad, 1e-5f, wd, &bd, wide_d, 5, 1, 1).to_host(),
-                plus_ref, plus_scale, k + double(h) * w * cin / groups, t, 4,
-                "conv2d_group_norm_silu_plus at column 5, call " + std::to_string(call));
+    struct C {
+        int n, cin, h, w, cout, k, stride, pad, groups;
+    };
+    for (DType t : kiln::test::gpu_dtypes(*gpu))
+        for (C c : {C{2, 16, 9, 7, 8, 3, 1, 1, 4}, C{1, 33, 6, 5, 31, 3, 2, 0, 3}, C{2, 31, 4, 5, 33, 3, 2, 1, 1},
+                    C{1, 1, 3, 2, 1, 1, 1, 0, 1}}) {
+            const int n = c.n, cin = c.cin, h = c.h, w = c.w, cout = c.cout, groups = c.groups;
+            const std::string shape = " " + std::to_string(cin) + "x" + std::to_string(h) + "x" + std::to_string(w) +
+                                      "->" + std::to_string(cout) + " k" + std::to_string(c.k) + " s" +
+                                      std::to_string(c.stride) + " p" + std::to_string(c.pad);
+            Tensor x = random({n, cin, h, w}, 41, t), wt = random({cout, cin, c.k, c.k}, 42, t), b = random({cout}, 43, t);
+            Tensor gamma = random({cin}, 44, t, 0.5f, 1.5f), beta = random({cin}, 45, t);
+            Tensor babs = abs_of(b);
+            Tensor ref = ops::conv2d_group_norm_silu(x, groups, gamma, beta, 1e-5f, wt, &b, c.stride, c.pad);
+            Tensor acc = random(ref.shape(), 46, t, -2.0f, 2.0f);
+            ops::add_(ref, acc);
+            Tensor normed = ops::group_norm(x, groups, gamma, beta, 1e-5f);
+            ops::silu_(normed);
+            Tensor scale = abs_of(acc);
+            ops::add_(scale, ops::conv2d(abs_of(normed), abs_of(wt), &babs, c.stride, c.pad));
+            Tensor up = ops::upsample_nearest2x(x);
+            Tensor up_ref = ops::conv2d(up, wt, &b, c.stride, c.pad);
+            Tensor up_scale = ops::conv2d(abs_of(up), abs_of(wt), &babs, c.stride, c.pad);
+            Tensor image_bias = random({n, cout}, 47, t);
+            // y_bias: the shortcut's bias added to y before the sum (the CPU's form is the reference).
+            Tensor y_bias = random({cout}, 50, t), ref_shift = acc, scale_shift = scale;
+            ops::conv2d_group_norm_silu_add_(ref_shift, x, groups, gamma, beta, 1e-5f, wt, &b, c.stride, c.pad, &y_bias);
+            std::vector<float> yb_abs;
+            for (int i = 0; i < n; ++i)
+                for (float v : y_bias.values()) yb_abs.push_back(std::fabs(v));
+            ops::add_channel_bias_(scale_shift, Tensor({n, cout}, yb_abs));
+            Tensor plus_ref =
+                ops::conv2d_group_norm_silu_plus(x, groups, gamma, beta, 1e-5f, wt, &b, image_bias, 0, c.stride, c.pad);
+            // The UNet's form: the same bias at column 5 of a wider one (every block's time projection, one product).
+            Tensor wide_bias = ops::concat_channels(random({n, 5, 1}, 48, t), image_bias.reshaped({n, cout, 1}));
+            wide_bias = ops::concat_channels(wide_bias, random({n, 2, 1}, 49, t)).reshaped({n, cout + 7});
+            Tensor plus_scale = ops::conv2d(abs_of(normed), abs_of(wt), &babs, c.stride, c.pad);
+            ops::add_channel_bias_(plus_scale, abs_of(image_bias));
+            Tensor xd = x.to_device(*gpu, t), wd = wt.to_device(*gpu, t), bd = b.to_device(*gpu, t);
+            Tensor gd = gamma.to_device(*gpu, t), betad = beta.to_device(*gpu, t), ibd = image_bias.to_device(*gpu, t);
+            Tensor wide_d = wide_bias.to_device(*gpu, t), ybd = y_bias.to_device(*gpu, t);
+            const double k = double(cin) * c.k * c.k, kn = k + double(h) * w * cin / groups;
+            for (int call = 1; call <= 2; ++call) {
+                const std::string tag = shape + ", call " + std::to_string(call);
+                Tensor accd = acc.to_device(*gpu, t);
+                ops::conv2d_group_norm_silu_add_(accd, xd, groups, gd, betad, 1e-5f, wd, &bd, c.stride, c.pad);
+                expect_close(accd.to_host(), ref, scale, kn, t, 4, "conv2d_group_norm_silu_add_" + tag);
+                Tensor shifted = acc.to_device(*gpu, t);
+                ops::conv2d_group_norm_silu_add_(shifted, xd, groups, gd, betad, 1e-5f, wd, &bd, c.stride, c.pad, &ybd);
+                expect_close(shifted.to_host(), ref_shift, scale_shift, kn, t, 5,
+                             "conv2d_group_norm_silu_add_ with y_bias" + tag);
+                expect_close(ops::conv2d_upsample2x(xd, wd, &bd, c.stride, c.pad).to_host(), up_ref, up_scale, k, t, 1,
+                             "conv2d_upsample2x" + tag);
+                expect_close(
+                    ops::conv2d_group_norm_silu_plus(xd, groups, gd, betad, 1e-5f, wd, &bd, ibd, 0, c.stride, c.pad)
+                        .to_host(),
+                    plus_ref, plus_scale, kn, t, 4, "conv2d_group_norm_silu_plus" + tag);
+                expect_close(
+                    ops::conv2d_group_norm_silu_plus(xd, groups, gd, betad, 1e-5f, wd, &bd, wide_d, 5, c.stride, c.pad)
+                        .to_host(),
+                    plus_ref, plus_scale, kn, t, 4, "conv2d_group_norm_silu_plus at column 5" + tag);
+            }
         }
-    }
 }
 
 TEST_P(DeviceOps, AttentionFlashAndProducts) {
@@ -289,16 +304,20 @@ TEST_P(DeviceOps, ElementwiseLayoutAndNorms) {
         check(ops::concat_channels(xd, yd).to_host(), ops::concat_channels(x, y), 0, "concat_channels");
         check(ops::nchw_to_nlc(xd).to_host(), ops::nchw_to_nlc(x), 0, "nchw_to_nlc");
         check(ops::nlc_to_nchw(ops::nchw_to_nlc(xd), 5, 7).to_host(), x, 0, "nlc_to_nchw");
-        {
-            // A transformer's way in and out: the device's fused forms give its compositions' bits exactly.
-            Tensor g = random({6}, 18, t, 0.5f, 1.5f).to_device(*gpu, t), b = random({6}, 19, t).to_device(*gpu, t);
-            EXPECT_EQ(ops::group_norm_to_nlc(xd, 3, g, b, 1e-5f).to_host().values(),
-                      ops::nchw_to_nlc(ops::group_norm(xd, 3, g, b, 1e-5f)).to_host().values())
-                << "group_norm_to_nlc " << dtype_name(t);
-            Tensor tokens = ops::nchw_to_nlc(yd), a = xd, ad = xd;
-            ops::add_(a, ops::nlc_to_nchw(tokens, 5, 7));
-            ops::add_nlc_(ad, tokens);
-            EXPECT_EQ(ad.to_host().values(), a.to_host().values()) << "add_nlc_ " << dtype_name(t);
+        // A transformer's way in and out: the device's fused forms give its compositions' bits exactly (the layout
+        // change is a copy), here and on shapes of 1 and 33 channels, a single row and a single pixel.
+        for (Shape s : {Shape{2, 6, 5, 7}, Shape{1, 33, 3, 1}, Shape{2, 3, 1, 1}, Shape{1, 1, 2, 3}}) {
+            const int64_t c = s[1], groups = c % 3 == 0 ? 3 : 1;
+            Tensor a = random(s, 12, t).to_device(*gpu, t), tokens = random({s[0], s[2] * s[3], c}, 13, t).to_device(*gpu, t);
+            Tensor g = random({c}, 18, t, 0.5f, 1.5f).to_device(*gpu, t), b = random({c}, 19, t).to_device(*gpu, t);
+            const std::string tag = " " + shape_str(s) + " " + dtype_name(t);
+            EXPECT_EQ(ops::group_norm_to_nlc(a, int(groups), g, b, 1e-5f).to_host().values(),
+                      ops::nchw_to_nlc(ops::group_norm(a, int(groups), g, b, 1e-5f)).to_host().values())
+                << "group_norm_to_nlc" << tag;
+            Tensor composed = a, fused = a;
+            ops::add_(composed, ops::nlc_to_nchw(tokens, s[2], s[3]));
+            ops::add_nlc_(fused, tokens);
+            EXPECT_EQ(fused.to_host().values(), composed.to_host().values()) << "add_nlc_" << tag;
         }
         {
             Tensor a = x, ad = xd;

@@ -16,18 +16,44 @@ namespace kiln::vulkan {
 class VulkanBackend;
 struct MatmulParams;  // matmul.comp's push constants (vulkan_device_ops.cpp)
 
+// KILN_VULKAN_FUSED: unset or 1 runs the fused ops below as one kernel each, 0 composes them as DeviceOps does
+// (for before/after comparisons); another value is an InvalidArgument error naming the setting.
+bool fused_from_env(const char* value);
+
 class VulkanDeviceOps final : public ops::DeviceOps {
 public:
-    explicit VulkanDeviceOps(VulkanBackend& backend) : backend_(backend) {}
+    explicit VulkanDeviceOps(VulkanBackend& backend);
     // q8_0 weights with KILN_VULKAN_Q8=fused: the "_q8" products decode them as their tiles load them.
     bool reads_blocks(DType weight) const override;
     // Whether the matrix-unit build reads q8_0 weights as blocks too: sg32's KHR kernels ("_q8_coopk_sg32").
     bool matrix_reads_q8() const;
     Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) const override;
+    // The fused forms, one product kernel each (issue 23): acc's old value, a per-channel term (a shortcut's
+    // bias, a time embedding's columns) added in the product's epilogue, and the upsampling read through the
+    // convolution's index arithmetic. Each sum is float32 before the one rounding to the storage type, so the
+    // result may differ from the composition's by that rounding. Composed where the output shares memory with
+    // an input (the epilogue would write values the product still reads).
+    void linear_add_(Tensor& acc, const Tensor& x, const Tensor& w, const Tensor* b) const override;
     Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const override;
     Tensor conv2d_group_norm_silu(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
                                   const Tensor& w, const Tensor* b, int stride, int padding) const override;
+    void conv2d_group_norm_silu_add_(Tensor& y, const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                                     float eps, const Tensor& w, const Tensor* b, int stride, int padding,
+                                     const Tensor* y_bias) const override;
+    Tensor conv2d_group_norm_silu_plus(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps,
+                                       const Tensor& w, const Tensor* b, const Tensor& image_bias, int64_t at,
+                                       int stride, int padding) const override;
+    Tensor conv2d_upsample2x(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const override;
+    // SiLU(x scale + shift) read by the convolution as its GroupNorm+SiLU is (one channel a group, mean 0, 1/std 1):
+    // no 1x1 diagonal product, SiLU pass or intermediate tensor (the tiled VAE decode's bands).
+    Tensor conv2d_affine_silu(const Tensor& x, const std::vector<float>& scale, const std::vector<float>& shift,
+                              const Tensor& w, const Tensor* b, int stride, int padding) const override;
     Tensor group_norm(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta, float eps) const override;
+    // GroupNorm written as [N, H*W, C] tokens, and y += tokens read as NCHW: the compositions' bits exactly (the
+    // layout change is a copy), one kernel and no intermediate tensor each.
+    Tensor group_norm_to_nlc(const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                             float eps) const override;
+    void add_nlc_(Tensor& y, const Tensor& tokens) const override;
     Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps) const override;
     Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal) const override;
     // Packed q | k | v and k | v are read in place by the flash kernel (no column copies).
@@ -54,9 +80,22 @@ private:
     // limit where the span from there to the tensor's end is more than one kernel operand may span.
     uint64_t bind(const Tensor& t, int64_t elements = 0) const;
     uint64_t bind(const Tensor* t) const;  // null: 0
+    // y = x w^T + b into y, or added onto y's old value (accumulate: linear_add_).
+    void linear_into(const char* op, const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y,
+                     bool accumulate) const;
+    // What a convolution does beyond conv2d (conv2d.comp's flags 32-128).
+    struct ConvFusion {
+        bool upsampled = false;         // convolve x's nearest-2x upsampling
+        Tensor* accumulate = nullptr;   // add the result onto this tensor (then conv returns an empty one)
+        const Tensor* terms = nullptr;  // + terms[image * terms_stride + terms_at + channel]
+        int64_t terms_at = 0, terms_stride = 0;
+    };
     Tensor conv(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding, const Tensor* stats,
-                const Tensor* gamma, const Tensor* beta, int groups) const;
+                const Tensor* gamma, const Tensor* beta, int groups, const ConvFusion& fusion) const;
     Tensor group_norm_stats(const Tensor& x, int groups, float eps) const;  // F32 [N, groups, 2]
+    // GroupNorm of x [N, C, ...] into a new tensor: x's layout, or [N, spatial, C] (to_nlc).
+    Tensor group_norm_into(const char* op, const Tensor& x, int groups, const Tensor& gamma, const Tensor& beta,
+                           float eps, bool to_nlc) const;
     // Attention's operands for flash_attention.comp: device addresses of head 0 of batch entry 0, the keys'
     // count and each operand's row stride in elements (the packed forms read q, k and v as columns in place).
     struct AttentionOperands {
@@ -71,8 +110,10 @@ private:
     // has that build and the device can run it), as the backend's mode says; in Measured mode the first call of
     // each shape (key) times the candidate builds and keeps the fastest, whose output stands.
     using ProductKey = std::tuple<std::string, int64_t, int64_t, int64_t, int64_t>;
+    // A product that adds into its output (accumulate) must run once: its timing runs are `trial`, the same
+    // product written to scratch memory, and the chosen build then runs `run` once.
     using ProductRun = std::function<void(const char* variant, uint32_t tile_m, uint32_t tile_n)>;
-    void run_product(const ProductKey& key, bool matrix, const ProductRun& run) const;
+    void run_product(const ProductKey& key, bool matrix, const ProductRun& run, const ProductRun* trial = nullptr) const;
     // Split-K: a product of `tiles` workgroups too few to fill the GPU runs its k in `slices` slices of `kslice`
     // side by side, each summing into a float32 workspace, then a second pass of the same kernel adds them
     // (sum_slices in gemm_build.glsl). {1, 0}: no split (also when the workspace would need 2^32 values,
@@ -87,9 +128,11 @@ private:
     void dispatch_product(const std::string& name, Params p, uint32_t gx, uint32_t gy, uint32_t batch, int64_t k,
                           int64_t outputs, uint32_t sum_flag) const;
     // matmul.comp (`base`: matmul, matmul_scores or matmul_pv; `suffix`: _f32 or _f16) over `batch` z's.
+    // C's old value is added where p.flags has 64 (its measuring runs then write to scratch memory).
     void matmul(const MatmulParams& p, const char* base, const char* suffix, uint32_t batch) const;
 
     VulkanBackend& backend_;
+    const bool fused_;  // KILN_VULKAN_FUSED
     // The embedding's frequencies per (half, shift, max_period), uploaded by the first call: a recorded call
     // (run_recorded) may not upload.
     mutable std::map<std::tuple<int, float, float>, Tensor> frequencies_;

@@ -4,12 +4,14 @@
 // input value is first group-normalised (mean and 1/std per (batch, group) in stats, from
 // group_norm_stats.comp), scaled by gamma, shifted by beta and passed through SiLU: ResNet blocks' norm
 // and activation fused into the convolution that follows them. Padding stays zero, as after a real norm.
+// With flags & 32 the input is x's nearest-2x upsampling, read through the index arithmetic (h and wd are the
+// upsampled size): the 4x tensor is never made. The epilogue may add the output's old value (flags & 64: y +=
+// the convolution) and a per-channel term bias2[batch * bias2_stride + m] (flags & 128: a shortcut's bias with
+// stride 0, a time embedding's columns with the row width), in float32 before the one rounding to y's type.
 #version 450
 #include "common.glsl"
 #ifdef DIRECT
 layout(local_size_x = 8, local_size_y = 8) in;
-#elif defined(COOP_SG4)
-layout(local_size_x = 128) in;  // gemm_coop_variants.glsl: 4 subgroups of 32
 #else
 layout(local_size_x = 16, local_size_y = 16) in;
 #endif
@@ -29,9 +31,13 @@ layout(push_constant) uniform Params {
     Ts gamma;
     Ts beta;
     F32s ws;  // split-K partial sums [N, slices, cout, oh * ow], when slices > 1
+    Ts bias2;  // read when flags & 128
     uint cin, h, wd, cout, oh, ow, ks, stride, pad, groups;
-    uint flags;  // 1: bias, 2: GroupNorm + SiLU, 4 / 8: see load_a8, 16: the split-K pass that adds the slices
+    // 1: bias, 2: GroupNorm + SiLU, 4 / 8: see load_a8, 16: the split-K pass that adds the slices, 32: x
+    // upsampled 2x, 64: y += the result, 128: + bias2
+    uint flags;
     uint slices, kslice;  // split-K: slices of kslice k each (1: none)
+    uint bias2_stride;    // bias2's values per batch entry (0: one row for all)
 } p;
 
 uint batch, slice;  // the batch entry and slice of k of this workgroup
@@ -56,7 +62,8 @@ float load_b(uint k, uint n) {
     const uint oy = quotient(n, p.ow), ox = n - oy * p.ow;
     const int iy = int(oy * p.stride + ky) - int(p.pad), ix = int(ox * p.stride + kx) - int(p.pad);
     if (iy < 0 || ix < 0 || iy >= int(p.h) || ix >= int(p.wd)) return 0.0;
-    float v = ld(p.x, ((batch * p.cin + ci) * p.h + uint(iy)) * p.wd + uint(ix));
+    const uint up = (p.flags >> 5) & 1u;  // x's row (iy >> 1) and column of an upsampled input's pixel
+    float v = ld(p.x, ((batch * p.cin + ci) * (p.h >> up) + (uint(iy) >> up)) * (p.wd >> up) + (uint(ix) >> up));
     if ((p.flags & 2u) != 0u) {
         const uint s = (batch * p.groups + quotient(ci, p.cin / p.groups)) * 2u;
         v = (v - p.stats.v[s]) * p.stats.v[s + 1u] * ld(p.gamma, ci) + ld(p.beta, ci);
@@ -70,7 +77,13 @@ void store_c(uint m, uint n, float sum) {
         return;
     }
     if ((p.flags & 1u) != 0u) sum += ld(p.bias, m);
-    st(p.y, (batch * p.cout + m) * (p.oh * p.ow) + n, sum);
+    const uint at = (batch * p.cout + m) * (p.oh * p.ow) + n;
+    if ((p.flags & (64u | 128u)) != 0u) {  // (y + bias2) + sum: the composition's order, without its roundings
+        float extra = (p.flags & 64u) != 0u ? ld(p.y, at) : 0.0;
+        if ((p.flags & 128u) != 0u) extra += ld(p.bias2, batch * p.bias2_stride + m);
+        sum = extra + sum;
+    }
+    st(p.y, at, sum);
 }
 float partial(uint m, uint n, uint s) { return p.ws.v[((batch * p.slices + s) * p.cout + m) * (p.oh * p.ow) + n]; }
 #if defined(COOP)

@@ -6,8 +6,6 @@
 #include "common.glsl"
 #ifdef DIRECT
 layout(local_size_x = 8, local_size_y = 8) in;
-#elif defined(COOP_SG4)
-layout(local_size_x = 128) in;  // gemm_coop_variants.glsl: 4 subgroups of 32
 #else
 layout(local_size_x = 16, local_size_y = 16) in;
 #endif
@@ -43,7 +41,8 @@ layout(push_constant) uniform Params {
     uint saz, sbz, scz;
     float alpha;
     uint flags;  // 1: A's k is contiguous, 2: B's k is contiguous, 4: add bias[n], 8 / 16: see load_a8,
-                 // 32: the split-K pass that adds the slices
+                 // 32: the split-K pass that adds the slices, 64: C += the result (linear_add_: the old value
+                 // added in float32 before the one rounding)
     uint slices, kslice;  // split-K: slices of kslice k each (1: none)
 } p;
 
@@ -61,7 +60,9 @@ void store_c(uint m, uint n, float sum) {
     }
     float v = p.alpha * sum;
     if ((p.flags & 4u) != 0u) v += ld(p.bias, n);
-    st_c(p.c, z * p.scz + m * p.scm + n * p.scn, v);
+    const uint at = z * p.scz + m * p.scm + n * p.scn;
+    if ((p.flags & 64u) != 0u) v = ld(p.c, at) + v;
+    st_c(p.c, at, v);
 }
 float partial(uint m, uint n, uint s) { return p.ws.v[((z * p.slices + s) * p.M + m) * p.N + n]; }
 #if defined(COOP)
