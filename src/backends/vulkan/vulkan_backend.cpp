@@ -208,9 +208,11 @@ void VulkanBackend::set_upload_ahead(bool on, TransferQueue queue) {
     transfer_.reset();
     if (on && transfer_queues_.timelines) transfer_ = std::make_unique<VulkanTransfer>(device_, transfer_queues_, queue);
     if (const char* v = std::getenv("KILN_VULKAN_VERBOSE"); v && *v == '1')
-        std::fprintf(stderr, "%s: streamed weights copied %s%s\n", device_name(device()).c_str(),
-                     transfer_ ? "ahead on queue " : "in line",
-                     transfer_ ? transfer_queue_name(transfer_->kind()) : on ? " (no timeline semaphores)" : "");
+        std::fprintf(stderr, "%s: streamed weights copied %s%s (compute family %u with %u queue(s) for kiln; "
+                     "transfer-only family %s)\n", device_name(device()).c_str(), transfer_ ? "ahead on queue " : "in line",
+                     transfer_ ? transfer_queue_name(transfer_->kind()) : on ? ", no timeline semaphores" : "",
+                     physical_.queue_family, transfer_queues_.compute_queues,
+                     transfer_queues_.family >= 0 ? std::to_string(transfer_queues_.family).c_str() : "none");
 }
 
 void VulkanBackend::time_begin(ops::OpKind kind, double flops) {
