@@ -202,7 +202,7 @@ TEST_P(WeightOffload, CopyAheadWaitsForTheWorkBeforeIt) {
     for (int64_t i = 0; i < x.numel(); ++i) x[i] = float(i % 199) / 99.0f - 1.0f;
     const Tensor xd = x.to_device(gpu, DType::F32);
     Tensor old_w = a.to_device(gpu, DType::F32);
-    const Tensor new_w = b.to_device(gpu, DType::F32);
+    Tensor new_w = b.to_device(gpu, DType::F32);
     const Tensor want_old = ops::linear(xd, old_w, nullptr).to_host(), want_new = ops::linear(xd, new_w, nullptr).to_host();
     new_w.device_buffer()->offload();
     const void* freed = old_w.device_data();
@@ -215,6 +215,14 @@ TEST_P(WeightOffload, CopyAheadWaitsForTheWorkBeforeIt) {
     EXPECT_TRUE(same_bits(got_old.to_host(), want_old)) << "the copy overwrote a weight still being read";
     EXPECT_TRUE(same_bits(got_new.to_host(), want_new)) << "the product read the weight before its copy landed";
     EXPECT_EQ(new_w.to_host().values(), b.values());
+    // Fetched ahead and dropped unused: what reuses the memory is written after the copy, not under it.
+    new_w.device_buffer()->offload();
+    ASSERT_TRUE(new_w.device_buffer()->restore_ahead());
+    const void* dropped = new_w.device_data();
+    new_w = Tensor();
+    const Tensor reused = a.to_device(gpu, DType::F32);
+    SCOPED_TRACE(reused.device_data() == dropped ? "reused the dropped block" : "other memory");
+    EXPECT_EQ(reused.to_host().values(), a.values());
 }
 
 // img2img encodes first: the VAE must be there for its encoder, then leave for the UNet.

@@ -504,6 +504,23 @@ void VulkanBackend::upload_ahead(void* dst, const void* src, int64_t bytes) {
     // earlier copies, which orders two copies into the same memory).
     if (recorded_ > 0 || transfer_->compute_wait_pending()) flush();
     transfer_->copy(from.buffer, from.offset, to.buffer, to.offset, VkDeviceSize(bytes));
+    ahead_destinations_.push_back(dst);
+}
+
+void VulkanBackend::deallocate(void* p) noexcept {
+    // A copy's destination freed before anything waited for the copy (a buffer fetched ahead, then dropped): the
+    // work that reuses the block must follow the copy.
+    if (std::find(ahead_destinations_.begin(), ahead_destinations_.end(), p) != ahead_destinations_.end()) {
+        try {
+            wait_for_uploads_ahead();
+        } catch (...) {
+            try {
+                synchronize();
+            } catch (...) {
+            }
+        }
+    }
+    memory_->deallocate(p);
 }
 
 void VulkanBackend::wait_for_uploads_ahead() {
@@ -512,6 +529,7 @@ void VulkanBackend::wait_for_uploads_ahead() {
     transfer_->submit_batch();
     if (recorded_ > 0) flush();  // the work recorded so far (the block the copies overlap) does not wait
     transfer_->compute_waits();
+    ahead_destinations_.clear();
     record_begin();
     transfer_->record_acquire(commands_);
     record_barrier();  // in the batch that waits: every later command follows the wait, whichever batch it is in

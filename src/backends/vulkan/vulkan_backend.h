@@ -49,7 +49,7 @@ public:
     }
     VulkanMemory& memory() { return *memory_; }
     void* allocate(int64_t bytes) override { return memory_->allocate(bytes); }
-    void deallocate(void* p) noexcept override { memory_->deallocate(p); }
+    void deallocate(void* p) noexcept override;
     void upload(void* dst, const void* src, int64_t bytes) override;
     void download(void* dst, const void* src, int64_t bytes) override;
     void copy(void* dst, const void* src, int64_t bytes) override;
@@ -180,6 +180,7 @@ private:
     std::vector<VkCommandBuffer> spare_commands_;
     TransferQueues transfer_queues_;
     std::unique_ptr<VulkanTransfer> transfer_;  // null: copies in line
+    std::vector<const void*> ahead_destinations_;  // of the copies no compute submission waits for yet
     VkCommandBuffer target_ = VK_NULL_HANDLE;    // where commands go: commands_, or a recording's buffer
     bool capturing_ = false;
     bool recording_enabled_ = true;
