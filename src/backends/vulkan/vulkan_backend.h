@@ -82,7 +82,6 @@ public:
     void set_upload_ahead(bool on, TransferQueue queue = TransferQueue::Auto);
     // The queue copies ahead run on (never Auto), or Auto when they are off.
     TransferQueue upload_ahead_queue() const { return transfer_ ? transfer_->kind() : TransferQueue::Auto; }
-    const TransferQueues& transfer_queues() const { return transfer_queues_; }
     Tensor run_recorded(const std::string& key, const std::vector<const Tensor*>& inputs,
                         const RecordedFn& fn) override;
 
