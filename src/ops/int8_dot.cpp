@@ -36,7 +36,8 @@ inline int code_at(int j, int i) { return (i / 4) * kStepBytes + 4 * j + i % 4; 
 
 // One group's block: 16 columns x 32 values, value (j, i) at base[j * cs + i * ks].
 
-void quantize_block_scalar(const float* base, int64_t cs, int64_t ks, int ncols, uint8_t* codes, float* scales) {
+void quantize_block_scalar(const float* base, int64_t cs, int64_t ks, int ncols, uint8_t* codes, float* scales,
+                           float* sums) {
     for (int j = 0; j < kQ8Columns; ++j) {
         float amax = 0.0f;
         bool finite = true;
@@ -48,17 +49,20 @@ void quantize_block_scalar(const float* base, int64_t cs, int64_t ks, int ncols,
         const float d = amax >= kTinyBlock ? amax / 127.0f : 0.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         scales[j] = finite ? d : std::numeric_limits<float>::quiet_NaN();
+        int32_t sum = 0;
         for (int i = 0; i < kQ8Block; ++i) {
             float q = 0.0f;
             if (finite && j < ncols) q = std::clamp(std::nearbyint(base[j * cs + i * ks] * id), -127.0f, 127.0f);
             codes[code_at(j, i)] = uint8_t(int(q) + 128);
+            sum += int(q);
         }
+        sums[j] = scales[j] * float(sum);
     }
 }
 
 #if KILN_INT8_X86
 // base: 32 rows of 16 contiguous columns, ks apart. The same operations as the scalar code.
-KILN_AVX512 void quantize_block_avx512(const float* base, int64_t ks, uint8_t* codes, float* scales) {
+KILN_AVX512 void quantize_block_avx512(const float* base, int64_t ks, uint8_t* codes, float* scales, float* sums) {
     const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
     __m512 amax = _mm512_setzero_ps();
     __mmask16 bad = 0;
@@ -70,20 +74,24 @@ KILN_AVX512 void quantize_block_avx512(const float* base, int64_t ks, uint8_t* c
     const __mmask16 live = _mm512_cmp_ps_mask(amax, _mm512_set1_ps(kTinyBlock), _CMP_GE_OQ);
     const __m512 d = _mm512_maskz_div_ps(live, amax, _mm512_set1_ps(127.0f));
     const __m512 id = _mm512_maskz_div_ps(live, _mm512_set1_ps(1.0f), d);
-    _mm512_storeu_ps(scales, _mm512_mask_mov_ps(d, bad, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN())));
+    const __m512 scale = _mm512_mask_mov_ps(d, bad, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+    _mm512_storeu_ps(scales, scale);
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127), offset = _mm512_set1_epi32(128);
+    __m512i sum = _mm512_setzero_si512();
     for (int t = 0; t < kSteps; ++t) {
         __m512i word = _mm512_setzero_si512();
         for (int r = 0; r < 4; ++r) {
             __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(base + (4 * t + r) * ks), id));
             q = _mm512_maskz_mov_epi32(~bad, _mm512_min_epi32(_mm512_max_epi32(q, lo), hi));
+            sum = _mm512_add_epi32(sum, q);
             word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_add_epi32(q, offset), 8 * r));
         }
         _mm512_storeu_si512(codes + t * kStepBytes, word);
     }
+    _mm512_storeu_ps(sums, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(sum)));
 }
 
-KILN_AVX2 void quantize_block_avx2(const float* base, int64_t ks, uint8_t* codes, float* scales) {
+KILN_AVX2 void quantize_block_avx2(const float* base, int64_t ks, uint8_t* codes, float* scales, float* sums) {
     const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(std::numeric_limits<float>::max());
     for (int h = 0; h < 2; ++h) {  // columns 8h .. 8h + 7
         const float* b = base + 8 * h;
@@ -96,31 +104,34 @@ KILN_AVX2 void quantize_block_avx2(const float* base, int64_t ks, uint8_t* codes
         const __m256 live = _mm256_cmp_ps(amax, _mm256_set1_ps(kTinyBlock), _CMP_GE_OQ);
         const __m256 d = _mm256_and_ps(live, _mm256_div_ps(amax, _mm256_set1_ps(127.0f)));
         const __m256 id = _mm256_and_ps(live, _mm256_div_ps(_mm256_set1_ps(1.0f), d));
-        _mm256_storeu_ps(scales + 8 * h,
-                         _mm256_blendv_ps(d, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), bad));
+        const __m256 scale = _mm256_blendv_ps(d, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), bad);
+        _mm256_storeu_ps(scales + 8 * h, scale);
         const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127), offset = _mm256_set1_epi32(128);
         const __m256i bad_bits = _mm256_castps_si256(bad);
+        __m256i sum = _mm256_setzero_si256();
         for (int t = 0; t < kSteps; ++t) {
             __m256i word = _mm256_setzero_si256();
             for (int r = 0; r < 4; ++r) {
                 __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(b + (4 * t + r) * ks), id));
                 q = _mm256_andnot_si256(bad_bits, _mm256_min_epi32(_mm256_max_epi32(q, lo), hi));
+                sum = _mm256_add_epi32(sum, q);
                 word = _mm256_or_si256(word, _mm256_slli_epi32(_mm256_add_epi32(q, offset), 8 * r));
             }
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + t * kStepBytes + 32 * h), word);
         }
+        _mm256_storeu_ps(sums + 8 * h, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(sum)));
     }
 }
 #endif
 
 // ---- products: a tile of weight rows x groups of columns, over all of K ----
 struct GemmArgs {
-    const Q8Weights& w;
     const Q8Activations& x;
     float* c;
     int64_t ldc;
     Q8Output layout;
     bool accumulate;
+    bool mins;  // the weight's sub-blocks have mins: add mw * sx
 };
 
 inline void store_sums(const GemmArgs& a, int64_t o, int64_t g, const float* sums) {
@@ -131,16 +142,17 @@ inline void store_sums(const GemmArgs& a, int64_t o, int64_t g, const float* sum
     }
 }
 
-void tile_scalar(const GemmArgs& a, int64_t o, int64_t g) {
+void tile_scalar(const GemmArgs& a, const Int8Row& w, int64_t o, int64_t g) {
     float sums[kQ8Columns];
     for (int j = 0; j < kQ8Columns; ++j) {
         float f = 0.0f;
         for (int64_t b = 0; b < a.x.k_blocks(); ++b) {
             const uint8_t* xq = a.x.codes(g, b);
-            const int8_t* wq = reinterpret_cast<const int8_t*>(a.w.block(o, b) + 2);
+            const int8_t* wq = reinterpret_cast<const int8_t*>(w.codes + b * w.code_stride);
             int32_t dot = 0;
             for (int i = 0; i < kQ8Block; ++i) dot += (int32_t(xq[code_at(j, i)]) - 128) * int32_t(wq[i]);
-            f = std::fma(float(dot), a.x.scales(g, b)[j] * a.w.scale(o, b), f);
+            f = std::fma(float(dot), a.x.scales(g, b)[j] * w.scales[b], f);
+            if (a.mins) f = std::fma(w.mins[b], a.x.sums(g, b)[j], f);
         }
         sums[j] = f;
     }
@@ -156,7 +168,7 @@ inline int32_t load_word(const uint8_t* p) {
 
 // vpdpbusd: unsigned x signed bytes. The activations' +128 adds the weight block's offset: acc starts at minus it.
 template <int R, int G>
-KILN_AVX512 void tile_avx512(const GemmArgs& a, int64_t o, int64_t g) {
+KILN_AVX512 void tile_avx512(const GemmArgs& a, const Int8Row* w, int64_t o, int64_t g) {
     __m512 f[R][G];
     for (int r = 0; r < R; ++r)
         for (int p = 0; p < G; ++p) f[r][p] = _mm512_setzero_ps();
@@ -164,8 +176,8 @@ KILN_AVX512 void tile_avx512(const GemmArgs& a, int64_t o, int64_t g) {
         __m512i acc[R][G];
         const uint8_t* wq[R];
         for (int r = 0; r < R; ++r) {
-            wq[r] = a.w.block(o + r, b) + 2;
-            const __m512i start = _mm512_set1_epi32(-a.w.offset(o + r, b));
+            wq[r] = w[r].codes + b * w[r].code_stride;
+            const __m512i start = _mm512_set1_epi32(-w[r].offsets[b]);
             for (int p = 0; p < G; ++p) acc[r][p] = start;
         }
         const uint8_t* xq[G];
@@ -180,10 +192,14 @@ KILN_AVX512 void tile_avx512(const GemmArgs& a, int64_t o, int64_t g) {
             }
         }
         for (int r = 0; r < R; ++r) {
-            const __m512 dw = _mm512_set1_ps(a.w.scale(o + r, b));
+            const __m512 dw = _mm512_set1_ps(w[r].scales[b]);
             for (int p = 0; p < G; ++p) {
                 const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(a.x.scales(g + p, b)), dw);
                 f[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][p]), s, f[r][p]);
+            }
+            if (a.mins) {
+                const __m512 mw = _mm512_set1_ps(w[r].mins[b]);
+                for (int p = 0; p < G; ++p) f[r][p] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a.x.sums(g + p, b)), f[r][p]);
             }
         }
     }
@@ -204,7 +220,7 @@ KILN_AVX512 void tile_avx512(const GemmArgs& a, int64_t o, int64_t g) {
 // AVX2: vpmaddubsw of |w| (unsigned) and x with w's sign (pairs summed in int16, |.| <= 2 x 128 x 127: no
 // saturation), then vpmaddwd into int32.
 template <int R>
-KILN_AVX2 void tile_avx2(const GemmArgs& a, int64_t o, int64_t g) {
+KILN_AVX2 void tile_avx2(const GemmArgs& a, const Int8Row* w, int64_t o, int64_t g) {
     constexpr int H = 2;  // halves of the group: 8 columns each
     __m256 f[R][H];
     for (int r = 0; r < R; ++r)
@@ -221,7 +237,7 @@ KILN_AVX2 void tile_avx2(const GemmArgs& a, int64_t o, int64_t g) {
                 sx[h] = _mm256_xor_si256(
                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * kStepBytes + 32 * h)), flip);
             for (int r = 0; r < R; ++r) {
-                const __m256i wb = _mm256_set1_epi32(load_word(a.w.block(o + r, b) + 2 + 4 * t));
+                const __m256i wb = _mm256_set1_epi32(load_word(w[r].codes + b * w[r].code_stride + 4 * t));
                 const __m256i wabs = _mm256_abs_epi8(wb);
                 for (int h = 0; h < H; ++h) {
                     const __m256i pairs = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(sx[h], wb));
@@ -230,10 +246,15 @@ KILN_AVX2 void tile_avx2(const GemmArgs& a, int64_t o, int64_t g) {
             }
         }
         for (int r = 0; r < R; ++r) {
-            const __m256 dw = _mm256_set1_ps(a.w.scale(o + r, b));
+            const __m256 dw = _mm256_set1_ps(w[r].scales[b]);
             for (int h = 0; h < H; ++h) {
                 const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(a.x.scales(g, b) + 8 * h), dw);
                 f[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), s, f[r][h]);
+            }
+            if (a.mins) {
+                const __m256 mw = _mm256_set1_ps(w[r].mins[b]);
+                for (int h = 0; h < H; ++h)
+                    f[r][h] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(a.x.sums(g, b) + 8 * h), f[r][h]);
             }
         }
     }
@@ -244,7 +265,7 @@ KILN_AVX2 void tile_avx2(const GemmArgs& a, int64_t o, int64_t g) {
     }
 }
 
-using TileFn = void (*)(const GemmArgs&, int64_t, int64_t);
+using TileFn = void (*)(const GemmArgs&, const Int8Row*, int64_t, int64_t);
 constexpr TileFn kAvx512Tiles[4][3] = {{tile_avx512<1, 1>, tile_avx512<1, 2>, tile_avx512<1, 3>},
                                        {tile_avx512<2, 1>, tile_avx512<2, 2>, tile_avx512<2, 3>},
                                        {tile_avx512<3, 1>, tile_avx512<3, 2>, tile_avx512<3, 3>},
@@ -259,20 +280,21 @@ Blocking blocking(Int8Isa isa) {
     return isa == Int8Isa::Avx512Vnni ? Blocking{4, 3} : isa == Int8Isa::Avx2 ? Blocking{2, 1} : Blocking{1, 1};
 }
 
-void run_tile(Int8Isa isa, const GemmArgs& a, int64_t o, int rows, int64_t g, int groups) {
+// w: the tile's rows o .. o + rows - 1.
+void run_tile(Int8Isa isa, const GemmArgs& a, const Int8Row* w, int64_t o, int rows, int64_t g, int groups) {
 #if KILN_INT8_X86
-    if (isa == Int8Isa::Avx512Vnni) return kAvx512Tiles[rows - 1][groups - 1](a, o, g);
+    if (isa == Int8Isa::Avx512Vnni) return kAvx512Tiles[rows - 1][groups - 1](a, w, o, g);
     if (isa == Int8Isa::Avx2) {
         for (int64_t gg = g; gg < g + groups; ++gg) {
-            if (rows == 2) tile_avx2<2>(a, o, gg);
-            else tile_avx2<1>(a, o, gg);
+            if (rows == 2) tile_avx2<2>(a, w, o, gg);
+            else tile_avx2<1>(a, w, o, gg);
         }
         return;
     }
 #endif
     (void)isa;
     for (int r = 0; r < rows; ++r)
-        for (int64_t gg = g; gg < g + groups; ++gg) tile_scalar(a, o + r, gg);
+        for (int64_t gg = g; gg < g + groups; ++gg) tile_scalar(a, w[r], o + r, gg);
 }
 
 std::atomic<int> forced_isa{-1};
@@ -288,7 +310,7 @@ bool int8_isa_available(Int8Isa isa) {
 #if KILN_INT8_X86
     if (isa == Int8Isa::Avx512Vnni)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vnni");
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
     if (isa == Int8Isa::Avx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
     return isa == Int8Isa::Scalar;
@@ -312,10 +334,11 @@ void force_int8_isa(Int8Isa isa) {
 Q8Activations::Q8Activations(int64_t k, int64_t columns, const char* op)
     : k_blocks_(k / kQ8Block), columns_(columns), groups_((columns + kQ8Columns - 1) / kQ8Columns) {
     check(k % kQ8Block == 0, op, "int8 products need K a multiple of 32, not " + std::to_string(k));
-    const int64_t scale_floats = groups_ * k_blocks_ * kQ8Columns;  // then the codes: 32 bytes per scale
-    storage_ = scratch_floats(std::max<int64_t>(scale_floats * 9, 1), op);
+    const int64_t scale_floats = groups_ * k_blocks_ * kQ8Columns;  // then the sums, then 32 bytes of codes a scale
+    storage_ = scratch_floats(std::max<int64_t>(scale_floats * 10, 1), op);
     scales_ = storage_.get();
-    codes_ = reinterpret_cast<uint8_t*>(storage_.get() + scale_floats);
+    sums_ = storage_.get() + scale_floats;
+    codes_ = reinterpret_cast<uint8_t*>(storage_.get() + 2 * scale_floats);
 }
 
 void Q8Activations::quantize(const float* src, int64_t column_stride, int64_t k_stride) {
@@ -327,9 +350,9 @@ void Q8Activations::quantize(const float* src, int64_t column_stride, int64_t k_
             const int ncols = int(std::min<int64_t>(kQ8Columns, columns_ - g * kQ8Columns));
             const float* base = src + g * kQ8Columns * column_stride + b * kQ8Block * k_stride;
             uint8_t* codes = codes_ + item * kGroupBytes;
-            float* scales = scales_ + item * kQ8Columns;
+            float *scales = scales_ + item * kQ8Columns, *sums = sums_ + item * kQ8Columns;
             if (isa == Int8Isa::Scalar) {
-                quantize_block_scalar(base, column_stride, k_stride, ncols, codes, scales);
+                quantize_block_scalar(base, column_stride, k_stride, ncols, codes, scales, sums);
                 continue;
             }
 #if KILN_INT8_X86
@@ -341,49 +364,38 @@ void Q8Activations::quantize(const float* src, int64_t column_stride, int64_t k_
                 base = staged;
                 ks = kQ8Columns;
             }
-            if (isa == Int8Isa::Avx512Vnni) quantize_block_avx512(base, ks, codes, scales);
-            else quantize_block_avx2(base, ks, codes, scales);
+            if (isa == Int8Isa::Avx512Vnni) quantize_block_avx512(base, ks, codes, scales, sums);
+            else quantize_block_avx2(base, ks, codes, scales, sums);
 #endif
         }
     });
 }
 
-Q8Weights::Q8Weights(const Tensor& w, const char* op)
-    : rows_(w.rank() ? w.dim(0) : 0), k_blocks_(rows_ ? w.numel() / rows_ / kQ8Block : 0) {
-    check(w.dtype() == DType::Q8_0 && rows_ > 0 && w.numel() % (rows_ * kQ8Block) == 0, op,
-          desc("w", w) + " is not a Q8_0 weight of whole-block rows");
-    blocks_ = w.blocks();
-    storage_ = scratch_floats(std::max<int64_t>(2 * rows_ * k_blocks_, 1), op);
-    float* scales = storage_.get();
-    int32_t* offsets = reinterpret_cast<int32_t*>(storage_.get() + rows_ * k_blocks_);
-    parallel_for(rows_, k_blocks_ * 34, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin * k_blocks_; i < end * k_blocks_; ++i) {
-            const uint8_t* blk = blocks_ + i * 34;
-            scales[i] = half_to_float(uint16_t(blk[0] | (blk[1] << 8)));
-            int32_t sum = 0;
-            for (int j = 0; j < kQ8Block; ++j) sum += int8_t(blk[2 + j]);
-            offsets[i] = 128 * sum;
-        }
-    });
-    offsets_ = offsets;
-}
-
-void q8_gemm(const Q8Weights& w, const Q8Activations& x, float* c, int64_t ldc, Q8Output layout, bool accumulate) {
-    check(w.k_blocks() == x.k_blocks(), "q8_gemm", "weights and activations of different K");
+void int8_gemm(const Int8Weights& w, const Q8Activations& x, float* c, int64_t ldc, Q8Output layout,
+               bool accumulate) {
+    check(w.k_blocks() == x.k_blocks(), "int8_gemm", "weights and activations of different K");
     const Int8Isa isa = int8_isa();
     const Blocking blk = blocking(isa);
-    const GemmArgs args{w, x, c, ldc, layout, accumulate};
+    const GemmArgs args{x, c, ldc, layout, accumulate, w.has_mins()};
+    // Each thread widens its tile's rows into its own scratch (none for q8_0: read in place).
+    const int64_t widened_bytes = (w.scratch_bytes(blk.rows) + 63) / 64 * 64;
+    const Scratch widened =
+        widened_bytes ? scratch_floats(omp_get_max_threads() * widened_bytes / 4, "int8_gemm") : Scratch{};
     // Items: a tile of rows x a panel of columns (its codes stay in cache while the rows go by).
     const int64_t group_bytes = std::max<int64_t>(x.k_blocks() * kGroupBytes, 1);
     const int64_t panel = std::max<int64_t>(1, kPanelBytes / group_bytes / blk.groups) * blk.groups;
     const int64_t panels = (x.groups() + panel - 1) / panel, row_tiles = (w.rows() + blk.rows - 1) / blk.rows;
     parallel_for(panels * row_tiles, blk.rows * panel * group_bytes, [&](int64_t begin, int64_t end) {
+        uint8_t* scratch =
+            widened_bytes ? reinterpret_cast<uint8_t*>(widened.get()) + omp_get_thread_num() * widened_bytes : nullptr;
+        Int8Row rows_of_tile[4];
         for (int64_t item = begin; item < end; ++item) {
             const int64_t g0 = (item / row_tiles) * panel, o = (item % row_tiles) * blk.rows;
             const int rows = int(std::min<int64_t>(blk.rows, w.rows() - o));
             const int64_t g1 = std::min(x.groups(), g0 + panel);
+            w.rows_view(o, rows, scratch, rows_of_tile);
             for (int64_t g = g0; g < g1; g += blk.groups)
-                run_tile(isa, args, o, rows, g, int(std::min<int64_t>(blk.groups, g1 - g)));
+                run_tile(isa, args, rows_of_tile, o, rows, g, int(std::min<int64_t>(blk.groups, g1 - g)));
         }
     });
 }
