@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "core/half.h"
 #include "ops/parallel.h"
@@ -31,6 +32,7 @@ constexpr int kSteps = kQ8Block / 4;  // 4 values (one int32 lane) a step
 constexpr int kGroupBytes = kQ8Columns * kQ8Block, kStepBytes = kQ8Columns * 4;
 constexpr float kTinyBlock = 1e-30f;  // a block under this is zeros: 1 / (max / 127) stays finite
 constexpr int64_t kPanelBytes = int64_t(192) << 10;  // a panel's codes, reread for each tile of rows: in L2
+constexpr int64_t kChunkBytes = int64_t(256) << 10;  // widened weight rows, reread for each panel: in L2 too
 
 inline int code_at(int j, int i) { return (i / 4) * kStepBytes + 4 * j + i % 4; }  // column j's code i
 
@@ -377,25 +379,40 @@ void int8_gemm(const Int8Weights& w, const Q8Activations& x, float* c, int64_t l
     const Int8Isa isa = int8_isa();
     const Blocking blk = blocking(isa);
     const GemmArgs args{x, c, ldc, layout, accumulate, w.has_mins()};
-    // Each thread widens its tile's rows into its own scratch (none for q8_0: read in place).
-    const int64_t widened_bytes = (w.scratch_bytes(blk.rows) + 63) / 64 * 64;
-    const Scratch widened =
-        widened_bytes ? scratch_floats(omp_get_max_threads() * widened_bytes / 4, "int8_gemm") : Scratch{};
-    // Items: a tile of rows x a panel of columns (its codes stay in cache while the rows go by).
+    const int threads = omp_get_max_threads();
+    // Items. q8_0: a tile of rows x a panel of columns (the panel's codes stay in cache while the rows go by).
+    // Widened formats: a chunk of row tiles x all the panels, the chunk widened once into its thread's scratch
+    // (in L2 beside a panel: at most kChunkBytes, and about 4 chunks a thread for balance).
     const int64_t group_bytes = std::max<int64_t>(x.k_blocks() * kGroupBytes, 1);
     const int64_t panel = std::max<int64_t>(1, kPanelBytes / group_bytes / blk.groups) * blk.groups;
     const int64_t panels = (x.groups() + panel - 1) / panel, row_tiles = (w.rows() + blk.rows - 1) / blk.rows;
-    parallel_for(panels * row_tiles, blk.rows * panel * group_bytes, [&](int64_t begin, int64_t end) {
-        uint8_t* scratch =
-            widened_bytes ? reinterpret_cast<uint8_t*>(widened.get()) + omp_get_thread_num() * widened_bytes : nullptr;
-        Int8Row rows_of_tile[4];
+    const bool widen = w.scratch_bytes(1) > 0;
+    const int64_t chunk_tiles =
+        widen ? std::clamp<int64_t>(kChunkBytes / w.scratch_bytes(blk.rows), 1,
+                                    std::max<int64_t>(1, row_tiles / (4 * int64_t(threads))))
+              : 1;
+    const int64_t chunk_rows = chunk_tiles * blk.rows, chunks = (row_tiles + chunk_tiles - 1) / chunk_tiles;
+    const int64_t panels_per_item = widen ? panels : 1, panel_items = (panels + panels_per_item - 1) / panels_per_item;
+    const int64_t scratch_bytes = (w.scratch_bytes(int(chunk_rows)) + 63) / 64 * 64;
+    const Scratch widened = widen ? scratch_floats(threads * scratch_bytes / 4, "int8_gemm") : Scratch{};
+    std::vector<Int8Row> views(size_t(threads * chunk_rows));
+    parallel_for(panel_items * chunks, chunk_rows * panels_per_item * panel * group_bytes,
+                 [&](int64_t begin, int64_t end) {
+        const int t = omp_get_thread_num();
+        uint8_t* scratch = widen ? reinterpret_cast<uint8_t*>(widened.get()) + t * scratch_bytes : nullptr;
+        Int8Row* rows_of = views.data() + t * chunk_rows;
         for (int64_t item = begin; item < end; ++item) {
-            const int64_t g0 = (item / row_tiles) * panel, o = (item % row_tiles) * blk.rows;
-            const int rows = int(std::min<int64_t>(blk.rows, w.rows() - o));
-            const int64_t g1 = std::min(x.groups(), g0 + panel);
-            w.rows_view(o, rows, scratch, rows_of_tile);
-            for (int64_t g = g0; g < g1; g += blk.groups)
-                run_tile(isa, args, rows_of_tile, o, rows, g, int(std::min<int64_t>(blk.groups, g1 - g)));
+            const int64_t p0 = (item / chunks) * panels_per_item, r0 = (item % chunks) * chunk_rows;
+            const int64_t nrows = std::min(chunk_rows, w.rows() - r0);
+            w.rows_view(r0, int(nrows), scratch, rows_of);
+            for (int64_t p = p0; p < std::min(panels, p0 + panels_per_item); ++p) {
+                const int64_t g0 = p * panel, g1 = std::min(x.groups(), g0 + panel);
+                for (int64_t o = r0; o < r0 + nrows; o += blk.rows) {
+                    const int rows = int(std::min<int64_t>(blk.rows, r0 + nrows - o));
+                    for (int64_t g = g0; g < g1; g += blk.groups)
+                        run_tile(isa, args, rows_of + (o - r0), o, rows, g, int(std::min<int64_t>(blk.groups, g1 - g)));
+                }
+            }
         }
     });
 }

@@ -80,12 +80,8 @@ KILN_AVX512_BW int widen_k_avx512(const uint8_t* q, int shift, const uint8_t* qh
 }
 #endif
 
-// q4_K / q5_K sub-block p of a 256-value block (quant/k_quants.h's layout): codes, scale d * sc, min -(dmin * m).
-int widen_k_part(const uint8_t* blk, bool five, int p, bool simd, uint8_t* c, float* scale, float* min) {
-    int sc, m;
-    quant::detail::k_scale_min(blk + 4, p, &sc, &m);
-    *scale = half_at(blk) * float(sc);
-    *min = -(half_at(blk + 2) * float(m));
+// q4_K / q5_K sub-block p of a 256-value block (quant/k_quants.h's layout): its codes.
+int widen_k_part(const uint8_t* blk, bool five, int p, bool simd, uint8_t* c) {
     const int shift = 4 * (p % 2);
     const uint8_t* q = blk + (five ? 48 : 16) + 32 * (p / 2);
 #if KILN_WIDEN_X86
@@ -117,6 +113,7 @@ void widen_row(DType dtype, const uint8_t* src, int64_t k_blocks, bool simd, uin
     const auto nibbles = widen_nibbles;
     const auto fives = widen_fives;
 #endif
+    float d = 0.0f, dmin = 0.0f;  // k-quants: the block's
     for (int64_t b = 0; b < k_blocks; ++b) {
         uint8_t* c = codes + b * kSub;
         int sum = 0;
@@ -151,7 +148,16 @@ void widen_row(DType dtype, const uint8_t* src, int64_t k_blocks, bool simd, uin
         case DType::Q5_K: {
             const bool five = dtype == DType::Q5_K;
             const uint8_t* blk = src + (b / 8) * (five ? quant::kQ5_KBytes : quant::kQ4_KBytes);
-            sum = widen_k_part(blk, five, int(b % 8), simd, c, &scales[b], &mins[b]);
+            const int p = int(b % 8);
+            if (p == 0) {  // the block's scale and min factors, once
+                d = half_at(blk);
+                dmin = half_at(blk + 2);
+            }
+            int sc, m;
+            quant::detail::k_scale_min(blk + 4, p, &sc, &m);
+            scales[b] = d * float(sc);
+            mins[b] = -(dmin * float(m));
+            sum = widen_k_part(blk, five, p, simd, c);
             break;
         }
         default:
