@@ -93,6 +93,41 @@ KILN_AVX512 void quantize_block_avx512(const float* base, int64_t ks, uint8_t* c
     _mm512_storeu_ps(sums, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(sum)));
 }
 
+// Linear's layout: column j's 32 values contiguous at base + j * cs (no staging transpose). The same operations as
+// the scalar code, per column; the codes go to their interleaved places by gathers.
+KILN_AVX512 void quantize_columns_avx512(const float* base, int64_t cs, int ncols, uint8_t* codes, float* scales,
+                                         float* sums) {
+    const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127), offset = _mm512_set1_epi32(128);
+    alignas(64) uint32_t words[kQ8Columns][kSteps];  // column j's codes, 4 a word
+    for (int j = 0; j < kQ8Columns; ++j) {
+        if (j >= ncols) {  // as zeros
+            scales[j] = sums[j] = 0.0f;
+            std::fill(words[j], words[j] + kSteps, 0x80808080u);
+            continue;
+        }
+        const __m512 x0 = _mm512_loadu_ps(base + j * cs), x1 = _mm512_loadu_ps(base + j * cs + 16);
+        const __m512 a0 = _mm512_abs_ps(x0), a1 = _mm512_abs_ps(x1);
+        const bool bad = (_mm512_cmp_ps_mask(a0, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(a1, big, _CMP_NLE_UQ)) != 0;
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+        const float d = amax >= kTinyBlock ? amax / 127.0f : 0.0f;
+        const __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+        const float scale = bad ? std::numeric_limits<float>::quiet_NaN() : d;
+        const __mmask16 keep = bad ? 0 : 0xffff;
+        const __m512i q0 = _mm512_maskz_mov_epi32(keep, _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), lo), hi));
+        const __m512i q1 = _mm512_maskz_mov_epi32(keep, _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x1, id)), lo), hi));
+        scales[j] = scale;
+        sums[j] = scale * float(_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
+        _mm_store_si128(reinterpret_cast<__m128i*>(words[j]), _mm512_cvtepi32_epi8(_mm512_add_epi32(q0, offset)));
+        _mm_store_si128(reinterpret_cast<__m128i*>(words[j] + 4), _mm512_cvtepi32_epi8(_mm512_add_epi32(q1, offset)));
+    }
+    const __m512i column = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                              _mm512_set1_epi32(kSteps));
+    for (int t = 0; t < kSteps; ++t)
+        _mm512_storeu_si512(codes + t * kStepBytes,
+                            _mm512_i32gather_epi32(_mm512_add_epi32(column, _mm512_set1_epi32(t)), words, 4));
+}
+
 KILN_AVX2 void quantize_block_avx2(const float* base, int64_t ks, uint8_t* codes, float* scales, float* sums) {
     const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(std::numeric_limits<float>::max());
     for (int h = 0; h < 2; ++h) {  // columns 8h .. 8h + 7
@@ -205,9 +240,28 @@ KILN_AVX512 void tile_avx512(const GemmArgs& a, const Int8Row* w, int64_t o, int
             }
         }
     }
+    if constexpr (R == 4) {
+        for (int p = 0; p < G; ++p) {  // linear's layout, 4 rows: each column's 4 outputs as one 16-byte store
+            const int64_t col0 = (g + p) * kQ8Columns;
+            if (a.layout != Q8Output::ColumnsByRows || col0 + kQ8Columns > a.x.columns()) continue;
+            const __m512 t0 = _mm512_unpacklo_ps(f[0][p], f[1][p]), t1 = _mm512_unpackhi_ps(f[0][p], f[1][p]);
+            const __m512 t2 = _mm512_unpacklo_ps(f[2][p], f[3][p]), t3 = _mm512_unpackhi_ps(f[2][p], f[3][p]);
+            alignas(64) float cols[4][kQ8Columns];  // cols[k]: columns k, 4 + k, 8 + k, 12 + k, 4 rows each
+            _mm512_store_ps(cols[0], _mm512_shuffle_ps(t0, t2, 0x44));
+            _mm512_store_ps(cols[1], _mm512_shuffle_ps(t0, t2, 0xee));
+            _mm512_store_ps(cols[2], _mm512_shuffle_ps(t1, t3, 0x44));
+            _mm512_store_ps(cols[3], _mm512_shuffle_ps(t1, t3, 0xee));
+            for (int j = 0; j < kQ8Columns; ++j) {
+                float* dst = a.c + (col0 + j) * a.ldc + o;
+                const __m128 v = _mm_load_ps(cols[j % 4] + 4 * (j / 4));
+                _mm_storeu_ps(dst, a.accumulate ? _mm_add_ps(_mm_loadu_ps(dst), v) : v);
+            }
+        }
+    }
     for (int r = 0; r < R; ++r)
         for (int p = 0; p < G; ++p) {
             const int64_t col0 = (g + p) * kQ8Columns;
+            if (R == 4 && a.layout == Q8Output::ColumnsByRows && col0 + kQ8Columns <= a.x.columns()) continue;  // above
             if (a.layout == Q8Output::RowsByColumns && col0 + kQ8Columns <= a.x.columns()) {
                 float* dst = a.c + (o + r) * a.ldc + col0;
                 _mm512_storeu_ps(dst, a.accumulate ? _mm512_add_ps(_mm512_loadu_ps(dst), f[r][p]) : f[r][p]);
@@ -358,6 +412,10 @@ void Q8Activations::quantize(const float* src, int64_t column_stride, int64_t k_
                 continue;
             }
 #if KILN_INT8_X86
+            if (isa == Int8Isa::Avx512Vnni && k_stride == 1 && column_stride >= kQ8Block) {
+                quantize_columns_avx512(base, column_stride, ncols, codes, scales, sums);
+                continue;
+            }
             int64_t ks = k_stride;
             if (column_stride != 1 || ncols < kQ8Columns) {  // stage as 32 rows of 16 columns, zeros past the last
                 for (int i = 0; i < kQ8Block; ++i)
