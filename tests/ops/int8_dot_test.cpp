@@ -113,13 +113,14 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 // rows, in, out, bias: 1 row or output; rows past groups of 16 and blocks of 3 groups; outputs past blocks of 4
-// rows; K of 1 to 64 blocks; 200 rows x 64 blocks: 3 panels of columns, the last one short. (The k-quants take
-// those whose K is a multiple of 256.)
+// rows; K of 1 to 64 blocks; 70 outputs: chunks of several row tiles (widened formats), the last tile short;
+// 200 rows x 64 blocks: 3 panels of columns, the last one short. (The k-quants take K a multiple of 256.)
 constexpr int64_t kLinearShapes[][4] = {{1, 32, 1, 1},    {1, 64, 5, 0},   {3, 96, 4, 1},
                                         {17, 160, 9, 1},  {16, 32, 16, 0}, {50, 288, 13, 1},
-                                        {5, 256, 9, 1},   {33, 1024, 7, 0}, {200, 2048, 6, 1}};
+                                        {5, 256, 9, 1},   {20, 64, 70, 1}, {33, 1024, 7, 0}, {200, 2048, 6, 1}};
 
-void check_linear(const int64_t (&s)[4], DType f, uint64_t seed, double* worst) {
+// On each path (worst[i]: paths()[i]'s worst error / bound); the reference once.
+void check_linear(const int64_t (&s)[4], DType f, uint64_t seed, std::vector<double>& worst) {
     const int64_t rows = s[0], in = s[1], out = s[2];
     const Tensor x = random_tensor({rows, in}, seed, -2.0f, 2.0f), b = random_tensor({out}, seed + 2);
     const Tensor wq = block_weight({out, in}, f, seed + 1), w = wq.to_f32();
@@ -130,8 +131,14 @@ void check_linear(const int64_t (&s)[4], DType f, uint64_t seed, double* worst) 
         for (int64_t o = 0; o < out; ++o)
             want.push_back(expected_output(x.data() + r * in, 1, w.data() + o * in, widened[size_t(o)], in,
                                            bp ? b.data()[o] : 0.0f));
-    expect_within(linear(x, wq, bp), linear(x, w, bp), want,
-                  "linear " + std::to_string(rows) + "x" + std::to_string(in) + "->" + std::to_string(out), worst);
+    const Tensor dequantized = linear(x, w, bp);
+    for (size_t i = 0; i < paths().size(); ++i) {
+        ForcedIsa forced(paths()[i]);
+        expect_within(linear(x, wq, bp), dequantized, want,
+                      std::string(dtype_name(f)) + " linear " + std::to_string(rows) + "x" + std::to_string(in) + "->" +
+                          std::to_string(out) + " " + detail::int8_isa_name(paths()[i]),
+                      &worst[i]);
+    }
 }
 
 // n, c, h, w, o, k, stride, padding, im2col budget: 3x3 padded (9 blocks a row), 1x1 (read in place), stride 2,
@@ -142,15 +149,15 @@ constexpr int64_t kConvShapes[][9] = {{2, 32, 7, 9, 5, 3, 1, 1, detail::kIm2colB
                                       {1, 32, 6, 7, 6, 3, 1, 1, 32 * 9 * 4 * 10},
                                       {1, 256, 4, 5, 3, 3, 1, 1, detail::kIm2colBudgetBytes}};
 
-void check_conv(const int64_t (&s)[9], DType f, uint64_t seed, double* worst) {
+void check_conv(const int64_t (&s)[9], DType f, uint64_t seed, std::vector<double>& worst) {
     const int64_t n_img = s[0], c = s[1], h = s[2], wd = s[3], out = s[4], k = s[5];
     const int stride = int(s[6]), pad = int(s[7]);
     const Tensor x = random_tensor({n_img, c, h, wd}, seed, -2.0f, 2.0f), b = random_tensor({out}, seed + 2);
     const Tensor wq = block_weight({out, c, k, k}, f, seed + 1), w = wq.to_f32();
     const std::vector<WidenedRow> widened = widened_rows(wq);
-    const Tensor y = detail::conv2d_tiled(x, wq, &b, stride, pad, s[8]);
-    const int64_t pixels = y.dim(2) * y.dim(3), kk = c * k * k;
-    const detail::ConvGeometry g{c, h, wd, k, k, stride, pad, y.dim(2), y.dim(3)};
+    const Tensor dequantized = detail::conv2d_tiled(x, w, &b, stride, pad, s[8]);
+    const int64_t pixels = dequantized.dim(2) * dequantized.dim(3), kk = c * k * k;
+    const detail::ConvGeometry g{c, h, wd, k, k, stride, pad, dequantized.dim(2), dequantized.dim(3)};
     std::vector<Expected> want;
     std::vector<float> col(size_t(kk * pixels));  // each output pixel's inputs (im2col.h)
     for (int64_t n = 0; n < n_img; ++n) {
@@ -160,10 +167,13 @@ void check_conv(const int64_t (&s)[9], DType f, uint64_t seed, double* worst) {
                 want.push_back(
                     expected_output(col.data() + p, pixels, w.data() + o * kk, widened[size_t(o)], kk, b.data()[o]));
     }
-    expect_within(y, detail::conv2d_tiled(x, w, &b, stride, pad, s[8]), want,
-                  "conv2d c" + std::to_string(c) + " " + std::to_string(k) + "x" + std::to_string(k) + " s" +
-                      std::to_string(stride),
-                  worst);
+    for (size_t i = 0; i < paths().size(); ++i) {
+        ForcedIsa forced(paths()[i]);
+        expect_within(detail::conv2d_tiled(x, wq, &b, stride, pad, s[8]), dequantized, want,
+                      std::string(dtype_name(f)) + " conv2d c" + std::to_string(c) + " " + std::to_string(k) + "x" +
+                          std::to_string(k) + " s" + std::to_string(stride) + " " + detail::int8_isa_name(paths()[i]),
+                      &worst[i]);
+    }
 }
 
 // The widened rows are the dequantized values before their roundings (Expected's (2)), and the offsets are
@@ -195,18 +205,17 @@ TEST(Int8Dot, WidenedRowsAreTheDequantizedValues) {
 }
 
 TEST(Int8Dot, WithinTheRoundingBoundOnEveryPath) {
-    for (DType f : kFormats)
-        for (Int8Isa isa : paths()) {
-            ForcedIsa forced(isa);
-            uint64_t seed = 500;
-            double worst = 0;
-            for (const auto& s : kLinearShapes)
-                if (fits(f, s[1])) check_linear(s, f, seed += 3, &worst);
-            for (const auto& s : kConvShapes)
-                if (fits(f, s[1] * s[5] * s[5])) check_conv(s, f, seed += 3, &worst);
-            std::printf("[ int8 ] %-5s %-12s worst error / bound %.3f\n", dtype_name(f), detail::int8_isa_name(isa),
-                        worst);
-        }
+    for (DType f : kFormats) {
+        uint64_t seed = 500;
+        std::vector<double> worst(paths().size());
+        for (const auto& s : kLinearShapes)
+            if (fits(f, s[1])) check_linear(s, f, seed += 3, worst);
+        for (const auto& s : kConvShapes)
+            if (fits(f, s[1] * s[5] * s[5])) check_conv(s, f, seed += 3, worst);
+        for (size_t i = 0; i < worst.size(); ++i)
+            std::printf("[ int8 ] %-5s %-12s worst error / bound %.3f\n", dtype_name(f),
+                        detail::int8_isa_name(paths()[i]), worst[i]);
+    }
 }
 
 // A q6_K weight (not taken) gives the dequantized product.
