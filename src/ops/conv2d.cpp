@@ -1,9 +1,9 @@
 // conv2d: a 1x1 stride-1 convolution is one sgemm per image; any other goes through im2col in tiles
 // of output pixels, so the column buffer stays under detail::kIm2colBudgetBytes whatever the image size.
 // An F16/BF16 weight is converted in tiles of output channels (weight_rows.h), the outermost loop, so
-// the columns are rebuilt once per weight tile: only for weights over the tile budget. A Q8_0 weight is
-// multiplied by int8 products instead (int8_dot.h; cpu_q8_products.h). The output is a
-// new tensor, or goes tile by tile to a sink (conv2d_impl.h; conv2d_inplace.cpp).
+// the columns are rebuilt once per weight tile: only for weights over the tile budget. A block weight
+// (q8_0, the 4- and 5-bit formats) is multiplied by int8 products instead (int8_dot.h; cpu_q8_products.h).
+// The output is a new tensor, or goes tile by tile to a sink (conv2d_impl.h; conv2d_inplace.cpp).
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -172,9 +172,10 @@ Tensor detail::conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, in
         return norm ? detail::ChannelAffine{norm->scale.data() + n * cin, norm->shift.data() + n * cin}
                     : detail::ChannelAffine{nullptr, nullptr};
     };
-    if (w.dtype() == DType::Q8_0 && cpu_q8_products() == CpuQ8Products::Int8) {
-        // int8 products (int8_dot.h): all output channels at once (the weight is read in place).
-        const detail::Q8Weights weight(w, op);
+    if (detail::int8_products_take(w.dtype()) && cpu_q8_products() == CpuQ8Products::Int8) {
+        // int8 products (int8_dot.h): all output channels at once (the weight is read in
+        // place, or widened a tile of rows at a time: int8_dot_weights.h).
+        const detail::Int8Weights weight(w, op);
         Destination out(yp, sink, b, cout, pixels, cout * (pointwise ? pixels : tile), op);
         for (int64_t n = 0; n < n_img; ++n) {
             const float* xn = xp + n * cin * x.dim(2) * x.dim(3);
@@ -185,7 +186,7 @@ Tensor detail::conv2d_impl(const Tensor& x, const Tensor& w, const Tensor* b, in
                 detail::Q8Activations columns(k, p1 - p0, op);
                 columns.quantize(pointwise ? xn : col.get(), 1, p1 - p0);
                 const auto [c, ldc] = out.begin(n, 0, cout, p0, p1);
-                detail::q8_gemm(weight, columns, c, ldc, detail::Q8Output::RowsByColumns, b != nullptr);
+                detail::int8_gemm(weight, columns, c, ldc, detail::Q8Output::RowsByColumns, b != nullptr);
                 out.end(n, 0, cout, p0, p1);
             }
         }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "core/half.h"
 #include "ops/parallel.h"
@@ -31,12 +32,14 @@ constexpr int kSteps = kQ8Block / 4;  // 4 values (one int32 lane) a step
 constexpr int kGroupBytes = kQ8Columns * kQ8Block, kStepBytes = kQ8Columns * 4;
 constexpr float kTinyBlock = 1e-30f;  // a block under this is zeros: 1 / (max / 127) stays finite
 constexpr int64_t kPanelBytes = int64_t(192) << 10;  // a panel's codes, reread for each tile of rows: in L2
+constexpr int64_t kChunkBytes = int64_t(256) << 10;  // widened weight rows, reread for each panel: in L2 too
 
 inline int code_at(int j, int i) { return (i / 4) * kStepBytes + 4 * j + i % 4; }  // column j's code i
 
 // One group's block: 16 columns x 32 values, value (j, i) at base[j * cs + i * ks].
 
-void quantize_block_scalar(const float* base, int64_t cs, int64_t ks, int ncols, uint8_t* codes, float* scales) {
+void quantize_block_scalar(const float* base, int64_t cs, int64_t ks, int ncols, uint8_t* codes, float* scales,
+                           float* sums) {
     for (int j = 0; j < kQ8Columns; ++j) {
         float amax = 0.0f;
         bool finite = true;
@@ -48,17 +51,20 @@ void quantize_block_scalar(const float* base, int64_t cs, int64_t ks, int ncols,
         const float d = amax >= kTinyBlock ? amax / 127.0f : 0.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         scales[j] = finite ? d : std::numeric_limits<float>::quiet_NaN();
+        int32_t sum = 0;
         for (int i = 0; i < kQ8Block; ++i) {
             float q = 0.0f;
             if (finite && j < ncols) q = std::clamp(std::nearbyint(base[j * cs + i * ks] * id), -127.0f, 127.0f);
             codes[code_at(j, i)] = uint8_t(int(q) + 128);
+            sum += int(q);
         }
+        sums[j] = scales[j] * float(sum);
     }
 }
 
 #if KILN_INT8_X86
 // base: 32 rows of 16 contiguous columns, ks apart. The same operations as the scalar code.
-KILN_AVX512 void quantize_block_avx512(const float* base, int64_t ks, uint8_t* codes, float* scales) {
+KILN_AVX512 void quantize_block_avx512(const float* base, int64_t ks, uint8_t* codes, float* scales, float* sums) {
     const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
     __m512 amax = _mm512_setzero_ps();
     __mmask16 bad = 0;
@@ -70,20 +76,59 @@ KILN_AVX512 void quantize_block_avx512(const float* base, int64_t ks, uint8_t* c
     const __mmask16 live = _mm512_cmp_ps_mask(amax, _mm512_set1_ps(kTinyBlock), _CMP_GE_OQ);
     const __m512 d = _mm512_maskz_div_ps(live, amax, _mm512_set1_ps(127.0f));
     const __m512 id = _mm512_maskz_div_ps(live, _mm512_set1_ps(1.0f), d);
-    _mm512_storeu_ps(scales, _mm512_mask_mov_ps(d, bad, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN())));
+    const __m512 scale = _mm512_mask_mov_ps(d, bad, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+    _mm512_storeu_ps(scales, scale);
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127), offset = _mm512_set1_epi32(128);
+    __m512i sum = _mm512_setzero_si512();
     for (int t = 0; t < kSteps; ++t) {
         __m512i word = _mm512_setzero_si512();
         for (int r = 0; r < 4; ++r) {
             __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(base + (4 * t + r) * ks), id));
             q = _mm512_maskz_mov_epi32(~bad, _mm512_min_epi32(_mm512_max_epi32(q, lo), hi));
+            sum = _mm512_add_epi32(sum, q);
             word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_add_epi32(q, offset), 8 * r));
         }
         _mm512_storeu_si512(codes + t * kStepBytes, word);
     }
+    _mm512_storeu_ps(sums, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(sum)));
 }
 
-KILN_AVX2 void quantize_block_avx2(const float* base, int64_t ks, uint8_t* codes, float* scales) {
+// Linear's layout: column j's 32 values contiguous at base + j * cs (no staging transpose). The same operations as
+// the scalar code, per column; the codes go to their interleaved places by gathers.
+KILN_AVX512 void quantize_columns_avx512(const float* base, int64_t cs, int ncols, uint8_t* codes, float* scales,
+                                         float* sums) {
+    const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127), offset = _mm512_set1_epi32(128);
+    alignas(64) uint32_t words[kQ8Columns][kSteps];  // column j's codes, 4 a word
+    for (int j = 0; j < kQ8Columns; ++j) {
+        if (j >= ncols) {  // as zeros
+            scales[j] = sums[j] = 0.0f;
+            std::fill(words[j], words[j] + kSteps, 0x80808080u);
+            continue;
+        }
+        const __m512 x0 = _mm512_loadu_ps(base + j * cs), x1 = _mm512_loadu_ps(base + j * cs + 16);
+        const __m512 a0 = _mm512_abs_ps(x0), a1 = _mm512_abs_ps(x1);
+        const bool bad = (_mm512_cmp_ps_mask(a0, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(a1, big, _CMP_NLE_UQ)) != 0;
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+        const float d = amax >= kTinyBlock ? amax / 127.0f : 0.0f;
+        const __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+        const float scale = bad ? std::numeric_limits<float>::quiet_NaN() : d;
+        const __mmask16 keep = bad ? 0 : 0xffff;
+        const __m512i q0 = _mm512_maskz_mov_epi32(keep, _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), lo), hi));
+        const __m512i q1 = _mm512_maskz_mov_epi32(keep, _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x1, id)), lo), hi));
+        scales[j] = scale;
+        sums[j] = scale * float(_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
+        _mm_store_si128(reinterpret_cast<__m128i*>(words[j]), _mm512_cvtepi32_epi8(_mm512_add_epi32(q0, offset)));
+        _mm_store_si128(reinterpret_cast<__m128i*>(words[j] + 4), _mm512_cvtepi32_epi8(_mm512_add_epi32(q1, offset)));
+    }
+    const __m512i column = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                              _mm512_set1_epi32(kSteps));
+    for (int t = 0; t < kSteps; ++t)
+        _mm512_storeu_si512(codes + t * kStepBytes,
+                            _mm512_i32gather_epi32(_mm512_add_epi32(column, _mm512_set1_epi32(t)), words, 4));
+}
+
+KILN_AVX2 void quantize_block_avx2(const float* base, int64_t ks, uint8_t* codes, float* scales, float* sums) {
     const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(std::numeric_limits<float>::max());
     for (int h = 0; h < 2; ++h) {  // columns 8h .. 8h + 7
         const float* b = base + 8 * h;
@@ -96,31 +141,34 @@ KILN_AVX2 void quantize_block_avx2(const float* base, int64_t ks, uint8_t* codes
         const __m256 live = _mm256_cmp_ps(amax, _mm256_set1_ps(kTinyBlock), _CMP_GE_OQ);
         const __m256 d = _mm256_and_ps(live, _mm256_div_ps(amax, _mm256_set1_ps(127.0f)));
         const __m256 id = _mm256_and_ps(live, _mm256_div_ps(_mm256_set1_ps(1.0f), d));
-        _mm256_storeu_ps(scales + 8 * h,
-                         _mm256_blendv_ps(d, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), bad));
+        const __m256 scale = _mm256_blendv_ps(d, _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()), bad);
+        _mm256_storeu_ps(scales + 8 * h, scale);
         const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127), offset = _mm256_set1_epi32(128);
         const __m256i bad_bits = _mm256_castps_si256(bad);
+        __m256i sum = _mm256_setzero_si256();
         for (int t = 0; t < kSteps; ++t) {
             __m256i word = _mm256_setzero_si256();
             for (int r = 0; r < 4; ++r) {
                 __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(b + (4 * t + r) * ks), id));
                 q = _mm256_andnot_si256(bad_bits, _mm256_min_epi32(_mm256_max_epi32(q, lo), hi));
+                sum = _mm256_add_epi32(sum, q);
                 word = _mm256_or_si256(word, _mm256_slli_epi32(_mm256_add_epi32(q, offset), 8 * r));
             }
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + t * kStepBytes + 32 * h), word);
         }
+        _mm256_storeu_ps(sums + 8 * h, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(sum)));
     }
 }
 #endif
 
 // ---- products: a tile of weight rows x groups of columns, over all of K ----
 struct GemmArgs {
-    const Q8Weights& w;
     const Q8Activations& x;
     float* c;
     int64_t ldc;
     Q8Output layout;
     bool accumulate;
+    bool mins;  // the weight's sub-blocks have mins: add mw * sx
 };
 
 inline void store_sums(const GemmArgs& a, int64_t o, int64_t g, const float* sums) {
@@ -131,16 +179,17 @@ inline void store_sums(const GemmArgs& a, int64_t o, int64_t g, const float* sum
     }
 }
 
-void tile_scalar(const GemmArgs& a, int64_t o, int64_t g) {
+void tile_scalar(const GemmArgs& a, const Int8Row& w, int64_t o, int64_t g) {
     float sums[kQ8Columns];
     for (int j = 0; j < kQ8Columns; ++j) {
         float f = 0.0f;
         for (int64_t b = 0; b < a.x.k_blocks(); ++b) {
             const uint8_t* xq = a.x.codes(g, b);
-            const int8_t* wq = reinterpret_cast<const int8_t*>(a.w.block(o, b) + 2);
+            const int8_t* wq = reinterpret_cast<const int8_t*>(w.codes + b * w.code_stride);
             int32_t dot = 0;
             for (int i = 0; i < kQ8Block; ++i) dot += (int32_t(xq[code_at(j, i)]) - 128) * int32_t(wq[i]);
-            f = std::fma(float(dot), a.x.scales(g, b)[j] * a.w.scale(o, b), f);
+            f = std::fma(float(dot), a.x.scales(g, b)[j] * w.scales[b], f);
+            if (a.mins) f = std::fma(w.mins[b], a.x.sums(g, b)[j], f);
         }
         sums[j] = f;
     }
@@ -156,7 +205,7 @@ inline int32_t load_word(const uint8_t* p) {
 
 // vpdpbusd: unsigned x signed bytes. The activations' +128 adds the weight block's offset: acc starts at minus it.
 template <int R, int G>
-KILN_AVX512 void tile_avx512(const GemmArgs& a, int64_t o, int64_t g) {
+KILN_AVX512 void tile_avx512(const GemmArgs& a, const Int8Row* w, int64_t o, int64_t g) {
     __m512 f[R][G];
     for (int r = 0; r < R; ++r)
         for (int p = 0; p < G; ++p) f[r][p] = _mm512_setzero_ps();
@@ -164,8 +213,8 @@ KILN_AVX512 void tile_avx512(const GemmArgs& a, int64_t o, int64_t g) {
         __m512i acc[R][G];
         const uint8_t* wq[R];
         for (int r = 0; r < R; ++r) {
-            wq[r] = a.w.block(o + r, b) + 2;
-            const __m512i start = _mm512_set1_epi32(-a.w.offset(o + r, b));
+            wq[r] = w[r].codes + b * w[r].code_stride;
+            const __m512i start = _mm512_set1_epi32(-w[r].offsets[b]);
             for (int p = 0; p < G; ++p) acc[r][p] = start;
         }
         const uint8_t* xq[G];
@@ -180,16 +229,39 @@ KILN_AVX512 void tile_avx512(const GemmArgs& a, int64_t o, int64_t g) {
             }
         }
         for (int r = 0; r < R; ++r) {
-            const __m512 dw = _mm512_set1_ps(a.w.scale(o + r, b));
+            const __m512 dw = _mm512_set1_ps(w[r].scales[b]);
             for (int p = 0; p < G; ++p) {
                 const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(a.x.scales(g + p, b)), dw);
                 f[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][p]), s, f[r][p]);
+            }
+            if (a.mins) {
+                const __m512 mw = _mm512_set1_ps(w[r].mins[b]);
+                for (int p = 0; p < G; ++p) f[r][p] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a.x.sums(g + p, b)), f[r][p]);
+            }
+        }
+    }
+    if constexpr (R == 4) {
+        for (int p = 0; p < G; ++p) {  // linear's layout, 4 rows: each column's 4 outputs as one 16-byte store
+            const int64_t col0 = (g + p) * kQ8Columns;
+            if (a.layout != Q8Output::ColumnsByRows || col0 + kQ8Columns > a.x.columns()) continue;
+            const __m512 t0 = _mm512_unpacklo_ps(f[0][p], f[1][p]), t1 = _mm512_unpackhi_ps(f[0][p], f[1][p]);
+            const __m512 t2 = _mm512_unpacklo_ps(f[2][p], f[3][p]), t3 = _mm512_unpackhi_ps(f[2][p], f[3][p]);
+            alignas(64) float cols[4][kQ8Columns];  // cols[k]: columns k, 4 + k, 8 + k, 12 + k, 4 rows each
+            _mm512_store_ps(cols[0], _mm512_shuffle_ps(t0, t2, 0x44));
+            _mm512_store_ps(cols[1], _mm512_shuffle_ps(t0, t2, 0xee));
+            _mm512_store_ps(cols[2], _mm512_shuffle_ps(t1, t3, 0x44));
+            _mm512_store_ps(cols[3], _mm512_shuffle_ps(t1, t3, 0xee));
+            for (int j = 0; j < kQ8Columns; ++j) {
+                float* dst = a.c + (col0 + j) * a.ldc + o;
+                const __m128 v = _mm_load_ps(cols[j % 4] + 4 * (j / 4));
+                _mm_storeu_ps(dst, a.accumulate ? _mm_add_ps(_mm_loadu_ps(dst), v) : v);
             }
         }
     }
     for (int r = 0; r < R; ++r)
         for (int p = 0; p < G; ++p) {
             const int64_t col0 = (g + p) * kQ8Columns;
+            if (R == 4 && a.layout == Q8Output::ColumnsByRows && col0 + kQ8Columns <= a.x.columns()) continue;  // above
             if (a.layout == Q8Output::RowsByColumns && col0 + kQ8Columns <= a.x.columns()) {
                 float* dst = a.c + (o + r) * a.ldc + col0;
                 _mm512_storeu_ps(dst, a.accumulate ? _mm512_add_ps(_mm512_loadu_ps(dst), f[r][p]) : f[r][p]);
@@ -204,7 +276,7 @@ KILN_AVX512 void tile_avx512(const GemmArgs& a, int64_t o, int64_t g) {
 // AVX2: vpmaddubsw of |w| (unsigned) and x with w's sign (pairs summed in int16, |.| <= 2 x 128 x 127: no
 // saturation), then vpmaddwd into int32.
 template <int R>
-KILN_AVX2 void tile_avx2(const GemmArgs& a, int64_t o, int64_t g) {
+KILN_AVX2 void tile_avx2(const GemmArgs& a, const Int8Row* w, int64_t o, int64_t g) {
     constexpr int H = 2;  // halves of the group: 8 columns each
     __m256 f[R][H];
     for (int r = 0; r < R; ++r)
@@ -221,7 +293,7 @@ KILN_AVX2 void tile_avx2(const GemmArgs& a, int64_t o, int64_t g) {
                 sx[h] = _mm256_xor_si256(
                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * kStepBytes + 32 * h)), flip);
             for (int r = 0; r < R; ++r) {
-                const __m256i wb = _mm256_set1_epi32(load_word(a.w.block(o + r, b) + 2 + 4 * t));
+                const __m256i wb = _mm256_set1_epi32(load_word(w[r].codes + b * w[r].code_stride + 4 * t));
                 const __m256i wabs = _mm256_abs_epi8(wb);
                 for (int h = 0; h < H; ++h) {
                     const __m256i pairs = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(sx[h], wb));
@@ -230,10 +302,15 @@ KILN_AVX2 void tile_avx2(const GemmArgs& a, int64_t o, int64_t g) {
             }
         }
         for (int r = 0; r < R; ++r) {
-            const __m256 dw = _mm256_set1_ps(a.w.scale(o + r, b));
+            const __m256 dw = _mm256_set1_ps(w[r].scales[b]);
             for (int h = 0; h < H; ++h) {
                 const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(a.x.scales(g, b) + 8 * h), dw);
                 f[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), s, f[r][h]);
+            }
+            if (a.mins) {
+                const __m256 mw = _mm256_set1_ps(w[r].mins[b]);
+                for (int h = 0; h < H; ++h)
+                    f[r][h] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(a.x.sums(g, b) + 8 * h), f[r][h]);
             }
         }
     }
@@ -244,7 +321,7 @@ KILN_AVX2 void tile_avx2(const GemmArgs& a, int64_t o, int64_t g) {
     }
 }
 
-using TileFn = void (*)(const GemmArgs&, int64_t, int64_t);
+using TileFn = void (*)(const GemmArgs&, const Int8Row*, int64_t, int64_t);
 constexpr TileFn kAvx512Tiles[4][3] = {{tile_avx512<1, 1>, tile_avx512<1, 2>, tile_avx512<1, 3>},
                                        {tile_avx512<2, 1>, tile_avx512<2, 2>, tile_avx512<2, 3>},
                                        {tile_avx512<3, 1>, tile_avx512<3, 2>, tile_avx512<3, 3>},
@@ -259,20 +336,21 @@ Blocking blocking(Int8Isa isa) {
     return isa == Int8Isa::Avx512Vnni ? Blocking{4, 3} : isa == Int8Isa::Avx2 ? Blocking{2, 1} : Blocking{1, 1};
 }
 
-void run_tile(Int8Isa isa, const GemmArgs& a, int64_t o, int rows, int64_t g, int groups) {
+// w: the tile's rows o .. o + rows - 1.
+void run_tile(Int8Isa isa, const GemmArgs& a, const Int8Row* w, int64_t o, int rows, int64_t g, int groups) {
 #if KILN_INT8_X86
-    if (isa == Int8Isa::Avx512Vnni) return kAvx512Tiles[rows - 1][groups - 1](a, o, g);
+    if (isa == Int8Isa::Avx512Vnni) return kAvx512Tiles[rows - 1][groups - 1](a, w, o, g);
     if (isa == Int8Isa::Avx2) {
         for (int64_t gg = g; gg < g + groups; ++gg) {
-            if (rows == 2) tile_avx2<2>(a, o, gg);
-            else tile_avx2<1>(a, o, gg);
+            if (rows == 2) tile_avx2<2>(a, w, o, gg);
+            else tile_avx2<1>(a, w, o, gg);
         }
         return;
     }
 #endif
     (void)isa;
     for (int r = 0; r < rows; ++r)
-        for (int64_t gg = g; gg < g + groups; ++gg) tile_scalar(a, o + r, gg);
+        for (int64_t gg = g; gg < g + groups; ++gg) tile_scalar(a, w[r], o + r, gg);
 }
 
 std::atomic<int> forced_isa{-1};
@@ -288,7 +366,7 @@ bool int8_isa_available(Int8Isa isa) {
 #if KILN_INT8_X86
     if (isa == Int8Isa::Avx512Vnni)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vnni");
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
     if (isa == Int8Isa::Avx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
     return isa == Int8Isa::Scalar;
@@ -312,10 +390,11 @@ void force_int8_isa(Int8Isa isa) {
 Q8Activations::Q8Activations(int64_t k, int64_t columns, const char* op)
     : k_blocks_(k / kQ8Block), columns_(columns), groups_((columns + kQ8Columns - 1) / kQ8Columns) {
     check(k % kQ8Block == 0, op, "int8 products need K a multiple of 32, not " + std::to_string(k));
-    const int64_t scale_floats = groups_ * k_blocks_ * kQ8Columns;  // then the codes: 32 bytes per scale
-    storage_ = scratch_floats(std::max<int64_t>(scale_floats * 9, 1), op);
+    const int64_t scale_floats = groups_ * k_blocks_ * kQ8Columns;  // then the sums, then 32 bytes of codes a scale
+    storage_ = scratch_floats(std::max<int64_t>(scale_floats * 10, 1), op);
     scales_ = storage_.get();
-    codes_ = reinterpret_cast<uint8_t*>(storage_.get() + scale_floats);
+    sums_ = storage_.get() + scale_floats;
+    codes_ = reinterpret_cast<uint8_t*>(storage_.get() + 2 * scale_floats);
 }
 
 void Q8Activations::quantize(const float* src, int64_t column_stride, int64_t k_stride) {
@@ -327,12 +406,16 @@ void Q8Activations::quantize(const float* src, int64_t column_stride, int64_t k_
             const int ncols = int(std::min<int64_t>(kQ8Columns, columns_ - g * kQ8Columns));
             const float* base = src + g * kQ8Columns * column_stride + b * kQ8Block * k_stride;
             uint8_t* codes = codes_ + item * kGroupBytes;
-            float* scales = scales_ + item * kQ8Columns;
+            float *scales = scales_ + item * kQ8Columns, *sums = sums_ + item * kQ8Columns;
             if (isa == Int8Isa::Scalar) {
-                quantize_block_scalar(base, column_stride, k_stride, ncols, codes, scales);
+                quantize_block_scalar(base, column_stride, k_stride, ncols, codes, scales, sums);
                 continue;
             }
 #if KILN_INT8_X86
+            if (isa == Int8Isa::Avx512Vnni && k_stride == 1 && column_stride >= kQ8Block) {
+                quantize_columns_avx512(base, column_stride, ncols, codes, scales, sums);
+                continue;
+            }
             int64_t ks = k_stride;
             if (column_stride != 1 || ncols < kQ8Columns) {  // stage as 32 rows of 16 columns, zeros past the last
                 for (int i = 0; i < kQ8Block; ++i)
@@ -341,49 +424,53 @@ void Q8Activations::quantize(const float* src, int64_t column_stride, int64_t k_
                 base = staged;
                 ks = kQ8Columns;
             }
-            if (isa == Int8Isa::Avx512Vnni) quantize_block_avx512(base, ks, codes, scales);
-            else quantize_block_avx2(base, ks, codes, scales);
+            if (isa == Int8Isa::Avx512Vnni) quantize_block_avx512(base, ks, codes, scales, sums);
+            else quantize_block_avx2(base, ks, codes, scales, sums);
 #endif
         }
     });
 }
 
-Q8Weights::Q8Weights(const Tensor& w, const char* op)
-    : rows_(w.rank() ? w.dim(0) : 0), k_blocks_(rows_ ? w.numel() / rows_ / kQ8Block : 0) {
-    check(w.dtype() == DType::Q8_0 && rows_ > 0 && w.numel() % (rows_ * kQ8Block) == 0, op,
-          desc("w", w) + " is not a Q8_0 weight of whole-block rows");
-    blocks_ = w.blocks();
-    storage_ = scratch_floats(std::max<int64_t>(2 * rows_ * k_blocks_, 1), op);
-    float* scales = storage_.get();
-    int32_t* offsets = reinterpret_cast<int32_t*>(storage_.get() + rows_ * k_blocks_);
-    parallel_for(rows_, k_blocks_ * 34, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin * k_blocks_; i < end * k_blocks_; ++i) {
-            const uint8_t* blk = blocks_ + i * 34;
-            scales[i] = half_to_float(uint16_t(blk[0] | (blk[1] << 8)));
-            int32_t sum = 0;
-            for (int j = 0; j < kQ8Block; ++j) sum += int8_t(blk[2 + j]);
-            offsets[i] = 128 * sum;
-        }
-    });
-    offsets_ = offsets;
-}
-
-void q8_gemm(const Q8Weights& w, const Q8Activations& x, float* c, int64_t ldc, Q8Output layout, bool accumulate) {
-    check(w.k_blocks() == x.k_blocks(), "q8_gemm", "weights and activations of different K");
+void int8_gemm(const Int8Weights& w, const Q8Activations& x, float* c, int64_t ldc, Q8Output layout,
+               bool accumulate) {
+    check(w.k_blocks() == x.k_blocks(), "int8_gemm", "weights and activations of different K");
     const Int8Isa isa = int8_isa();
     const Blocking blk = blocking(isa);
-    const GemmArgs args{w, x, c, ldc, layout, accumulate};
-    // Items: a tile of rows x a panel of columns (its codes stay in cache while the rows go by).
+    const GemmArgs args{x, c, ldc, layout, accumulate, w.has_mins()};
+    const int threads = omp_get_max_threads();
+    // Items. q8_0: a tile of rows x a panel of columns (the panel's codes stay in cache while the rows go by).
+    // Widened formats: a chunk of row tiles x all the panels, the chunk widened once into its thread's scratch
+    // (in L2 beside a panel: at most kChunkBytes, and about 4 chunks a thread for balance).
     const int64_t group_bytes = std::max<int64_t>(x.k_blocks() * kGroupBytes, 1);
     const int64_t panel = std::max<int64_t>(1, kPanelBytes / group_bytes / blk.groups) * blk.groups;
     const int64_t panels = (x.groups() + panel - 1) / panel, row_tiles = (w.rows() + blk.rows - 1) / blk.rows;
-    parallel_for(panels * row_tiles, blk.rows * panel * group_bytes, [&](int64_t begin, int64_t end) {
+    const bool widen = w.scratch_bytes(1) > 0;
+    const int64_t chunk_tiles =
+        widen ? std::clamp<int64_t>(kChunkBytes / w.scratch_bytes(blk.rows), 1,
+                                    std::max<int64_t>(1, row_tiles / (4 * int64_t(threads))))
+              : 1;
+    const int64_t chunk_rows = chunk_tiles * blk.rows, chunks = (row_tiles + chunk_tiles - 1) / chunk_tiles;
+    const int64_t panels_per_item = widen ? panels : 1, panel_items = (panels + panels_per_item - 1) / panels_per_item;
+    const int64_t scratch_bytes = (w.scratch_bytes(int(chunk_rows)) + 63) / 64 * 64;
+    const Scratch widened = widen ? scratch_floats(threads * scratch_bytes / 4, "int8_gemm") : Scratch{};
+    std::vector<Int8Row> views(size_t(threads * chunk_rows));
+    parallel_for(panel_items * chunks, chunk_rows * panels_per_item * panel * group_bytes,
+                 [&](int64_t begin, int64_t end) {
+        const int t = omp_get_thread_num();
+        uint8_t* scratch = widen ? reinterpret_cast<uint8_t*>(widened.get()) + t * scratch_bytes : nullptr;
+        Int8Row* rows_of = views.data() + t * chunk_rows;
         for (int64_t item = begin; item < end; ++item) {
-            const int64_t g0 = (item / row_tiles) * panel, o = (item % row_tiles) * blk.rows;
-            const int rows = int(std::min<int64_t>(blk.rows, w.rows() - o));
-            const int64_t g1 = std::min(x.groups(), g0 + panel);
-            for (int64_t g = g0; g < g1; g += blk.groups)
-                run_tile(isa, args, o, rows, g, int(std::min<int64_t>(blk.groups, g1 - g)));
+            const int64_t p0 = (item / chunks) * panels_per_item, r0 = (item % chunks) * chunk_rows;
+            const int64_t nrows = std::min(chunk_rows, w.rows() - r0);
+            w.rows_view(r0, int(nrows), scratch, rows_of);
+            for (int64_t p = p0; p < std::min(panels, p0 + panels_per_item); ++p) {
+                const int64_t g0 = p * panel, g1 = std::min(x.groups(), g0 + panel);
+                for (int64_t o = r0; o < r0 + nrows; o += blk.rows) {
+                    const int rows = int(std::min<int64_t>(blk.rows, r0 + nrows - o));
+                    for (int64_t g = g0; g < g1; g += blk.groups)
+                        run_tile(isa, args, rows_of + (o - r0), o, rows, g, int(std::min<int64_t>(blk.groups, g1 - g)));
+                }
+            }
         }
     });
 }

@@ -1,7 +1,9 @@
-// The int8 product of Q8_0 weights on the CPU (linear, conv2d): activations quantized on the fly per column
+// The int8 product of block weights on the CPU (linear, conv2d): activations quantized on the fly per column
 // (linear's row, conv2d's pixel) and 32-value block along K as q8_0 does (d = max|x| / 127, q = round(x / d),
-// ties to even); each block's codes times the weight's codes in integers (exact), then
-//     y[o][col] = sum_b (dx[col][b] * dw[o][b]) * dot_b    (float32 fma, b in order)
+// ties to even); each block's codes times the weight's codes in integers (exact; weight codes, scales and mins
+// of q8_0 and the 4- and 5-bit formats: int8_dot_weights.h), then
+//     y[o][col] = sum_b (dx[col][b] * dw[o][b]) * dot_b [+ mw[o][b] * sx[col][b]]   (float32 fmas, b in order)
+// where sx = dx * sum_i q_i is the quantized block's sum (the min term of q4_1, q5_1, q4_K, q5_K).
 // Every ISA path does exactly these operations in this order: they agree bit for bit. Against the dequantized
 // product the difference is the activations' rounding, |x - q dx| <= dx / 2. A non-finite activation makes its
 // block's scale NaN: every output that reads it is NaN (the float path gives NaN or +-inf there).
@@ -10,6 +12,7 @@
 
 #include "core/tensor.h"
 #include "ops/checks.h"
+#include "ops/int8_dot_weights.h"
 
 namespace kiln::ops::detail {
 
@@ -24,7 +27,8 @@ void force_int8_isa(Int8Isa isa);
 constexpr int kQ8Columns = 16, kQ8Block = 32;  // columns a group (an AVX-512 register's lanes); values a block
 
 // Quantized activations. Per group of 16 columns and block: for t = 0..7, 16 x 4 bytes (column j's codes
-// 4t..4t+3, plus 128: vpdpbusd's unsigned operand, at 4j), and the 16 scales. Missing columns: codes 0, scale 0.
+// 4t..4t+3, plus 128: vpdpbusd's unsigned operand, at 4j), the 16 scales and the 16 sums dx * sum_i q_i (one
+// rounding of an exact integer sum). Missing columns: codes 0, scale 0, sum 0.
 class Q8Activations {
 public:
     Q8Activations(int64_t k, int64_t columns, const char* op);  // k a multiple of 32
@@ -37,37 +41,20 @@ public:
     int64_t groups() const { return groups_; }
     const uint8_t* codes(int64_t g, int64_t b) const { return codes_ + (g * k_blocks_ + b) * kQ8Columns * kQ8Block; }
     const float* scales(int64_t g, int64_t b) const { return scales_ + (g * k_blocks_ + b) * kQ8Columns; }
+    const float* sums(int64_t g, int64_t b) const { return sums_ + (g * k_blocks_ + b) * kQ8Columns; }
 
 private:
     int64_t k_blocks_, columns_, groups_;
     Scratch storage_;
     float* scales_;
+    float* sums_;
     uint8_t* codes_;
-};
-
-// A Q8_0 weight [rows, ...] as rows of K = numel / rows: its codes in place, each block's scale as float32 and
-// 128 x the sum of its codes (what the activations' +128 adds to a block's dot).
-class Q8Weights {
-public:
-    Q8Weights(const Tensor& w, const char* op);
-
-    int64_t rows() const { return rows_; }
-    int64_t k_blocks() const { return k_blocks_; }
-    const uint8_t* block(int64_t row, int64_t b) const { return blocks_ + (row * k_blocks_ + b) * 34; }
-    float scale(int64_t row, int64_t b) const { return storage_.get()[row * k_blocks_ + b]; }
-    int32_t offset(int64_t row, int64_t b) const { return offsets_[row * k_blocks_ + b]; }
-
-private:
-    int64_t rows_, k_blocks_;
-    const uint8_t* blocks_;
-    Scratch storage_;  // scales, then offsets
-    const int32_t* offsets_;
 };
 
 // c[o * ldc + col] (conv2d) or c[col * ldc + o] (linear).
 enum class Q8Output { RowsByColumns, ColumnsByRows };
 
 // c (+)= W x over all of w's rows and x's columns; OpenMP threads (call outside a parallel region).
-void q8_gemm(const Q8Weights& w, const Q8Activations& x, float* c, int64_t ldc, Q8Output layout, bool accumulate);
+void int8_gemm(const Int8Weights& w, const Q8Activations& x, float* c, int64_t ldc, Q8Output layout, bool accumulate);
 
 }  // namespace kiln::ops::detail

@@ -1,5 +1,6 @@
 // linear: y = x W^T + b as one sgemm over all leading dims of x (per tile of output features when W
-// is F16/BF16 and must be converted first, see weight_rows.h); Q8_0 weights by int8 products (int8_dot.h).
+// is F16/BF16 and must be converted first, see weight_rows.h); block weights
+// (q8_0, 4- and 5-bit formats) by int8 products (int8_dot.h).
 #include <algorithm>
 
 #include "ops/blas.h"
@@ -53,11 +54,11 @@ Tensor detail::linear_tiled(const Tensor& x, const Tensor& w, const Tensor* b, i
         });
         beta = 1.0f;
     }
-    if (w.dtype() == DType::Q8_0 && cpu_q8_products() == CpuQ8Products::Int8 && rows > 0) {
-        const detail::Q8Weights weight(w, "linear");  // int8 products (int8_dot.h)
+    if (detail::int8_products_take(w.dtype()) && cpu_q8_products() == CpuQ8Products::Int8 && rows > 0) {
+        const detail::Int8Weights weight(w, "linear");  // int8 products (int8_dot.h)
         detail::Q8Activations xq(in, rows, "linear");
         xq.quantize(x.data(), in, 1);
-        detail::q8_gemm(weight, xq, yp, out, detail::Q8Output::ColumnsByRows, b != nullptr);
+        detail::int8_gemm(weight, xq, yp, out, detail::Q8Output::ColumnsByRows, b != nullptr);
         return y;
     }
     detail::WeightRows weight(w, "linear", weight_budget_bytes);

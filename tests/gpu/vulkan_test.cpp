@@ -588,6 +588,47 @@ TEST(VulkanSettings, ProductBuildsAndSplitKFromTheEnvironment) {
         }
     }
 }
+
+// Copies ahead (vulkan_transfer.h): KILN_VULKAN_UPLOAD_AHEAD as CUDA's KILN_CUDA_UPLOAD_AHEAD, the queue setting, and
+// the fallback from a queue the device lacks to the next one down.
+TEST(VulkanSettings, UploadAheadAndItsQueue) {
+    EXPECT_TRUE(vulkan::upload_ahead_from_env(nullptr));
+    EXPECT_TRUE(vulkan::upload_ahead_from_env(""));
+    EXPECT_TRUE(vulkan::upload_ahead_from_env("1"));
+    EXPECT_FALSE(vulkan::upload_ahead_from_env("0"));
+    for (const char* bad : {"off", "2", "yes"}) {
+        try {
+            vulkan::upload_ahead_from_env(bad);
+            ADD_FAILURE() << bad << " was taken";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find(std::string("KILN_VULKAN_UPLOAD_AHEAD=") + bad), std::string::npos);
+        }
+    }
+    using Q = vulkan::TransferQueue;
+    EXPECT_EQ(vulkan::transfer_queue_from_env(nullptr), Q::Auto);
+    EXPECT_EQ(vulkan::transfer_queue_from_env("family"), Q::Family);
+    EXPECT_EQ(vulkan::transfer_queue_from_env("second"), Q::Second);
+    EXPECT_EQ(vulkan::transfer_queue_from_env("same"), Q::Same);
+    for (const char* bad : {"auto", "Same", "compute"}) {
+        try {
+            vulkan::transfer_queue_from_env(bad);
+            ADD_FAILURE() << bad << " was taken";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_TRANSFER_QUEUE"), std::string::npos) << e.what();
+        }
+    }
+    vulkan::TransferQueues one;  // lavapipe's: one queue of one family
+    vulkan::TransferQueues nvidia;  // a transfer-only family, and many queues of the compute family
+    nvidia.family = 1, nvidia.compute_queues = 2;
+    for (Q q : {Q::Auto, Q::Family, Q::Second, Q::Same}) EXPECT_EQ(one.resolve(q), Q::Same);
+    EXPECT_EQ(nvidia.resolve(Q::Auto), Q::Family);
+    EXPECT_EQ(nvidia.resolve(Q::Second), Q::Second);
+    EXPECT_EQ(nvidia.resolve(Q::Same), Q::Same);
+    nvidia.family = -1;
+    EXPECT_EQ(nvidia.resolve(Q::Family), Q::Second);
+}
 #endif
 
 #if KILN_HAS_VULKAN

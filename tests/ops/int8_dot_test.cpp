@@ -1,9 +1,11 @@
-// int8 products of Q8_0 weights (ops/int8_dot.h) in linear and conv2d, on each ISA path this CPU has.
+// int8 products of block weights (ops/int8_dot.h: q8_0 and the 4- and 5-bit formats) in linear and conv2d, on
+// each ISA path this CPU has.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "harness.h"
@@ -24,32 +26,63 @@ struct ForcedIsa {
     Int8Isa saved;
 };
 
-// One output's float64 reference sum_k x_k w_k + bias and its bound. The int8 path computes sum_b fl(dx_b dw_b) D_b,
-// D_b the exact integer dot of the codes, by fma in block order, then adds the bias. (1) Activations:
-// dx = fl(amax / 127) <= (amax / 127)(1 + u), q = round(fl(x fl(1 / dx))) with fl(x fl(1 / dx)) = x / dx within
-// 2.01u relative and |x / dx| <= 127 (1 + u): |q dx - x| <= dx (0.5 + 256u) =: e (a block under 1e-30 is zeros:
-// e = amax); the weights are the dequantized values exactly. (2) Float: each term fl(dx dw) D_b is off by u
-// relative; B fma additions and the bias add at most (B + 2) u more, of sum |terms| <= sum_k (|x_k| + e)|w_k| +
-// |bias|: (B + 3) 1.01 u of that.
+// The formats the int8 products take (int8_dot_weights.h), and K a multiple of their block.
+constexpr DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                              DType::Q5_1, DType::Q4_K, DType::Q5_K};
+bool fits(DType f, int64_t k) { return k % dtype_block_values(f) == 0; }
+
+Tensor block_weight(const Shape& shape, DType f, uint64_t seed) { return random_tensor(shape, seed).converted(f); }
+Tensor q8_weight(const Shape& shape, uint64_t seed) { return block_weight(shape, DType::Q8_0, seed); }
+
+// A weight row as the int8 product sees it: value i = a[i] + m[i / 32], a = scale x code (exact in float64).
+struct WidenedRow {
+    std::vector<double> a, m;
+};
+std::vector<WidenedRow> widened_rows(const Tensor& wq) {
+    const detail::Int8Weights w(wq, "test");
+    std::vector<uint8_t> scratch(size_t(w.scratch_bytes(1)) + 4);
+    std::vector<WidenedRow> out(size_t(w.rows()));
+    for (int64_t o = 0; o < w.rows(); ++o) {
+        detail::Int8Row row;
+        w.rows_view(o, 1, scratch.data(), &row);
+        for (int64_t b = 0; b < w.k_blocks(); ++b) {
+            out[o].m.push_back(row.mins ? row.mins[b] : 0.0);
+            for (int i = 0; i < 32; ++i)
+                out[o].a.push_back(double(row.scales[b]) * int8_t(row.codes[b * row.code_stride + i]));
+        }
+    }
+    return out;
+}
+
+// One output's float64 reference sum_k x_k w_k + bias (w the dequantized weights) and its bound. The int8 path
+// computes sum_b fl(dx_b dw_b) D_b + m_b fl(dx_b S_b), D_b the exact integer dot of the codes, S_b the sum of the
+// activation codes, by fmas in block order, then adds the bias. (1) Activations: dx = fl(amax / 127) <=
+// (amax / 127)(1 + u), q = round(fl(x fl(1 / dx))) with fl(x fl(1 / dx)) = x / dx within 2.01u relative and
+// |x / dx| <= 127 (1 + u): |q dx - x| <= dx (0.5 + 256u) =: e (a block under 1e-30 is zeros: e = amax).
+// (2) Weights: the int8 path's value a + m is the dequantized w before its two roundings (fl(a), then the sum:
+// quant/*.h), |a + m - w| <= u (|a| + |w|); 0 for the formats without a min (whose w = a exactly).
+// (3) Float: each term fl(dx dw) D_b and m fl(dx S) is off by u relative; 2B fma additions and the bias add at
+// most (2B + 1) u more, of sum |terms| <= sum_k (|x_k| + e)(|a_k| + |m_k|) + |bias|: (2B + 3) 1.01 u of that.
 struct Expected {
     double value, bound;
 };
-Expected expected_output(const float* x, int64_t x_stride, const float* w, int64_t k, float bias) {
+Expected expected_output(const float* x, int64_t x_stride, const float* w, const WidenedRow& row, int64_t k,
+                         float bias) {
     double sum = bias, rounding = 0, magnitude = std::fabs(bias);
     for (int64_t b0 = 0; b0 < k; b0 += 32) {
         double amax = 0;
         for (int64_t i = b0; i < b0 + 32; ++i) amax = std::max(amax, std::fabs(double(x[i * x_stride])));
         const double e = amax < 1e-30 ? amax : (amax / 127) * (1 + kU) * (0.5 + 256 * kU);
+        const double m = row.m[size_t(b0 / 32)];
         for (int64_t i = b0; i < b0 + 32; ++i) {
+            const double xi = std::fabs(double(x[i * x_stride])), a = std::fabs(row.a[size_t(i)]);
             sum += double(x[i * x_stride]) * w[i];
-            rounding += e * std::fabs(w[i]);
-            magnitude += (std::fabs(double(x[i * x_stride])) + e) * std::fabs(w[i]);
+            rounding += e * (a + std::fabs(m)) + (m != 0 ? xi * kU * (a + std::fabs(w[i])) : 0.0);
+            magnitude += (xi + e) * (a + std::fabs(m));
         }
     }
-    return {sum, rounding + double(k / 32 + 3) * 1.01 * kU * magnitude};
+    return {sum, rounding + double(2 * (k / 32) + 3) * 1.01 * kU * magnitude};
 }
-
-Tensor q8_weight(const Shape& shape, uint64_t seed) { return random_tensor(shape, seed).converted(DType::Q8_0); }
 
 std::vector<Int8Isa> paths() {  // those this CPU has; the others are refused
     std::vector<Int8Isa> out;
@@ -60,20 +93,19 @@ std::vector<Int8Isa> paths() {  // those this CPU has; the others are refused
     return out;
 }
 
-// Within the bounds, and not the dequantized product's bits (else the int8 path did not run).
-void expect_within(const Tensor& y, const Tensor& dequantized, const std::vector<Expected>& want, std::string what) {
-    what += std::string(" ") + detail::int8_isa_name(detail::int8_isa());
+// Within the bounds, and not the dequantized product's bits (else the int8 path did not run); the worst error /
+// bound so far into *worst.
+void expect_within(const Tensor& y, const Tensor& dequantized, const std::vector<Expected>& want,
+                   const std::string& what, double* worst) {
     ASSERT_EQ(y.numel(), int64_t(want.size())) << what;
-    double worst = 0;
     bool differs = false;
     for (size_t i = 0; i < want.size(); ++i) {
         const double err = std::fabs(double(y.data()[i]) - want[i].value);
         ASSERT_LE(err, want[i].bound) << what << ": output " << i << " " << y.data()[i] << " vs " << want[i].value;
-        worst = std::max(worst, err / want[i].bound);
+        *worst = std::max(*worst, err / want[i].bound);
         differs = differs || y.data()[i] != dequantized.data()[i];
     }
     EXPECT_TRUE(differs) << what << ": the dequantized path's bits";
-    std::printf("[ int8 ] %-34s worst error / bound %.3f\n", what.c_str(), worst);
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
@@ -81,73 +113,133 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 // rows, in, out, bias: 1 row or output; rows past groups of 16 and blocks of 3 groups; outputs past blocks of 4
-// rows; K of 1 to 64 blocks; 200 rows x 64 blocks: 3 panels of columns, the last one short.
-constexpr int64_t kLinearShapes[][4] = {{1, 32, 1, 1},   {1, 64, 5, 0},   {3, 96, 4, 1},     {17, 160, 9, 1},
-                                        {16, 32, 16, 0}, {50, 288, 13, 1}, {33, 1024, 7, 0}, {200, 2048, 6, 1}};
+// rows; K of 1 to 64 blocks; 70 outputs: chunks of several row tiles (widened formats), the last tile short;
+// 200 rows x 64 blocks: 3 panels of columns, the last one short. (The k-quants take K a multiple of 256.)
+constexpr int64_t kLinearShapes[][4] = {{1, 32, 1, 1},    {1, 64, 5, 0},   {3, 96, 4, 1},
+                                        {17, 160, 9, 1},  {16, 32, 16, 0}, {50, 288, 13, 1},
+                                        {5, 256, 9, 1},   {20, 64, 70, 1}, {33, 1024, 7, 0}, {200, 2048, 6, 1}};
 
-void check_linear(const int64_t (&s)[4], uint64_t seed) {
+// On each path (worst[i]: paths()[i]'s worst error / bound); the reference once.
+void check_linear(const int64_t (&s)[4], DType f, uint64_t seed, std::vector<double>& worst) {
     const int64_t rows = s[0], in = s[1], out = s[2];
     const Tensor x = random_tensor({rows, in}, seed, -2.0f, 2.0f), b = random_tensor({out}, seed + 2);
-    const Tensor wq = q8_weight({out, in}, seed + 1), w = wq.to_f32();
+    const Tensor wq = block_weight({out, in}, f, seed + 1), w = wq.to_f32();
+    const std::vector<WidenedRow> widened = widened_rows(wq);
     const Tensor* bp = s[3] ? &b : nullptr;
     std::vector<Expected> want;
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t o = 0; o < out; ++o)
-            want.push_back(expected_output(x.data() + r * in, 1, w.data() + o * in, in, bp ? b.data()[o] : 0.0f));
-    expect_within(linear(x, wq, bp), linear(x, w, bp), want,
-                  "linear " + std::to_string(rows) + "x" + std::to_string(in) + "->" + std::to_string(out));
+            want.push_back(expected_output(x.data() + r * in, 1, w.data() + o * in, widened[size_t(o)], in,
+                                           bp ? b.data()[o] : 0.0f));
+    const Tensor dequantized = linear(x, w, bp);
+    for (size_t i = 0; i < paths().size(); ++i) {
+        ForcedIsa forced(paths()[i]);
+        expect_within(linear(x, wq, bp), dequantized, want,
+                      std::string(dtype_name(f)) + " linear " + std::to_string(rows) + "x" + std::to_string(in) + "->" +
+                          std::to_string(out) + " " + detail::int8_isa_name(paths()[i]),
+                      &worst[i]);
+    }
 }
 
 // n, c, h, w, o, k, stride, padding, im2col budget: 3x3 padded (9 blocks a row), 1x1 (read in place), stride 2,
-// im2col tiles of 10 pixels.
+// im2col tiles of 10 pixels; 256 channels 3x3 (K of 9 k-quant blocks).
 constexpr int64_t kConvShapes[][9] = {{2, 32, 7, 9, 5, 3, 1, 1, detail::kIm2colBudgetBytes},
                                       {1, 64, 5, 6, 3, 1, 1, 0, detail::kIm2colBudgetBytes},
                                       {1, 32, 9, 8, 7, 3, 2, 1, detail::kIm2colBudgetBytes},
-                                      {1, 32, 6, 7, 6, 3, 1, 1, 32 * 9 * 4 * 10}};
+                                      {1, 32, 6, 7, 6, 3, 1, 1, 32 * 9 * 4 * 10},
+                                      {1, 256, 4, 5, 3, 3, 1, 1, detail::kIm2colBudgetBytes}};
 
-void check_conv(const int64_t (&s)[9], uint64_t seed) {
+void check_conv(const int64_t (&s)[9], DType f, uint64_t seed, std::vector<double>& worst) {
     const int64_t n_img = s[0], c = s[1], h = s[2], wd = s[3], out = s[4], k = s[5];
     const int stride = int(s[6]), pad = int(s[7]);
     const Tensor x = random_tensor({n_img, c, h, wd}, seed, -2.0f, 2.0f), b = random_tensor({out}, seed + 2);
-    const Tensor wq = q8_weight({out, c, k, k}, seed + 1), w = wq.to_f32();
-    const Tensor y = detail::conv2d_tiled(x, wq, &b, stride, pad, s[8]);
-    const int64_t pixels = y.dim(2) * y.dim(3), kk = c * k * k;
-    const detail::ConvGeometry g{c, h, wd, k, k, stride, pad, y.dim(2), y.dim(3)};
+    const Tensor wq = block_weight({out, c, k, k}, f, seed + 1), w = wq.to_f32();
+    const std::vector<WidenedRow> widened = widened_rows(wq);
+    const Tensor dequantized = detail::conv2d_tiled(x, w, &b, stride, pad, s[8]);
+    const int64_t pixels = dequantized.dim(2) * dequantized.dim(3), kk = c * k * k;
+    const detail::ConvGeometry g{c, h, wd, k, k, stride, pad, dequantized.dim(2), dequantized.dim(3)};
     std::vector<Expected> want;
     std::vector<float> col(size_t(kk * pixels));  // each output pixel's inputs (im2col.h)
     for (int64_t n = 0; n < n_img; ++n) {
         detail::im2col_tile(x.data() + n * c * h * wd, g, 0, pixels, col.data());
         for (int64_t o = 0; o < out; ++o)
             for (int64_t p = 0; p < pixels; ++p)
-                want.push_back(expected_output(col.data() + p, pixels, w.data() + o * kk, kk, b.data()[o]));
+                want.push_back(
+                    expected_output(col.data() + p, pixels, w.data() + o * kk, widened[size_t(o)], kk, b.data()[o]));
     }
-    expect_within(y, detail::conv2d_tiled(x, w, &b, stride, pad, s[8]), want,
-                  "conv2d c" + std::to_string(c) + " " + std::to_string(k) + "x" + std::to_string(k) + " s" +
-                      std::to_string(stride));
+    for (size_t i = 0; i < paths().size(); ++i) {
+        ForcedIsa forced(paths()[i]);
+        expect_within(detail::conv2d_tiled(x, wq, &b, stride, pad, s[8]), dequantized, want,
+                      std::string(dtype_name(f)) + " conv2d c" + std::to_string(c) + " " + std::to_string(k) + "x" +
+                          std::to_string(k) + " s" + std::to_string(stride) + " " + detail::int8_isa_name(paths()[i]),
+                      &worst[i]);
+    }
+}
+
+// The widened rows are the dequantized values before their roundings (Expected's (2)), and the offsets are
+// 128 x the codes' sums. Random weights and, for the formats with a min, blocks of one value (range 0: d = 0).
+TEST(Int8Dot, WidenedRowsAreTheDequantizedValues) {
+    for (DType f : kFormats) {
+        Tensor src = random_tensor({3, 512}, 741);
+        std::fill(src.data() + 512, src.data() + 768, 0.375f);
+        const Tensor wq = src.converted(f), w = wq.to_f32();
+        const detail::Int8Weights weights(wq, "test");
+        std::vector<uint8_t> scratch(size_t(weights.scratch_bytes(3)) + 4);
+        detail::Int8Row rows[3];
+        weights.rows_view(0, 3, scratch.data(), rows);
+        for (int64_t o = 0; o < 3; ++o)
+            for (int64_t b = 0; b < weights.k_blocks(); ++b) {
+                int32_t sum = 0;
+                for (int i = 0; i < 32; ++i) {
+                    const int code = int8_t(rows[o].codes[b * rows[o].code_stride + i]);
+                    const double a = double(rows[o].scales[b]) * code, v = w.data()[o * 512 + 32 * b + i];
+                    const double m = rows[o].mins ? rows[o].mins[b] : 0.0;
+                    ASSERT_LE(std::fabs(a + m - v), rows[o].mins ? kU * (std::fabs(a) + std::fabs(v)) : 0.0)
+                        << dtype_name(f) << " row " << o << " value " << 32 * b + i;
+                    sum += code;
+                }
+                ASSERT_EQ(rows[o].offsets[b], 128 * sum) << dtype_name(f);
+            }
+    }
+    EXPECT_FALSE(detail::int8_products_take(DType::Q6_K));  // two sub-scales per 32 values: dequantized
 }
 
 TEST(Int8Dot, WithinTheRoundingBoundOnEveryPath) {
-    for (Int8Isa isa : paths()) {
-        ForcedIsa forced(isa);
+    for (DType f : kFormats) {
         uint64_t seed = 500;
-        for (const auto& s : kLinearShapes) check_linear(s, seed += 3);
-        for (const auto& s : kConvShapes) check_conv(s, seed += 3);
+        std::vector<double> worst(paths().size());
+        for (const auto& s : kLinearShapes)
+            if (fits(f, s[1])) check_linear(s, f, seed += 3, worst);
+        for (const auto& s : kConvShapes)
+            if (fits(f, s[1] * s[5] * s[5])) check_conv(s, f, seed += 3, worst);
+        for (size_t i = 0; i < worst.size(); ++i)
+            std::printf("[ int8 ] %-5s %-12s worst error / bound %.3f\n", dtype_name(f),
+                        detail::int8_isa_name(paths()[i]), worst[i]);
     }
 }
 
+// A q6_K weight (not taken) gives the dequantized product.
+TEST(Int8Dot, UntakenFormatsAreDequantized) {
+    const Tensor x = random_tensor({3, 256}, 751), w = block_weight({5, 256}, DType::Q6_K, 752);
+    EXPECT_TRUE(same_bits(linear(x, w, nullptr), linear(x, w.to_f32(), nullptr)));
+}
+
 TEST(Int8Dot, PathsAgreeBitForBit) {
-    const Tensor x = random_tensor({37, 320}, 701, -3.0f, 3.0f), wq = q8_weight({11, 320}, 702);
-    const Tensor xc = random_tensor({1, 32, 9, 7}, 703), wc = q8_weight({6, 32, 3, 3}, 704), b = random_tensor({6}, 705);
-    Tensor want_linear, want_conv;
-    {
-        ForcedIsa forced(Int8Isa::Scalar);
-        want_linear = linear(x, wq, nullptr);
-        want_conv = conv2d(xc, wc, &b, 1, 1);
-    }
-    for (Int8Isa isa : paths()) {
-        ForcedIsa forced(isa);
-        EXPECT_TRUE(same_bits(linear(x, wq, nullptr), want_linear)) << detail::int8_isa_name(isa);
-        EXPECT_TRUE(same_bits(conv2d(xc, wc, &b, 1, 1), want_conv)) << detail::int8_isa_name(isa);
+    const Tensor x = random_tensor({37, 512}, 701, -3.0f, 3.0f), xc = random_tensor({1, 256, 5, 4}, 703);
+    const Tensor b = random_tensor({6}, 705);
+    for (DType f : kFormats) {
+        const Tensor wq = block_weight({11, 512}, f, 702), wc = block_weight({6, 256, 3, 3}, f, 704);
+        Tensor want_linear, want_conv;
+        {
+            ForcedIsa forced(Int8Isa::Scalar);
+            want_linear = linear(x, wq, nullptr);
+            want_conv = conv2d(xc, wc, &b, 1, 1);
+        }
+        for (Int8Isa isa : paths()) {
+            ForcedIsa forced(isa);
+            EXPECT_TRUE(same_bits(linear(x, wq, nullptr), want_linear)) << dtype_name(f) << " " << detail::int8_isa_name(isa);
+            EXPECT_TRUE(same_bits(conv2d(xc, wc, &b, 1, 1), want_conv)) << dtype_name(f) << " " << detail::int8_isa_name(isa);
+        }
     }
 }
 
@@ -165,34 +257,42 @@ TEST(Int8Dot, FusedConvolutionsGiveConv2dsBits) {
     EXPECT_TRUE(same_bits(acc, sum));
 }
 
-// A NaN or inf activation: the float path makes the outputs that read it NaN or +-inf, the int8 path NaN.
+// A NaN or inf activation: the float path makes the outputs that read it NaN or +-inf, the int8 path NaN (q4_1:
+// its min term reads the block's sum, NaN too).
 TEST(Int8Dot, NonFiniteActivationsGiveNonFiniteOutputsWhereTheFloatPathDoes) {
-    const Tensor wq = q8_weight({9, 96}, 721), wc = q8_weight({5, 32, 3, 3}, 722);
-    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()})
-        for (Int8Isa isa : paths()) {
-            ForcedIsa forced(isa);
-            Tensor x = random_tensor({19, 96}, 723), xc = random_tensor({1, 32, 6, 7}, 724);
-            x.data()[5 * 96 + 40] = bad;
-            xc.data()[(3 * 6 + 2) * 7 + 4] = bad;
-            const Tensor ys[] = {linear(x, wq, nullptr), conv2d(xc, wc, nullptr, 1, 1)};
-            const Tensor floats[] = {linear(x, wq.to_f32(), nullptr), conv2d(xc, wc.to_f32(), nullptr, 1, 1)};
-            for (int op = 0; op < 2; ++op) {
-                int64_t nan = 0;
-                for (int64_t i = 0; i < ys[op].numel(); ++i) {
-                    ASSERT_EQ(std::isfinite(ys[op].data()[i]), std::isfinite(floats[op].data()[i])) << op << " " << i;
-                    nan += std::isnan(ys[op].data()[i]);
+    for (DType f : {DType::Q8_0, DType::Q4_1}) {
+        const Tensor wq = block_weight({9, 96}, f, 721), wc = block_weight({5, 32, 3, 3}, f, 722);
+        for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()})
+            for (Int8Isa isa : paths()) {
+                ForcedIsa forced(isa);
+                Tensor x = random_tensor({19, 96}, 723), xc = random_tensor({1, 32, 6, 7}, 724);
+                x.data()[5 * 96 + 40] = bad;
+                xc.data()[(3 * 6 + 2) * 7 + 4] = bad;
+                const Tensor ys[] = {linear(x, wq, nullptr), conv2d(xc, wc, nullptr, 1, 1)};
+                const Tensor floats[] = {linear(x, wq.to_f32(), nullptr), conv2d(xc, wc.to_f32(), nullptr, 1, 1)};
+                for (int op = 0; op < 2; ++op) {
+                    int64_t nan = 0;
+                    for (int64_t i = 0; i < ys[op].numel(); ++i) {
+                        ASSERT_EQ(std::isfinite(ys[op].data()[i]), std::isfinite(floats[op].data()[i]))
+                            << dtype_name(f) << " " << op << " " << i;
+                        nan += std::isnan(ys[op].data()[i]);
+                    }
+                    EXPECT_EQ(nan, op == 0 ? 9 : 5 * 9) << "linear: row 5's outputs; conv2d: the 3x3 window's";
                 }
-                EXPECT_EQ(nan, op == 0 ? 9 : 5 * 9) << "linear: row 5's outputs; conv2d: the 3x3 window's";
             }
-        }
+    }
 }
 
+// Every format the int8 products take (tests comparing the CPU with a GPU rely on it).
 TEST(Int8Dot, DequantizeSettingGivesTheFloatPath) {
-    const Tensor x = random_tensor({2, 5, 64}, 731), w = q8_weight({31, 64}, 732), b = random_tensor({31}, 733);
-    const Tensor xc = random_tensor({1, 32, 5, 6}, 734), wc = q8_weight({4, 32, 3, 3}, 735);
+    const Tensor x = random_tensor({2, 5, 256}, 731), b = random_tensor({31}, 733);
+    const Tensor xc = random_tensor({1, 256, 3, 4}, 734);
     const ScopedCpuQ8Products exact(CpuQ8Products::Dequantize);
-    EXPECT_TRUE(same_bits(linear(x, w, &b), linear(x, w.to_f32(), &b)));
-    EXPECT_TRUE(same_bits(conv2d(xc, wc, nullptr, 1, 1), conv2d(xc, wc.to_f32(), nullptr, 1, 1)));
+    for (DType f : kFormats) {
+        const Tensor w = block_weight({31, 256}, f, 732), wc = block_weight({4, 256, 3, 3}, f, 735);
+        EXPECT_TRUE(same_bits(linear(x, w, &b), linear(x, w.to_f32(), &b))) << dtype_name(f);
+        EXPECT_TRUE(same_bits(conv2d(xc, wc, nullptr, 1, 1), conv2d(xc, wc.to_f32(), nullptr, 1, 1))) << dtype_name(f);
+    }
 }
 
 }  // namespace

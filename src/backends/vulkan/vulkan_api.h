@@ -82,6 +82,9 @@ namespace kiln::vulkan {
     X(vkDestroyFence)                            \
     X(vkWaitForFences)                           \
     X(vkResetFences)                             \
+    X(vkCreateSemaphore)                         \
+    X(vkDestroySemaphore)                        \
+    X(vkGetSemaphoreCounterValue)                \
     X(vkAllocateMemory)                          \
     X(vkFreeMemory)                              \
     X(vkMapMemory)                               \

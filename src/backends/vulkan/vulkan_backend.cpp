@@ -1,6 +1,7 @@
 #include "backends/vulkan/vulkan_backend.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -100,14 +101,24 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
     // call 101.6 ms against base's 125.8, docs/VULKAN.md), unless KILN_VULKAN_COOP names another.
     const char* coop = std::getenv("KILN_VULKAN_COOP");
     set_matrix_variant(coop ? coop : physical_.matrix_products && physical_.matrix_khr ? "sg32" : "base");
+    const bool ahead = upload_ahead_from_env(std::getenv("KILN_VULKAN_UPLOAD_AHEAD"));
+    const TransferQueue ahead_queue = transfer_queue_from_env(std::getenv("KILN_VULKAN_TRANSFER_QUEUE"));
     const Api& a = api();
-    const float priority = 1.0f;
-    VkDeviceQueueCreateInfo queue{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
-    queue.queueFamilyIndex = physical_.queue_family;
-    queue.queueCount = 1;
-    queue.pQueuePriorities = &priority;
+    // The compute queue, and the queues copies ahead may use (vulkan_transfer.h): a second of the compute family
+    // and one of a transfer-only family, where the device has them.
+    transfer_queues_ = vulkan::transfer_queues(physical_.handle, physical_.queue_family);
+    const float priorities[] = {1.0f, 1.0f};
+    VkDeviceQueueCreateInfo queues[2] = {{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO},
+                                         {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO}};
+    queues[0].queueFamilyIndex = physical_.queue_family;
+    queues[0].queueCount = transfer_queues_.compute_queues;
+    queues[0].pQueuePriorities = priorities;
+    queues[1].queueFamilyIndex = uint32_t(std::max<int64_t>(transfer_queues_.family, 0));
+    queues[1].queueCount = 1;
+    queues[1].pQueuePriorities = priorities;
     VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     f12.bufferDeviceAddress = VK_TRUE;
+    f12.timelineSemaphore = transfer_queues_.timelines ? VK_TRUE : VK_FALSE;
     VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
     f11.storageBuffer16BitAccess = physical_.fp16_storage ? VK_TRUE : VK_FALSE;
     f11.pNext = &f12;
@@ -147,8 +158,8 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
     }
     info.enabledExtensionCount = uint32_t(extensions.size());
     info.ppEnabledExtensionNames = extensions.data();
-    info.queueCreateInfoCount = 1;
-    info.pQueueCreateInfos = &queue;
+    info.queueCreateInfoCount = transfer_queues_.family >= 0 ? 2 : 1;
+    info.pQueueCreateInfos = queues;
     check(a.vkCreateDevice(physical_.handle, &info, nullptr, &device_),
           std::string("vkCreateDevice (") + physical_.properties.deviceName + ")");
     a.vkGetDeviceQueue(device_, physical_.queue_family, 0, &queue_);
@@ -192,6 +203,19 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
                                                  family[physical_.queue_family].timestampValidBits,
                                                  [this] { submit_and_wait(); });
     ops_ = std::make_unique<VulkanDeviceOps>(*this);
+    if (ahead) set_upload_ahead(true, ahead_queue);
+}
+
+void VulkanBackend::set_upload_ahead(bool on, TransferQueue queue) {
+    synchronize();  // nothing in flight on the queue being left
+    transfer_.reset();
+    if (on && transfer_queues_.timelines) transfer_ = std::make_unique<VulkanTransfer>(device_, transfer_queues_, queue);
+    if (const char* v = std::getenv("KILN_VULKAN_VERBOSE"); v && *v == '1')
+        std::fprintf(stderr, "%s: streamed weights copied %s%s (compute family %u with %u queue(s) for kiln; "
+                     "transfer-only family %s)\n", device_name(device()).c_str(), transfer_ ? "ahead on queue " : "in line",
+                     transfer_ ? transfer_queue_name(transfer_->kind()) : on ? ", no timeline semaphores" : "",
+                     physical_.queue_family, transfer_queues_.compute_queues,
+                     transfer_queues_.family >= 0 ? std::to_string(transfer_queues_.family).c_str() : "none");
 }
 
 void VulkanBackend::time_begin(ops::OpKind kind, double flops) {
@@ -221,6 +245,7 @@ VulkanBackend::~VulkanBackend() {
         recording_ = false;
     }
     a.vkDeviceWaitIdle(device_);
+    transfer_.reset();  // an open batch of copies is dropped like the commands above
     recordings_.clear();  // their tensors go back to the memory below; their buffers go with the pool
     ops_.reset();
     timeline_.reset();
@@ -237,6 +262,8 @@ VulkanBackend::~VulkanBackend() {
 }
 
 void VulkanBackend::record_begin() {
+    // Copies ahead start as soon as the stream records what comes after them (the block they overlap).
+    if (transfer_ && transfer_->batch_open()) transfer_->submit_batch();
     if (capturing_ || recording_) return;  // a recording's buffer was begun by run_recorded
     VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
@@ -258,29 +285,86 @@ void VulkanBackend::record_barrier() {
 
 void VulkanBackend::submit_and_wait(VkCommandBuffer recorded) {
     require(!capturing_, ErrorKind::Unsupported, "vulkan: the host waits for the device inside a recorded call");
+    // Copies ahead are waited for too: the host memory they read may go after this, and later work sees them.
+    if (transfer_ && transfer_->copies_unwaited()) wait_for_uploads_ahead();
     if (recorded != VK_NULL_HANDLE) record_begin();  // submitted together, the stream's commands first
-    if (recording_) {
+    // Flushed work (copies ahead on) is waited for by the fence of a submission after it, even an empty one.
+    const bool flushed = !in_flight_.empty() || (transfer_ && transfer_->compute_wait_pending());
+    if (recording_ || flushed) {
         const Api& a = api();
-        check(a.vkEndCommandBuffer(commands_), "vkEndCommandBuffer");
+        const bool began = recording_;
+        if (began) check(a.vkEndCommandBuffer(commands_), "vkEndCommandBuffer");
         recording_ = false;
-        if (recorded_ > 0 || recorded != VK_NULL_HANDLE) {
+        const bool work = began && (recorded_ > 0 || recorded != VK_NULL_HANDLE);
+        if (work || flushed) {
             const VkCommandBuffer buffers[] = {commands_, recorded};
             VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-            submit.commandBufferCount = recorded != VK_NULL_HANDLE ? 2 : 1;
+            submit.commandBufferCount = !work ? 0 : recorded != VK_NULL_HANDLE ? 2 : 1;
             submit.pCommandBuffers = buffers;
+            if (transfer_) transfer_->compute_submit(submit);
             check(a.vkQueueSubmit(queue_, 1, &submit, fence_), "vkQueueSubmit");
             check(a.vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
             check(a.vkResetFences(device_, 1, &fence_), "vkResetFences");
             timeline_->synchronized();
         }
-        check(a.vkResetCommandBuffer(commands_, 0), "vkResetCommandBuffer");
+        if (began) check(a.vkResetCommandBuffer(commands_, 0), "vkResetCommandBuffer");
         recorded_ = 0;
+        for (const auto& [buffer, value] : in_flight_) {
+            check(a.vkResetCommandBuffer(buffer, 0), "vkResetCommandBuffer");
+            spare_commands_.push_back(buffer);
+        }
+        in_flight_.clear();
+        if (transfer_) transfer_->all_done();
     }
     staging_used_ = 0;
     kernels_->save_cache();  // when pipelines were made since the last save (the first steps of a run)
 }
 
 void VulkanBackend::synchronize() { submit_and_wait(); }
+
+void VulkanBackend::flush() {
+    const Api& a = api();
+    VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    const bool began = recording_;
+    if (began) {
+        check(a.vkEndCommandBuffer(commands_), "vkEndCommandBuffer");
+        recording_ = false;
+        submit.commandBufferCount = 1;
+        submit.pCommandBuffers = &commands_;
+    }
+    const uint64_t value = transfer_->compute_submit(submit);
+    check(a.vkQueueSubmit(queue_, 1, &submit, VK_NULL_HANDLE), "vkQueueSubmit");
+    recorded_ = 0;
+    if (!began) return;
+    in_flight_.emplace_back(commands_, value);
+    commands_ = target_ = next_commands();
+}
+
+VkCommandBuffer VulkanBackend::next_commands() {
+    const Api& a = api();
+    const uint64_t reached = transfer_->compute_reached();
+    for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+        if (it->second > reached) {
+            ++it;
+            continue;
+        }
+        check(a.vkResetCommandBuffer(it->first, 0), "vkResetCommandBuffer");
+        spare_commands_.push_back(it->first);
+        it = in_flight_.erase(it);
+    }
+    VkCommandBuffer buffer = VK_NULL_HANDLE;
+    if (!spare_commands_.empty()) {
+        buffer = spare_commands_.back();
+        spare_commands_.pop_back();
+        return buffer;
+    }
+    VkCommandBufferAllocateInfo cb{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    cb.commandPool = pool_;
+    cb.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    cb.commandBufferCount = 1;
+    check(a.vkAllocateCommandBuffers(device_, &cb, &buffer), "vkAllocateCommandBuffers");
+    return buffer;
+}
 
 void VulkanBackend::dispatch_bytes(const char* name, const void* params, uint32_t bytes, uint32_t x, uint32_t y,
                                    uint32_t z) {
@@ -328,6 +412,13 @@ void* VulkanBackend::allocate_host(int64_t bytes) {
         VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
         info.size = VkDeviceSize(made->size);
         info.usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT;
+        // Read by the compute queue (copies in line) and by a transfer-only family's queue (copies ahead).
+        const uint32_t families[] = {physical_.queue_family, uint32_t(std::max<int64_t>(transfer_queues_.family, 0))};
+        if (transfer_queues_.family >= 0) {
+            info.sharingMode = VK_SHARING_MODE_CONCURRENT;
+            info.queueFamilyIndexCount = 2;
+            info.pQueueFamilyIndices = families;
+        }
         if (a.vkCreateBuffer(device_, &info, nullptr, &made->buffer) != VK_SUCCESS) return nullptr;
         VkMemoryRequirements req;
         a.vkGetBufferMemoryRequirements(device_, made->buffer, &req);
@@ -384,20 +475,67 @@ void VulkanBackend::deallocate_host(void* p) noexcept {
         }
 }
 
+VulkanBackend::HostRange VulkanBackend::host_range(const void* src, int64_t bytes, const char* what) const {
+    const std::string why = std::string("vulkan: ") + what + " from memory allocate_host did not give";
+    auto it = host_blocks_.upper_bound(static_cast<const char*>(src));
+    require(it != host_blocks_.begin(), ErrorKind::InvalidArgument, why);
+    const HostSlab* slab = std::prev(it)->second;
+    const int64_t offset = static_cast<const char*>(src) - slab->map;
+    require(offset >= 0 && offset + bytes <= slab->used, ErrorKind::InvalidArgument, why);
+    return {slab->buffer, VkDeviceSize(offset)};
+}
+
 void VulkanBackend::upload_async(void* dst, const void* src, int64_t bytes) {
     if (bytes <= 0) return;
     require(!capturing_, ErrorKind::Unsupported, "vulkan: an upload inside a recorded call");
-    auto it = host_blocks_.upper_bound(static_cast<const char*>(src));
-    require(it != host_blocks_.begin(), ErrorKind::InvalidArgument, "vulkan: upload_async from memory allocate_host did not give");
-    const HostSlab* slab = std::prev(it)->second;
-    const int64_t offset = static_cast<const char*>(src) - slab->map;
-    require(offset >= 0 && offset + bytes <= slab->used, ErrorKind::InvalidArgument,
-            "vulkan: upload_async from memory allocate_host did not give");
+    const HostRange from = host_range(src, bytes, "upload_async");
     const VulkanMemory::Location where = memory_->locate(dst);
     record_begin();
-    VkBufferCopy region{VkDeviceSize(offset), where.offset, VkDeviceSize(bytes)};
-    api().vkCmdCopyBuffer(commands_, slab->buffer, where.buffer, 1, &region);
+    VkBufferCopy region{from.offset, where.offset, VkDeviceSize(bytes)};
+    api().vkCmdCopyBuffer(commands_, from.buffer, where.buffer, 1, &region);
     record_barrier();
+}
+
+void VulkanBackend::upload_ahead(void* dst, const void* src, int64_t bytes) {
+    // A recorded call copies in line: its replays could not wait for copies made once.
+    if (!transfer_ || capturing_) return upload_async(dst, src, bytes);
+    if (bytes <= 0) return;
+    const HostRange from = host_range(src, bytes, "upload_ahead");
+    const VulkanMemory::Location to = memory_->locate(dst);
+    // dst was just allocated, and blocks are reused in the compute stream's order: work recorded before may still
+    // read what it held. So that work is submitted first, and the copy waits for it (and for a pending wait for
+    // earlier copies, which orders two copies into the same memory).
+    if (recorded_ > 0 || transfer_->compute_wait_pending()) flush();
+    transfer_->copy(from.buffer, from.offset, to.buffer, to.offset, VkDeviceSize(bytes));
+    ahead_destinations_.push_back(dst);
+}
+
+void VulkanBackend::deallocate(void* p) noexcept {
+    // A copy's destination freed before anything waited for the copy (a buffer fetched ahead, then dropped): the
+    // work that reuses the block must follow the copy.
+    if (std::find(ahead_destinations_.begin(), ahead_destinations_.end(), p) != ahead_destinations_.end()) {
+        try {
+            wait_for_uploads_ahead();
+        } catch (...) {
+            try {
+                synchronize();
+            } catch (...) {
+            }
+        }
+    }
+    memory_->deallocate(p);
+}
+
+void VulkanBackend::wait_for_uploads_ahead() {
+    if (!transfer_ || !transfer_->copies_unwaited()) return;
+    require(!capturing_, ErrorKind::Unsupported, "vulkan: a wait for copies ahead inside a recorded call");
+    transfer_->submit_batch();
+    if (recorded_ > 0) flush();  // the work recorded so far (the block the copies overlap) does not wait
+    transfer_->compute_waits();
+    ahead_destinations_.clear();
+    record_begin();
+    transfer_->record_acquire(commands_);
+    record_barrier();  // in the batch that waits: every later command follows the wait, whichever batch it is in
 }
 
 void VulkanBackend::download(void* dst, const void* src, int64_t bytes) {

@@ -1,7 +1,8 @@
 // The Vulkan backend: one per device, made by the registry (core/backend.h) on first use. Work is recorded
 // into one command buffer, every command followed by a full compute/transfer barrier, so the buffer runs
 // in order like a CUDA stream; it is submitted when the host needs a result (download, synchronize) or the
-// staging memory for uploads is full. A recorded call (run_recorded: the UNet, the VAE decode) is recorded
+// staging memory for uploads is full, and without a wait where copies ahead need a point to follow
+// (vulkan_transfer.h: streamed weights copied on a transfer queue while the compute queue works). A recorded call (run_recorded: the UNet, the VAE decode) is recorded
 // into a command buffer of its own once and resubmitted afterwards. Memory comes from VulkanMemory (device
 // addresses as pointers), the kernels from VulkanKernels (docs/VULKAN.md).
 #pragma once
@@ -16,6 +17,7 @@
 #include "backends/vulkan/vulkan_kernels.h"
 #include "backends/vulkan/vulkan_timeline.h"
 #include "backends/vulkan/vulkan_memory.h"
+#include "backends/vulkan/vulkan_transfer.h"
 #include "core/backend.h"
 #include "ops/op_list.h"
 
@@ -47,7 +49,7 @@ public:
     }
     VulkanMemory& memory() { return *memory_; }
     void* allocate(int64_t bytes) override { return memory_->allocate(bytes); }
-    void deallocate(void* p) noexcept override { memory_->deallocate(p); }
+    void deallocate(void* p) noexcept override;
     void upload(void* dst, const void* src, int64_t bytes) override;
     void download(void* dst, const void* src, int64_t bytes) override;
     void copy(void* dst, const void* src, int64_t bytes) override;
@@ -69,6 +71,17 @@ public:
     void* allocate_host(int64_t bytes) override;
     void deallocate_host(void* p) noexcept override;
     void upload_async(void* dst, const void* src, int64_t bytes) override;
+    // Copies ahead (a streamed block's weights while the block before runs): recorded on the transfer queue
+    // (vulkan_transfer.h) after the compute work submitted so far; the compute work after wait_for_uploads_ahead
+    // waits for them. In line (upload_async) inside a recorded call, with KILN_VULKAN_UPLOAD_AHEAD=0, or where
+    // the device has no timeline semaphores.
+    void upload_ahead(void* dst, const void* src, int64_t bytes) override;
+    void wait_for_uploads_ahead() override;
+    // Copies ahead on (on a queue as KILN_VULKAN_TRANSFER_QUEUE picks, Auto: the best the device has) or off
+    // (in line); waits for the device first. Tests switch with it.
+    void set_upload_ahead(bool on, TransferQueue queue = TransferQueue::Auto);
+    // The queue copies ahead run on (never Auto), or Auto when they are off.
+    TransferQueue upload_ahead_queue() const { return transfer_ ? transfer_->kind() : TransferQueue::Auto; }
     Tensor run_recorded(const std::string& key, const std::vector<const Tensor*>& inputs,
                         const RecordedFn& fn) override;
 
@@ -145,6 +158,16 @@ private:
     // Runs what is recorded (then `recorded`, a recorded call's buffer, if given) and waits; the staging
     // memory is free again after it. Inside a recording: an Unsupported error (the host cannot wait there).
     void submit_and_wait(VkCommandBuffer recorded = VK_NULL_HANDLE);
+    // Submits what is recorded without waiting (copies ahead follow it, or it must not wait for them); the
+    // stream records into a fresh buffer after it. Only where copies ahead are on.
+    void flush();
+    VkCommandBuffer next_commands();  // a buffer the device has finished with, or a new one
+    struct HostRange {
+        VkBuffer buffer;
+        VkDeviceSize offset;
+    };
+    // Where bytes from allocate_host lie; InvalidArgument naming `what` for other memory.
+    HostRange host_range(const void* src, int64_t bytes, const char* what) const;
     void copy_to_staging(const void* src, int64_t bytes, int64_t staging_offset);
 
     PhysicalDevice physical_;
@@ -154,6 +177,12 @@ private:
     VkCommandPool pool_ = VK_NULL_HANDLE;
     std::unique_ptr<VulkanTimeline> timeline_;
     VkCommandBuffer commands_ = VK_NULL_HANDLE;  // the stream's buffer
+    // Flushed buffers not yet known finished, with the compute value each signals, and finished ones to reuse.
+    std::vector<std::pair<VkCommandBuffer, uint64_t>> in_flight_;
+    std::vector<VkCommandBuffer> spare_commands_;
+    TransferQueues transfer_queues_;
+    std::unique_ptr<VulkanTransfer> transfer_;  // null: copies in line
+    std::vector<const void*> ahead_destinations_;  // of the copies no compute submission waits for yet
     VkCommandBuffer target_ = VK_NULL_HANDLE;    // where commands go: commands_, or a recording's buffer
     bool capturing_ = false;
     bool recording_enabled_ = true;

@@ -12,8 +12,6 @@
 #include "common.glsl"
 #ifdef DIRECT
 layout(local_size_x = 8, local_size_y = 8) in;
-#elif defined(COOP_SG4)
-layout(local_size_x = 128) in;  // gemm_coop_variants.glsl: 4 subgroups of 32
 #else
 layout(local_size_x = 16, local_size_y = 16) in;
 #endif
