@@ -129,7 +129,8 @@ TEST(VulkanFusedOps, EveryBuildAndSplitK) {
 }
 
 // Measured mode's first call of a shape runs each build twice to time it. The ops that add into their output
-// time a scratch copy instead: adding five times would be off by 4 |linear| or 4 |conv|, far above the bound.
+// time a scratch copy instead: adding at each timing run (4 or more) would be off by 3 |linear| or 3 |conv| at least,
+// far above the bound.
 TEST(VulkanFusedOps, MeasuringAddsOnce) {
     vulkan::VulkanBackend* vk = first_vulkan();
     if (!vk) GTEST_SKIP() << "no Vulkan device";
