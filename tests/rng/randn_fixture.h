@@ -1,6 +1,9 @@
-// Reads tests/data/rng/randn.{json,safetensors}: torch.randn references from torch 2.11 (CPU and an
-// NVIDIA H200). A deliberately tiny safetensors reader (8-byte little-endian header length, JSON
-// header, raw F32 data) so that these tests do not depend on src/io.
+// Reads tests/data/rng/randn.{json,safetensors} and randn_digests.json: torch.randn references from torch 2.11
+// (CPU and an NVIDIA H200). Streams of more than 1024 values keep their first 256 and, in the digests, their
+// length and the FNV-1a 64-bit hash of their float32 bytes (tests/data/shrink_randn.py made them from the whole
+// streams): same_as_reference checks a generated stream against both, so it is still bit for bit. A deliberately
+// tiny safetensors reader (8-byte little-endian header length, JSON header, raw F32 data) so that these tests do
+// not depend on src/io.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -22,10 +25,23 @@ struct RandnCase {
     std::string key;
 };
 
+struct StreamDigest {
+    size_t count;     // values in the whole stream
+    uint64_t fnv1a64;  // of its float32 bytes, little-endian
+};
+
 struct RandnFixture {
     std::vector<RandnCase> cases;
-    std::map<std::string, std::vector<float>> tensors;  // "cpu.<key>" / "cuda.<key>"
+    std::map<std::string, std::vector<float>> tensors;  // "cpu.<key>" / "cuda.<key>": whole, or the first 256
+    std::map<std::string, StreamDigest> digests;       // the streams kept in part
 };
+
+inline uint64_t fnv1a64(const float* values, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    const auto* bytes = reinterpret_cast<const unsigned char*>(values);  // little-endian host assumed
+    for (size_t i = 0; i < 4 * n; ++i) h = (h ^ bytes[i]) * 0x100000001b3ull;
+    return h;
+}
 
 inline const RandnFixture& randn_fixture() {
     static const RandnFixture fixture = [] {
@@ -57,6 +73,11 @@ inline const RandnFixture& randn_fixture() {
             std::memcpy(values.data(), data.data() + begin, end - begin);  // little-endian host assumed
             f.tensors[name] = std::move(values);
         }
+        std::ifstream dj(dir + "randn_digests.json");
+        if (!dj) throw std::runtime_error("cannot open " + dir + "randn_digests.json");
+        const auto digests = nlohmann::json::parse(dj);  // kept: a range over a temporary's member would dangle
+        for (const auto& [name, d] : digests.at("streams").items())
+            f.digests[name] = {d.at("count").get<size_t>(), std::stoull(d.at("fnv1a64").get<std::string>(), nullptr, 16)};
         return f;
     }();
     return fixture;
@@ -81,6 +102,20 @@ inline ::testing::AssertionResult bits_equal(const std::vector<float>& expected,
     }
     if (mismatches == 0) return ::testing::AssertionSuccess();
     return ::testing::AssertionFailure() << mismatches << " of " << n << " values differ:" << first;
+}
+
+// The stream `name` of the fixture, bit for bit: its values where they are all kept, else its first values, its
+// length and its digest.
+inline ::testing::AssertionResult same_as_reference(const std::string& name, const float* actual, size_t n) {
+    const RandnFixture& f = randn_fixture();
+    const std::vector<float>& kept = f.tensors.at(name);
+    const auto d = f.digests.find(name);
+    if (d == f.digests.end()) return bits_equal(kept, actual, n);
+    if (n != d->second.count) return ::testing::AssertionFailure() << "size " << n << ", expected " << d->second.count;
+    if (auto head = bits_equal(kept, actual, kept.size()); !head) return head << " (among the first values)";
+    if (fnv1a64(actual, n) != d->second.fnv1a64)
+        return ::testing::AssertionFailure() << "the first " << kept.size() << " values match, later ones differ (digest)";
+    return ::testing::AssertionSuccess();
 }
 
 }  // namespace kiln::testing
