@@ -3,7 +3,7 @@
 // around them costs (docs/VULKAN.md, issue 23). Prints TFLOP/s per accumulator type and mode:
 //   kiln_vulkan_coop_peak_bench [device index] [runs]
 // mode 0: multiply-adds on registers only; 1: A and B reloaded from shared memory every round (gemm_coop.glsl's
-// inner loop without its barriers); 2: as 1, each subgroup on rows of its own; 3: as 1, B row-major; 4: A alone
+// inner loop without its barriers); 2: as 1, subgroups on rows 32 apart; 3: as 1, B row-major; 4: A alone
 // reloaded; 5: as 1 with gemm_coop.glsl's two barriers a k step of 32; 6: and its stash into shared memory; 7: and
 // its fetch of the next step from device memory; 8: and its epilogue every 40 rounds (tiles of k = 640); 9: as 7
 // with the fetch addressed as the kernel's (rows of A and B); 10: and the kernel's scalar fallback beside it.
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
         // Per round each of the 8 subgroups makes 8 products of 16x16x16: 2 * 16^3 FLOP each.
         const double flops = double(groups) * 8 * 8 * 2.0 * 16 * 16 * 16 * iters;
         for (const char* kernel : {"peak_coopk_f32acc", "peak_coopk_f16acc", "peak_coopk_f32glob"})
-            for (uint32_t mode : {0u, 1u, 5u, 6u, 7u, 8u, 9u, 10u}) {
+            for (uint32_t mode : {0u, 1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 9u, 10u}) {
                 const PeakParams params{address, iters, mode, src_address, uint32_t(src.numel() / 8), uint32_t(out.numel())};
                 vk.dispatch(kernel, params, groups);  // pipeline made, clocks up
                 vk.finish();

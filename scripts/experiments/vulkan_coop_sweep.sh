@@ -3,8 +3,9 @@
 #   scripts/experiments/vulkan_coop_sweep.sh [variants...]
 # Lines: products (matrix column; base also FMA tiles), stats (the driver's, if any), unet (SD 1.5, batch 2,
 # fp16: matrix forced, measured, FMA tiles), tests (forced; f16acc only VulkanProducts, the others' bounds being
-# for float32 sums). Under 6 minutes: a kiln bench ~8 s (OpenMP weights, upload, 7 calls of ~0.15 s), products
-# ~5 s: ~17 x 8 + 8 x 5 + 20 s unpacking = ~200 s; then the tests side by side in what is left.
+# for float32 sums). About 2 minutes for the default three (base sg32 f16acc; session 19: 110 s wall): a kiln
+# bench ~8 s (OpenMP weights, upload, 7 calls of ~0.15 s) for 2 per variant + 1, products ~5 s per variant, 20 s
+# unpacking; then the tests side by side in what is left of 335 s.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 run=${KILN_SWEEP_RUN:-scripts/run-on-device.sh}

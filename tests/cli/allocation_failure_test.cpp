@@ -37,15 +37,15 @@ bool vulkan_or_skip() {
 }
 
 // Under the sanitizers (CI's second pass, where each kiln run takes several times as long) every third point of
-// the stride and every 40th of the dense part: the Release pass sweeps them all; this pass looks for memory
-// errors on the failure paths, which a third of the points still reach.
+// the stride and every 40th of the dense part (half of its points): the Release pass sweeps them all; this pass
+// looks for memory errors on the failure paths, which the points left still reach.
 #if defined(__SANITIZE_ADDRESS__)
 constexpr int kSparser = 3;
 #else
 constexpr int kSparser = 1;
 #endif
 
-// N = 1, 2, 4, ... to `last`, every `stride`th, and every 20th of [dense_from, dense_to] (kSparser times fewer). A run that recovered
+// N = 1, 2, 4, ... to `last`, every `stride`th, and every 20th of [dense_from, dense_to] (under the sanitizers: fewer, above). A run that recovered
 // through the decode's bands may differ from the whole decode by rounding: in float32 (1.5 x 2e-5 of the image's
 // scale, model_conformance_test.cpp) by at most one level of 255.
 // `again` hears how many runs recovered by running the generation again.

@@ -205,11 +205,12 @@ TEST_P(WeightOffload, CopyAheadWaitsForTheWorkBeforeIt) {
     Tensor new_w = b.to_device(gpu, DType::F32);
     const Tensor want_old = ops::linear(xd, old_w, nullptr).to_host(), want_new = ops::linear(xd, new_w, nullptr).to_host();
     new_w.device_buffer()->offload();
+    const Tensor holder = b.to_device(gpu, DType::F32);  // takes new_w's freed block, so old_w's is the one free
     const void* freed = old_w.device_data();
     const Tensor got_old = ops::linear(xd, old_w, nullptr);  // queued, reading old_w
     old_w = Tensor();  // its memory back to the allocator while the product may still read it
     ASSERT_TRUE(new_w.device_buffer()->restore_ahead());
-    SCOPED_TRACE(new_w.device_data() == freed ? "into the memory just freed" : "into other memory");
+    const bool into_freed = new_w.device_data() == freed;
     gpu.wait_for_uploads_ahead();
     const Tensor got_new = ops::linear(xd, new_w, nullptr);
     EXPECT_TRUE(same_bits(got_old.to_host(), want_old)) << "the copy overwrote a weight still being read";
@@ -223,6 +224,8 @@ TEST_P(WeightOffload, CopyAheadWaitsForTheWorkBeforeIt) {
     const Tensor reused = a.to_device(gpu, DType::F32);
     SCOPED_TRACE(reused.device_data() == dropped ? "reused the dropped block" : "other memory");
     EXPECT_EQ(reused.to_host().values(), a.values());
+    // The checks above pass whatever memory the copy went to; only a copy into old_w's block tests the wait.
+    if (!into_freed) GTEST_SKIP() << "the allocator put the copy elsewhere: the race this test is for did not happen";
 }
 
 // img2img encodes first: the VAE must be there for its encoder, then leave for the UNet.

@@ -208,7 +208,9 @@ void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const Prod
         case P::Matrix: return go(matrix ? kMatrix : kLarge);
         case P::Measured: break;
     }
-    if (auto it = builds_.find(key); it != builds_.end()) return go(it->second);
+    // The choice is kept per shape, not per matrix kernel: where the kernel selected now cannot take this product
+    // (KILN_VULKAN_COOP changed to one without q8_0 kernels), the 128x128 tiles do.
+    if (auto it = builds_.find(key); it != builds_.end()) return go(it->second == kMatrix && !matrix ? kLarge : it->second);
     if (backend_.recording_call()) return go(matrix ? kMatrix : kSmall);  // no timing inside a recording
     // Each build once untimed (its pipeline is made, its caches warm), then once timed on the host clock
     // around a submit: the products that matter take milliseconds, the submit tens of microseconds.

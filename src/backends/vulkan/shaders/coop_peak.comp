@@ -1,10 +1,10 @@
 // Measurement only (bench/vulkan/coop_peak_bench.cpp, issue 23): how fast the driver runs
 // VK_KHR_cooperative_matrix's multiply-adds by themselves, so that the product kernels' ~30 TFLOP/s on the H200
 // can be split into what the matrix units give and what the kernel around them costs. 256 threads, 8 subgroups
-// of 32, each with the product kernel's 4 x 2 accumulators of 16x16 (float32 sums, or float16 with ACC_F16).
+// of 32, each with gemm_coop.glsl's (base's) 4 x 2 accumulators of 16x16 (float32 sums, or float16 with ACC_F16).
 // mode 0: A and B loaded from shared memory once, then `iters` rounds of the 8 multiply-adds on registers;
 // mode 1: A and B loaded again from shared memory every round, as gemm_coop.glsl's inner loop does (no barriers);
-// mode 2: as 1, but each subgroup reads rows of its own (the product kernel's subgroups share rows);
+// mode 2: as 1, but subgroups start 32 rows apart instead of sharing the tile's rows (neighbours overlap);
 // mode 3: as 1 with B loaded row-major; mode 4: only A reloaded; 5-10: below.
 #version 450
 #extension GL_KHR_cooperative_matrix : require
