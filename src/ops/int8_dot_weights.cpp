@@ -170,18 +170,7 @@ void widen_row(DType dtype, const uint8_t* src, int64_t k_blocks, bool simd, uin
 }  // namespace
 
 bool int8_products_take(DType dtype) {
-    switch (dtype) {
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_1:
-    case DType::Q5_0:
-    case DType::Q5_1:
-    case DType::Q4_K:
-    case DType::Q5_K:
-        return true;
-    default:
-        return false;
-    }
+    return is_block_quantized(dtype) && dtype != DType::Q6_K;  // q6_K's 16-value sub-blocks: dequantized
 }
 
 Int8Weights::Int8Weights(const Tensor& w, const char* op)
