@@ -79,21 +79,21 @@ set(KILN_VULKAN_KERNELS
   "timestep_embedding_f32|timestep_embedding.comp"
   "timestep_embedding_f16|timestep_embedding.comp|T_F16"
 )
-# Issue 23's matrix variants (gemm_coop_variants.glsl; vulkan_backend.cpp lists the names): four kernels each.
+# Issue 23's other matrix tiles (gemm_coop.glsl's geometries; vulkan_backend.cpp lists the names): four kernels each.
 foreach(variant "sg32|COOP_SG32" "f16acc|COOP_F16_SUMS")
   string(REPLACE "|" ";" variant "${variant}")
   list(GET variant 0 v)
   list(GET variant 1 d)
   list(APPEND KILN_VULKAN_KERNELS
-    "matmul_coopk_${v}_f16|matmul.comp|COOP,COOP_KHR,COOP_VARIANT,${d},A_F16,B_F16,C_F16"
-    "matmul_scores_coopk_${v}_f16|matmul.comp|COOP,COOP_KHR,COOP_VARIANT,${d},A_F16,B_F16"
-    "matmul_pv_coopk_${v}_f16|matmul.comp|COOP,COOP_KHR,COOP_VARIANT,${d},B_F16,C_F16"
-    "conv2d_coopk_${v}_f16|conv2d.comp|COOP,COOP_KHR,COOP_VARIANT,${d},T_F16")
+    "matmul_coopk_${v}_f16|matmul.comp|COOP,COOP_KHR,${d},A_F16,B_F16,C_F16"
+    "matmul_scores_coopk_${v}_f16|matmul.comp|COOP,COOP_KHR,${d},A_F16,B_F16"
+    "matmul_pv_coopk_${v}_f16|matmul.comp|COOP,COOP_KHR,${d},B_F16,C_F16"
+    "conv2d_coopk_${v}_f16|conv2d.comp|COOP,COOP_KHR,${d},T_F16")
 endforeach()
 # q8_0 weights read as blocks by the default matrix kernel (KILN_VULKAN_Q8=fused; docs/VULKAN.md).
 list(APPEND KILN_VULKAN_KERNELS
-  "matmul_q8_coopk_sg32_f16|matmul.comp|COOP,COOP_KHR,COOP_VARIANT,COOP_SG32,A_F16,B_Q8,C_F16"
-  "conv2d_q8_coopk_sg32_f16|conv2d.comp|COOP,COOP_KHR,COOP_VARIANT,COOP_SG32,T_F16,W_Q8")
+  "matmul_q8_coopk_sg32_f16|matmul.comp|COOP,COOP_KHR,COOP_SG32,A_F16,B_Q8,C_F16"
+  "conv2d_q8_coopk_sg32_f16|conv2d.comp|COOP,COOP_KHR,COOP_SG32,T_F16,W_Q8")
 # Measurement only (issue 23): the matrix units' multiply-add rate by itself (bench/vulkan/coop_peak_bench.cpp).
 list(APPEND KILN_VULKAN_KERNELS "peak_coopk_f32acc|coop_peak.comp" "peak_coopk_f16acc|coop_peak.comp|ACC_F16"
      "peak_coopk_f32glob|coop_peak.comp|GLOBAL_FETCH")

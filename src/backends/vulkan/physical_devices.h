@@ -38,7 +38,7 @@ struct PhysicalDevice {
 std::string matrix_extension_from_env(const char* value);
 
 // Whether the device's VK_KHR_cooperative_matrix offers 16x16x16 float16 products with float16 sums (the
-// "f16acc" variant under measurement, gemm_coop_variants.glsl).
+// "f16acc" tile under measurement, gemm_coop.glsl).
 bool khr_float16_sums(const PhysicalDevice& d);
 
 // Usable devices; why collects why the others (or all) are not.

@@ -124,7 +124,7 @@ public:
     enum class Q8Products { Transient, Fused };
     Q8Products q8_products() const { return q8_products_; }
     void set_q8_products(Q8Products q) { q8_products_ = q; }
-    // Issue 23's matrix kernels: "" gemm_coop.glsl, "_<name>" a variant (gemm_coop_variants.glsl), set by
+    // Issue 23's matrix kernels: "" gemm_coop.glsl, "_<name>" another of its geometries, set by
     // KILN_VULKAN_COOP=base|<name>; an error where the matrix units run the NV build, no effect without them.
     // Default: "_sg32" where the KHR kernels run (measured faster on the H200), else "".
     const std::string& matrix_variant() const { return matrix_variant_; }

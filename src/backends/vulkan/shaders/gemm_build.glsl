@@ -1,12 +1,10 @@
 // The build of a product kernel, chosen by its defines (kernels.cmake): COOP, matrix units
-// (gemm_coop.glsl, or with COOP_VARIANT one of gemm_coop_variants.glsl's); DIRECT, no shared memory, for
+// (gemm_coop.glsl, in the geometry its defines choose); DIRECT, no shared memory, for
 // devices that run on the CPU; SMALL, 64x64 tiles; else 128x128 tiles. Each provides gemm(m0, n0, M, N,
 // k_begin, K, a_k_fast, b_k_fast), the sum over k in [k_begin, K) for the tile at (m0, n0), and TILE, its
 // size (or TILE_M x TILE_N); the including shader defines load_a, load_b and store_c first, and
 // partial(m, n, slice) for sum_slices.
-#if defined(COOP) && defined(COOP_VARIANT)
-#include "gemm_coop_variants.glsl"
-#elif defined(COOP)
+#if defined(COOP)
 #include "gemm_coop.glsl"
 #else
 #if defined(DIRECT)
@@ -18,7 +16,7 @@
 #endif
 #include "gemm_micro.glsl"
 #endif
-#ifndef TILE_M  // tiles of TILE_M x TILE_N: square but for a variant under measurement (gemm_coop_variants.glsl)
+#ifndef TILE_M  // tiles of TILE_M x TILE_N: square but for gemm_coop.glsl's other geometries
 #define TILE_M TILE
 #define TILE_N TILE
 #endif
