@@ -168,11 +168,8 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physic
     pool.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
     pool.queueFamilyIndex = physical_.queue_family;
     check(a.vkCreateCommandPool(device_, &pool, nullptr, &pool_), "vkCreateCommandPool");
-    VkCommandBufferAllocateInfo cb{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-    cb.commandPool = pool_;
-    cb.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    cb.commandBufferCount = 1;
-    check(a.vkAllocateCommandBuffers(device_, &cb, &commands_), "vkAllocateCommandBuffers");
+    ring_ = std::make_unique<CommandRing>(device_, pool_, "");
+    commands_ = ring_->next(0);
     target_ = commands_;
     VkFenceCreateInfo fence{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     check(a.vkCreateFence(device_, &fence, nullptr, &fence_), "vkCreateFence");
@@ -289,7 +286,7 @@ void VulkanBackend::submit_and_wait(VkCommandBuffer recorded) {
     if (transfer_ && transfer_->copies_unwaited()) wait_for_uploads_ahead();
     if (recorded != VK_NULL_HANDLE) record_begin();  // submitted together, the stream's commands first
     // Flushed work (copies ahead on) is waited for by the fence of a submission after it, even an empty one.
-    const bool flushed = !in_flight_.empty() || (transfer_ && transfer_->compute_wait_pending());
+    const bool flushed = ring_->busy() || (transfer_ && transfer_->compute_wait_pending());
     if (recording_ || flushed) {
         const Api& a = api();
         const bool began = recording_;
@@ -309,11 +306,7 @@ void VulkanBackend::submit_and_wait(VkCommandBuffer recorded) {
         }
         if (began) check(a.vkResetCommandBuffer(commands_, 0), "vkResetCommandBuffer");
         recorded_ = 0;
-        for (const auto& [buffer, value] : in_flight_) {
-            check(a.vkResetCommandBuffer(buffer, 0), "vkResetCommandBuffer");
-            spare_commands_.push_back(buffer);
-        }
-        in_flight_.clear();
+        ring_->all_done();
         if (transfer_) transfer_->all_done();
     }
     staging_used_ = 0;
@@ -336,34 +329,8 @@ void VulkanBackend::flush() {
     check(a.vkQueueSubmit(queue_, 1, &submit, VK_NULL_HANDLE), "vkQueueSubmit");
     recorded_ = 0;
     if (!began) return;
-    in_flight_.emplace_back(commands_, value);
-    commands_ = target_ = next_commands();
-}
-
-VkCommandBuffer VulkanBackend::next_commands() {
-    const Api& a = api();
-    const uint64_t reached = transfer_->compute_reached();
-    for (auto it = in_flight_.begin(); it != in_flight_.end();) {
-        if (it->second > reached) {
-            ++it;
-            continue;
-        }
-        check(a.vkResetCommandBuffer(it->first, 0), "vkResetCommandBuffer");
-        spare_commands_.push_back(it->first);
-        it = in_flight_.erase(it);
-    }
-    VkCommandBuffer buffer = VK_NULL_HANDLE;
-    if (!spare_commands_.empty()) {
-        buffer = spare_commands_.back();
-        spare_commands_.pop_back();
-        return buffer;
-    }
-    VkCommandBufferAllocateInfo cb{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-    cb.commandPool = pool_;
-    cb.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    cb.commandBufferCount = 1;
-    check(a.vkAllocateCommandBuffers(device_, &cb, &buffer), "vkAllocateCommandBuffers");
-    return buffer;
+    ring_->submitted(commands_, value);
+    commands_ = target_ = ring_->next(transfer_->compute_reached());
 }
 
 void VulkanBackend::dispatch_bytes(const char* name, const void* params, uint32_t bytes, uint32_t x, uint32_t y,

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/vulkan/physical_devices.h"
+#include "backends/vulkan/vulkan_command_ring.h"
 #include "backends/vulkan/vulkan_kernels.h"
 #include "backends/vulkan/vulkan_timeline.h"
 #include "backends/vulkan/vulkan_memory.h"
@@ -161,7 +162,6 @@ private:
     // Submits what is recorded without waiting (copies ahead follow it, or it must not wait for them); the
     // stream records into a fresh buffer after it. Only where copies ahead are on.
     void flush();
-    VkCommandBuffer next_commands();  // a buffer the device has finished with, or a new one
     struct HostRange {
         VkBuffer buffer;
         VkDeviceSize offset;
@@ -177,9 +177,7 @@ private:
     VkCommandPool pool_ = VK_NULL_HANDLE;
     std::unique_ptr<VulkanTimeline> timeline_;
     VkCommandBuffer commands_ = VK_NULL_HANDLE;  // the stream's buffer
-    // Flushed buffers not yet known finished, with the compute value each signals, and finished ones to reuse.
-    std::vector<std::pair<VkCommandBuffer, uint64_t>> in_flight_;
-    std::vector<VkCommandBuffer> spare_commands_;
+    std::unique_ptr<CommandRing> ring_;  // flushed buffers, by the compute value each signals, and spares
     TransferQueues transfer_queues_;
     std::unique_ptr<VulkanTransfer> transfer_;  // null: copies in line
     std::vector<const void*> ahead_destinations_;  // of the copies no compute submission waits for yet

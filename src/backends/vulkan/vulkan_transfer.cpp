@@ -96,6 +96,7 @@ VulkanTransfer::VulkanTransfer(VkDevice device, const TransferQueues& queues, Tr
         a.vkDestroyCommandPool(device_, pool_, nullptr);
         throw;
     }
+    ring_ = std::make_unique<CommandRing>(device_, pool_, " (transfers)");
 }
 
 VulkanTransfer::~VulkanTransfer() {
@@ -107,30 +108,9 @@ VulkanTransfer::~VulkanTransfer() {
 }
 
 VkCommandBuffer VulkanTransfer::fresh_buffer() {
-    const Api& a = api();
     uint64_t reached = 0;
-    if (!in_flight_.empty()) check(a.vkGetSemaphoreCounterValue(device_, copied_, &reached), "vkGetSemaphoreCounterValue");
-    for (auto it = in_flight_.begin(); it != in_flight_.end();) {
-        if (it->value > reached) {
-            ++it;
-            continue;
-        }
-        check(a.vkResetCommandBuffer(it->commands, 0), "vkResetCommandBuffer (transfers)");
-        spare_.push_back(it->commands);
-        it = in_flight_.erase(it);
-    }
-    VkCommandBuffer cmd = VK_NULL_HANDLE;
-    if (!spare_.empty()) {
-        cmd = spare_.back();
-        spare_.pop_back();
-    } else {
-        VkCommandBufferAllocateInfo info{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-        info.commandPool = pool_;
-        info.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-        info.commandBufferCount = 1;
-        check(a.vkAllocateCommandBuffers(device_, &info, &cmd), "vkAllocateCommandBuffers (transfers)");
-    }
-    return cmd;
+    if (ring_->busy()) check(api().vkGetSemaphoreCounterValue(device_, copied_, &reached), "vkGetSemaphoreCounterValue");
+    return ring_->next(reached);
 }
 
 void VulkanTransfer::copy(VkBuffer src, VkDeviceSize src_offset, VkBuffer dst, VkDeviceSize dst_offset,
@@ -189,7 +169,7 @@ void VulkanTransfer::submit_batch() {
     submit.pSignalSemaphores = &copied_;
     check(a.vkQueueSubmit(queue_, 1, &submit, VK_NULL_HANDLE), "vkQueueSubmit (transfers)");
     copied_value_ = signal;
-    in_flight_.push_back({cmd, signal});
+    ring_->submitted(cmd, signal);
 }
 
 void VulkanTransfer::compute_waits() {
@@ -236,12 +216,6 @@ uint64_t VulkanTransfer::compute_reached() const {
     return v;
 }
 
-void VulkanTransfer::all_done() {
-    for (const Batch& b : in_flight_) {
-        check(api().vkResetCommandBuffer(b.commands, 0), "vkResetCommandBuffer (transfers)");
-        spare_.push_back(b.commands);
-    }
-    in_flight_.clear();
-}
+void VulkanTransfer::all_done() { ring_->all_done(); }
 
 }  // namespace kiln::vulkan

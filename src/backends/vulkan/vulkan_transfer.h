@@ -10,9 +10,11 @@
 // The backend submits its compute work through compute_submit(), which adds these waits and signals.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backends/vulkan/vulkan_api.h"
+#include "backends/vulkan/vulkan_command_ring.h"
 
 namespace kiln::vulkan {
 
@@ -89,12 +91,7 @@ private:
     uint64_t open_after_ = 0;  // the compute value the open batch waits for
     std::vector<VkBufferMemoryBarrier> released_;  // the open batch's ranges (across families only)
     std::vector<VkBufferMemoryBarrier> to_acquire_;  // submitted ranges the compute family has not acquired
-    struct Batch {
-        VkCommandBuffer commands;
-        uint64_t value;
-    };
-    std::vector<Batch> in_flight_;
-    std::vector<VkCommandBuffer> spare_;
+    std::unique_ptr<CommandRing> ring_;  // the copy batches' buffers, by the copies value each signals
     // compute_submit's semaphore arrays (they must outlive the call that fills the submission).
     VkTimelineSemaphoreSubmitInfo timeline_info_{};
     uint64_t wait_value_ = 0, signal_value_ = 0;
