@@ -80,51 +80,59 @@ TEST(VulkanFusedOps, EveryBuildAndSplitK) {
         Tensor lin_ref = ops::linear(x, w, &b), lin_scale = ops::linear(test::abs_of(x), test::abs_of(w), &babs);
         ops::add_(lin_ref, acc);
         ops::add_(lin_scale, test::abs_of(acc));
-        // The convolutions: 16 channels in 4 groups, 3x3 (k = 144), 33 outputs; the upsampled one with stride 2.
-        const int n = 2, cin = 16, h = 5, wd = 7, cout = 33, groups = 4;
-        const Tensor img = random({n, cin, h, wd}, 5), filt = random({cout, cin, 3, 3}, 6), fb = random({cout}, 7);
-        const Tensor gamma = random({cin}, 8, 0.5f, 1.5f), beta = random({cin}, 9), yb = random({cout}, 10);
-        const Tensor image_bias = random({n, cout + 3}, 11), fbabs = test::abs_of(fb);
-        const Tensor y0 = random({n, cout, h, wd}, 12, -2.0f, 2.0f);
-        Tensor add_ref = y0;
-        ops::conv2d_group_norm_silu_add_(add_ref, img, groups, gamma, beta, 1e-5f, filt, &fb, 1, 1, &yb);
-        const Tensor plus_ref = ops::conv2d_group_norm_silu_plus(img, groups, gamma, beta, 1e-5f, filt, &fb, image_bias,
-                                                                 2, 1, 1);
-        Tensor normed = ops::group_norm(img, groups, gamma, beta, 1e-5f);
-        ops::silu_(normed);
-        Tensor conv_scale = ops::conv2d(test::abs_of(normed), test::abs_of(filt), &fbabs, 1, 1);
-        Tensor plus_scale = conv_scale, add_scale = conv_scale;
-        ops::add_channel_bias_(plus_scale, ops::columns(test::abs_of(image_bias), 2, cout));
-        ops::add_(add_scale, test::abs_of(y0));
-        ops::add_channel_bias_(add_scale, Tensor({n, cout}, [&] {
-                                   std::vector<float> v;
-                                   for (int i = 0; i < n; ++i)
-                                       for (float e : yb.values()) v.push_back(std::fabs(e));
-                                   return v;
-                               }()));
-        const Tensor up = ops::upsample_nearest2x(img);
-        const Tensor up_ref = ops::conv2d(up, filt, &fb, 2, 0);
-        const Tensor up_scale = ops::conv2d(test::abs_of(up), test::abs_of(filt), &fbabs, 2, 0);
-        const double kn = 144.0 + double(h) * wd * cin / groups;
-
         const Tensor xd = x.to_device(*vk, t), wdv = w.to_device(*vk, t), bd = b.to_device(*vk, t);
-        const Tensor imgd = img.to_device(*vk, t), filtd = filt.to_device(*vk, t), fbd = fb.to_device(*vk, t);
-        const Tensor gd = gamma.to_device(*vk, t), betad = beta.to_device(*vk, t), ybd = yb.to_device(*vk, t);
-        const Tensor ibd = image_bias.to_device(*vk, t);
         for_each_build(*vk, builds, [&](P build, int slices) {
-            const std::string what = tag(build, slices, t);
             Tensor accd = acc.to_device(*vk, t);
             ops::linear_add_(accd, xd, wdv, &bd);
-            test::expect_close(accd.to_host(), lin_ref, lin_scale, sums(150), t, 1, "linear_add_" + what);
-            Tensor yd = y0.to_device(*vk, t);
-            ops::conv2d_group_norm_silu_add_(yd, imgd, groups, gd, betad, 1e-5f, filtd, &fbd, 1, 1, &ybd);
-            test::expect_close(yd.to_host(), add_ref, add_scale, sums(kn), t, 5, "conv2d_group_norm_silu_add_" + what);
-            test::expect_close(
-                ops::conv2d_group_norm_silu_plus(imgd, groups, gd, betad, 1e-5f, filtd, &fbd, ibd, 2, 1, 1).to_host(),
-                plus_ref, plus_scale, sums(kn), t, 4, "conv2d_group_norm_silu_plus" + what);
-            test::expect_close(ops::conv2d_upsample2x(imgd, filtd, &fbd, 2, 0).to_host(), up_ref, up_scale, sums(144), t, 1,
-                               "conv2d_upsample2x" + what);
+            test::expect_close(accd.to_host(), lin_ref, lin_scale, sums(150), t, 1, "linear_add_" + tag(build, slices, t));
         });
+        // The convolutions: 16 channels in 4 groups, 3x3 (k = 144), 33 outputs; the upsampled one with stride 2.
+        // Three image sizes: 5x7, where no output row holds 8 pixels; 6x16, where the plain convolutions' (16 wide)
+        // do; 3x17, where the upsampled one's (16 wide) does: the tiles then read input pixels 4 or 8 at a
+        // time (conv2d.comp, row_read).
+        const int n = 2, cin = 16, cout = 33, groups = 4;
+        for (const auto& [h, wd] : {std::pair{5, 7}, std::pair{6, 16}, std::pair{3, 17}}) {
+            const std::string size = std::string(" ").append(std::to_string(h)).append("x").append(std::to_string(wd));
+            const Tensor img = random({n, cin, h, wd}, 5), filt = random({cout, cin, 3, 3}, 6), fb = random({cout}, 7);
+            const Tensor gamma = random({cin}, 8, 0.5f, 1.5f), beta = random({cin}, 9), yb = random({cout}, 10);
+            const Tensor image_bias = random({n, cout + 3}, 11), fbabs = test::abs_of(fb);
+            const Tensor y0 = random({n, cout, h, wd}, 12, -2.0f, 2.0f);
+            Tensor add_ref = y0;
+            ops::conv2d_group_norm_silu_add_(add_ref, img, groups, gamma, beta, 1e-5f, filt, &fb, 1, 1, &yb);
+            const Tensor plus_ref = ops::conv2d_group_norm_silu_plus(img, groups, gamma, beta, 1e-5f, filt, &fb, image_bias,
+                                                                     2, 1, 1);
+            Tensor normed = ops::group_norm(img, groups, gamma, beta, 1e-5f);
+            ops::silu_(normed);
+            Tensor conv_scale = ops::conv2d(test::abs_of(normed), test::abs_of(filt), &fbabs, 1, 1);
+            Tensor plus_scale = conv_scale, add_scale = conv_scale;
+            ops::add_channel_bias_(plus_scale, ops::columns(test::abs_of(image_bias), 2, cout));
+            ops::add_(add_scale, test::abs_of(y0));
+            ops::add_channel_bias_(add_scale, Tensor({n, cout}, [&] {
+                                       std::vector<float> v;
+                                       for (int i = 0; i < n; ++i)
+                                           for (float e : yb.values()) v.push_back(std::fabs(e));
+                                       return v;
+                                   }()));
+            const Tensor up = ops::upsample_nearest2x(img);
+            const Tensor up_ref = ops::conv2d(up, filt, &fb, 2, 0);
+            const Tensor up_scale = ops::conv2d(test::abs_of(up), test::abs_of(filt), &fbabs, 2, 0);
+            const double kn = 144.0 + double(h) * wd * cin / groups;
+
+            const Tensor imgd = img.to_device(*vk, t), filtd = filt.to_device(*vk, t), fbd = fb.to_device(*vk, t);
+            const Tensor gd = gamma.to_device(*vk, t), betad = beta.to_device(*vk, t), ybd = yb.to_device(*vk, t);
+            const Tensor ibd = image_bias.to_device(*vk, t);
+            for_each_build(*vk, builds, [&](P build, int slices) {
+                const std::string what = tag(build, slices, t) + size;
+                Tensor yd = y0.to_device(*vk, t);
+                ops::conv2d_group_norm_silu_add_(yd, imgd, groups, gd, betad, 1e-5f, filtd, &fbd, 1, 1, &ybd);
+                test::expect_close(yd.to_host(), add_ref, add_scale, sums(kn), t, 5, "conv2d_group_norm_silu_add_" + what);
+                test::expect_close(
+                    ops::conv2d_group_norm_silu_plus(imgd, groups, gd, betad, 1e-5f, filtd, &fbd, ibd, 2, 1, 1).to_host(),
+                    plus_ref, plus_scale, sums(kn), t, 4, "conv2d_group_norm_silu_plus" + what);
+                test::expect_close(ops::conv2d_upsample2x(imgd, filtd, &fbd, 2, 0).to_host(), up_ref, up_scale, sums(144), t, 1,
+                                   "conv2d_upsample2x" + what);
+            });
+        }
     }
 }
 

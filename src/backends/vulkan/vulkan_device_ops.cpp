@@ -153,6 +153,15 @@ constexpr int64_t kScoreBudgetBytes = int64_t(64) << 20;
 constexpr int64_t kFlashQueries = 64, kFlashMaxHead = 256;
 constexpr uint32_t kFlashSharedBytes = 1600 * 16 + 1024 * 4;
 
+// KILN_VULKAN_CONV_ROWS8=0 turns the convolutions' reads of 4 or 8 pixels at once off (for comparisons, issue 23).
+bool conv_rows8() {
+    static const bool on = [] {
+        const char* v = std::getenv("KILN_VULKAN_CONV_ROWS8");
+        return !v || std::string(v) != "0";
+    }();
+    return on;
+}
+
 }  // namespace
 
 bool fused_from_env(const char* value) {
@@ -470,6 +479,8 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
     if (p.w % 16 == 0 && (cin * kk * kk) % 8 == 0) p.flags |= 4;
     if (p.x % 16 == 0 && kk == 1 && stride == 1 && padding == 0 && !stats && !f.upsampled && (h * wd) % 8 == 0)
         p.flags |= 8;
+    else if (ow % 8 == 0 && conv_rows8())
+        p.flags |= 256;  // the 128x128 and matrix tiles read 4 or 8 pixels of a row at once (conv2d.comp: row_read)
     require(n <= 65535 && (cout + 31) / 32 <= 65535 && (oh * ow + 31) / 32 <= 65535, ErrorKind::Unsupported,
             "vulkan: conv2d of " + device_operand("x", x) + " exceeds the workgroup grid");
     const std::string suffix = x.dtype() == DType::F16 ? "_f16" : "_f32", base = q8 ? "conv2d_q8" : "conv2d";

@@ -10,6 +10,7 @@
 // stride 0, a time embedding's columns with the row width), in float32 before the one rounding to y's type.
 #version 450
 #include "common.glsl"
+#extension GL_EXT_control_flow_attributes : require
 #ifdef DIRECT
 layout(local_size_x = 8, local_size_y = 8) in;
 #else
@@ -33,7 +34,7 @@ layout(push_constant) uniform Params {
     F32s ws;  // split-K partial sums [N, slices, cout, oh * ow], when slices > 1
     Ts bias2;  // read when flags & 128
     uint cin, h, wd, cout, oh, ow, ks, stride, pad, groups;
-    // 1: bias, 2: GroupNorm + SiLU, 4 / 8: see load_a8, 16: the split-K pass that adds the slices, 32: x
+    // 1: bias, 2: GroupNorm + SiLU, 4 / 8 / 256: see load_a8, 16: the split-K pass that adds the slices, 32: x
     // upsampled 2x, 64: y += the result, 128: + bias2
     uint flags;
     uint slices, kslice;  // split-K: slices of kslice k each (1: none)
@@ -71,6 +72,51 @@ float load_b(uint k, uint n) {
     }
     return v;
 }
+// Pixels n, n + 1, ... of input row k where they lie in one output row (flags & 256: the host found ow a multiple
+// of 8 and the tiles ask at multiples of 4 or 8): load_b's index arithmetic and GroupNorm terms once for the
+// group (row_read), then each value (row_value), where load_b would repeat them per value.
+struct RowRead {
+    int row;  // x's index of the input row's first value, or -1 where the row is padding
+    uint ox, kx, ci;
+};
+RowRead row_read(uint k, uint n) {
+    const uint taps = p.ks * p.ks, ci = quotient(k, taps), tap = k - ci * taps, ky = quotient(tap, p.ks),
+               kx = tap - ky * p.ks;
+    const uint oy = quotient(n, p.ow), ox = n - oy * p.ow;
+    const int iy = int(oy * p.stride + ky) - int(p.pad);
+    const uint up = (p.flags >> 5) & 1u;
+    const int row = iy < 0 || iy >= int(p.h)
+                        ? -1
+                        : int(((batch * p.cin + ci) * (p.h >> up) + (uint(iy) >> up)) * (p.wd >> up));
+    return RowRead(row, ox, kx, ci);
+}
+// mean, 1/std, gamma, beta of the read's channel (flags & 2).
+vec4 norm_terms(RowRead r) {
+    if ((p.flags & 2u) == 0u) return vec4(0.0, 1.0, 1.0, 0.0);
+    const uint s = (batch * p.groups + quotient(r.ci, p.cin / p.groups)) * 2u;
+    return vec4(p.stats.v[s], p.stats.v[s + 1u], ld(p.gamma, r.ci), ld(p.beta, r.ci));
+}
+float row_value(RowRead r, vec4 norm, uint i) {
+    const int ix = int((r.ox + i) * p.stride + r.kx) - int(p.pad);
+    if (r.row < 0 || ix < 0 || ix >= int(p.wd)) return 0.0;
+    float v = ld(p.x, uint(r.row) + (uint(ix) >> ((p.flags >> 5) & 1u)));
+    if ((p.flags & 2u) != 0u) {
+        v = (v - norm.x) * norm.y * norm.z + norm.w;
+        v = v / (1.0 + exp(-v));
+    }
+    return v;
+}
+#if !defined(COOP) && !defined(DIRECT) && !defined(SMALL)
+// The 128x128 FMA tiles' 4 values along n at once (gemm_tile.glsl), false where they are not in one row.
+#define HAS_LOAD_B4
+bool load_b4(uint k, uint n, inout vec4 v) {
+    if ((p.flags & 256u) == 0u || k >= p.cin * p.ks * p.ks || n + 4u > p.oh * p.ow) return false;
+    const RowRead r = row_read(k, n);
+    const vec4 norm = norm_terms(r);
+    v = vec4(row_value(r, norm, 0u), row_value(r, norm, 1u), row_value(r, norm, 2u), row_value(r, norm, 3u));
+    return true;
+}
+#endif
 void store_c(uint m, uint n, float sum) {
     if (p.slices > 1u && (p.flags & 16u) == 0u) {
         p.ws.v[((batch * p.slices + slice) * p.cout + m) * (p.oh * p.ow) + n] = sum;
@@ -88,7 +134,8 @@ void store_c(uint m, uint n, float sum) {
 float partial(uint m, uint n, uint s) { return p.ws.v[((batch * p.slices + s) * p.cout + m) * (p.oh * p.ow) + n]; }
 #if defined(COOP)
 // 16-byte loads of 8 float16 values for the matrix-unit build, where the host found them aligned: weights
-// along k (flags & 4), and the input along pixels for a plain 1x1 convolution (flags & 8).
+// along k (flags & 4), and the input along pixels for a plain 1x1 convolution (flags & 8); or 8 input values
+// along pixels computed together (flags & 256, below).
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer U128s { uvec4 v[]; };
 #define HAS_LOAD8
 bool load_a8(uint m, uint k, inout uvec4 v) {
@@ -101,9 +148,19 @@ bool load_a8(uint m, uint k, inout uvec4 v) {
 #endif
     return true;
 }
+uvec4 pack8(float v[8]);  // gemm_coop.glsl
 bool load_b8(uint k, uint n, bool k_fast, inout uvec4 v) {
-    if ((p.flags & 8u) == 0u || k >= p.cin || n + 8u > p.oh * p.ow) return false;
-    v = U128s(p.x).v[((batch * p.cin + k) * p.h * p.wd + n) >> 3];
+    if (k >= p.cin * p.ks * p.ks || n + 8u > p.oh * p.ow) return false;
+    if ((p.flags & 8u) != 0u) {
+        v = U128s(p.x).v[((batch * p.cin + k) * p.h * p.wd + n) >> 3];
+        return true;
+    }
+    if ((p.flags & 256u) == 0u) return false;
+    const RowRead r = row_read(k, n);
+    const vec4 norm = norm_terms(r);
+    float x[8];
+    [[unroll]] for (uint i = 0u; i < 8u; ++i) x[i] = row_value(r, norm, i);
+    v = pack8(x);
     return true;
 }
 #endif

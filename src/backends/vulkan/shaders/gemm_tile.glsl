@@ -19,16 +19,33 @@ uint micro_col(uint j) { return (j & 3u) + 4u * gl_LocalInvocationID.x + 64u * (
 void gemm_tile(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_fast, bool b_k_fast,
                inout float acc[MICRO][MICRO]) {
     const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, tid = ty * THREADS + tx;
+#ifdef HAS_LOAD_B4
+    const bool b_by_4 = !b_k_fast;
+#else
+    const bool b_by_4 = false;
+#endif
     for (uint k0 = k_begin; k0 < K; k0 += TILE_K) {
         [[unroll]] for (uint r = 0u; r < 4u; ++r) {
             const uint e = tid + 256u * r;
             uint kk = a_k_fast ? e % TILE_K : e / TILE;
             const uint mm = a_k_fast ? e / TILE_K : e % TILE;
             tile_a[kk][mm >> 2][mm & 3u] = (m0 + mm < M && k0 + kk < K) ? load_a(m0 + mm, k0 + kk) : 0.0;
+            if (b_by_4) continue;
             kk = b_k_fast ? e % TILE_K : e / TILE;
             const uint nn = b_k_fast ? e / TILE_K : e % TILE;
             tile_b[kk][nn >> 2][nn & 3u] = (n0 + nn < N && k0 + kk < K) ? load_b(k0 + kk, n0 + nn) : 0.0;
         }
+#ifdef HAS_LOAD_B4
+        // The including shader's 4 values along n at once (a convolution's shared index arithmetic): thread t
+        // takes row t / 32 of k and columns 4 (t % 32) .. + 3, one vec4 of the shared tile.
+        if (b_by_4) {
+            const uint kk = tid / 32u, n4 = tid % 32u, n = n0 + 4u * n4, k = k0 + kk;
+            vec4 v = vec4(0.0);
+            if (k < K && !load_b4(k, n, v))
+                [[unroll]] for (uint i = 0u; i < 4u; ++i) v[i] = n + i < N ? load_b(k, n + i) : 0.0;
+            tile_b[kk][n4] = v;
+        }
+#endif
         barrier();
         [[unroll]] for (uint kk = 0u; kk < TILE_K; ++kk) {
             const vec4 a0 = tile_a[kk][ty], a1 = tile_a[kk][16u + ty];
