@@ -354,11 +354,13 @@ TEST(VulkanProducts, SplitKAgreesWithOneSlice) {
 #endif
 
 #if KILN_HAS_VULKAN
-// Both forms of attention on this device, each against the host's float32 attention under the bound
+// Each form of attention on this device, against the host's float32 attention under the bound
 // tests/gpu/device_ops_test.cpp derives (scores summed over d, weights over lk keys). The products are the
-// default, so each form is forced here:
-// shapes that cut the flash kernel's 64-query blocks, 64-key tiles and 64-column chunks (d 40, 80, 160),
-// causal masks across tiles, and packed q | k | v read in place.
+// default where there are no matrix units, so each form is forced here (Matrix, flash attention on the matrix
+// units, runs only for float16 on devices with the KHR matrix kernels, else it is the products again):
+// shapes that cut the flash kernels' 64-query blocks, 64- and 32-key tiles and 64- or 16-column chunks (d 40, 80,
+// 160; 64, 120 and 36 for each build of the matrix kernel, 36 without its 16-byte loads), causal masks across
+// tiles, and packed q | k | v read in place.
 TEST(VulkanAttention, FlashKernelAndProductsAgreeWithTheHost) {
     KILN_VULKAN_OR_SKIP(gpu);
     auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
@@ -370,7 +372,8 @@ TEST(VulkanAttention, FlashKernelAndProductsAgreeWithTheHost) {
     };
     for (DType t : {DType::F32, DType::F16}) {
         if (t == DType::F16 && !vk.supports(DType::F16)) continue;
-        for (Case c : {Case{2, 70, 129, 2, 40, false}, Case{1, 65, 65, 1, 80, true}, Case{1, 66, 70, 1, 160, false}}) {
+        for (Case c : {Case{2, 70, 129, 2, 40, false}, Case{1, 65, 65, 1, 80, true}, Case{1, 66, 70, 1, 160, false},
+                       Case{1, 33, 77, 2, 64, false}, Case{1, 17, 100, 1, 120, true}, Case{2, 40, 50, 3, 36, false}}) {
             const int hd = c.heads * c.d;
             const Tensor q = kiln::test::random_in({c.b, c.lq, hd}, 1, t), k = kiln::test::random_in({c.b, c.lk, hd}, 2, t),
                          v = kiln::test::random_in({c.b, c.lk, hd}, 3, t);
@@ -379,9 +382,10 @@ TEST(VulkanAttention, FlashKernelAndProductsAgreeWithTheHost) {
             const double k_len = (c.d + 2) * std::sqrt(double(c.d)) + c.lk;
             const std::string tag = std::to_string(c.lq) + "x" + std::to_string(c.lk) + " d" + std::to_string(c.d) +
                                     (c.causal ? " causal" : "");
-            for (A form : {A::Flash, A::Products}) {
+            for (A form : {A::Flash, A::Products, A::Matrix}) {
                 vk.set_attention(form);
-                const std::string what = std::string(form == A::Flash ? "flash " : "products ") + tag;
+                const std::string what =
+                    std::string(form == A::Flash ? "flash " : form == A::Matrix ? "matrix " : "products ") + tag;
                 kiln::test::expect_close(
                     ops::attention(q.to_device(vk, t), k.to_device(vk, t), v.to_device(vk, t), c.heads, c.causal).to_host(),
                     ref, scale, k_len, t, 2, what);
@@ -553,11 +557,12 @@ TEST(VulkanSettings, ProductBuildsAndSplitKFromTheEnvironment) {
         }
     }
     using A = vulkan::VulkanBackend::Attention;
-    EXPECT_EQ(vulkan::attention_from_env(nullptr), A::Products);
-    EXPECT_EQ(vulkan::attention_from_env(""), A::Products);
+    EXPECT_EQ(vulkan::attention_from_env(nullptr), A::Matrix);
+    EXPECT_EQ(vulkan::attention_from_env(""), A::Matrix);
+    EXPECT_EQ(vulkan::attention_from_env("matrix"), A::Matrix);
     EXPECT_EQ(vulkan::attention_from_env("flash"), A::Flash);
     EXPECT_EQ(vulkan::attention_from_env("products"), A::Products);
-    for (const char* bad : {"Flash", "matrix", "flash "}) {
+    for (const char* bad : {"Flash", "Matrix", "flash "}) {
         try {
             vulkan::attention_from_env(bad);
             ADD_FAILURE() << bad << " was taken";

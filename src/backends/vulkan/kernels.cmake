@@ -7,7 +7,8 @@
 # on matrix units through VK_NV_cooperative_matrix (gemm_coop.glsl), made only on devices that have them;
 # the "_coopk_" kernels are that build through VK_KHR_cooperative_matrix (COOP_KHR), compiled by glslangValidator
 # 13+ (CMakeLists.txt: KILN_GLSLANG) and left out of builds without one. The "_q8" products read a q8_0 weight
-# as blocks (B_Q8, W_Q8: blocks.glsl), in the FMA builds only (KILN_VULKAN_Q8=fused, docs/VULKAN.md).
+# as blocks (B_Q8, W_Q8: blocks.glsl), in the FMA builds only (KILN_VULKAN_Q8=fused, docs/VULKAN.md). The
+# "flash_attention_coopk_<D>" kernels are attention on the matrix units for heads of up to 16 D dimensions.
 set(KILN_VULKAN_KERNELS
   "convert_f32_f16|convert.comp|DST_F16"
   "convert_f16_f32|convert.comp|SRC_F16"
@@ -66,6 +67,11 @@ set(KILN_VULKAN_KERNELS
   "flash_attention_2_f16|flash_attention.comp|D_CHUNKS=2,T_F16"
   "flash_attention_3_f16|flash_attention.comp|D_CHUNKS=3,T_F16"
   "flash_attention_4_f16|flash_attention.comp|D_CHUNKS=4,T_F16"
+  "flash_attention_coopk_3_f16|flash_attention_coop.comp|COOP_KHR,D_TILES=3,T_F16"
+  "flash_attention_coopk_4_f16|flash_attention_coop.comp|COOP_KHR,D_TILES=4,T_F16"
+  "flash_attention_coopk_5_f16|flash_attention_coop.comp|COOP_KHR,D_TILES=5,T_F16"
+  "flash_attention_coopk_8_f16|flash_attention_coop.comp|COOP_KHR,D_TILES=8,T_F16"
+  "flash_attention_coopk_10_f16|flash_attention_coop.comp|COOP_KHR,D_TILES=10,T_F16"
   "softmax_f32|softmax.comp"
   "softmax_f16|softmax.comp|T_F16"
   "unary_f32|unary.comp"

@@ -53,10 +53,10 @@ int split_k_from_env(const char* value) {
 VulkanBackend::Attention attention_from_env(const char* value) {
     using A = VulkanBackend::Attention;
     const std::string v = value ? value : "";
-    if (v.empty()) return A::Products;
+    if (v.empty() || v == "matrix") return A::Matrix;
     if (v == "flash") return A::Flash;
     if (v == "products") return A::Products;
-    fail(ErrorKind::InvalidArgument, "KILN_VULKAN_ATTENTION=" + v + ": expected flash or products");
+    fail(ErrorKind::InvalidArgument, "KILN_VULKAN_ATTENTION=" + v + ": expected matrix, flash or products");
 }
 
 VulkanBackend::Q8Products q8_products_from_env(const char* value) {

@@ -113,9 +113,11 @@ public:
     // (Products, the default), or in one kernel with no score matrix in memory (Flash, flash_attention.comp:
     // the least memory, but on the H200 no faster than the products and 10% slower in a whole UNet call;
     // 20x slower on lavapipe, whose barriers are coroutine switches). Flash takes heads of up to 256
-    // dimensions on devices with its shared memory; other attentions take the products either way.
-    // KILN_VULKAN_ATTENTION=products|flash chooses; tests switch with set_attention.
-    enum class Attention { Flash, Products };
+    // dimensions on devices with its shared memory; other attentions take the products either way. Matrix (the
+    // default) is flash attention on the matrix units (flash_attention_coop.comp) where the KHR matrix kernels run,
+    // for float16 heads of up to 160 dimensions; elsewhere it is Products.
+    // KILN_VULKAN_ATTENTION=matrix|products|flash chooses; tests switch with set_attention.
+    enum class Attention { Flash, Products, Matrix };
     Attention attention() const { return attention_; }
     void set_attention(Attention a) { attention_ = a; }
     // q8_0 weights: dequantized into a transient weight before each product like every block format (Transient,

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "backends/vulkan/spirv_table.h"
 #include "backends/vulkan/vulkan_backend.h"
 #include "ops/device_op_checks.h"
 #include "ops/op_observer.h"
@@ -136,6 +137,13 @@ struct FlashAttentionParams {
     uint32_t sq, sk, sv, so;
     float scale;
 };
+struct MatrixFlashParams {  // flash_attention_coop.comp: FlashAttentionParams and vec8
+    uint64_t q, k, v, o;
+    uint32_t lq, lk, d, causal;
+    uint32_t sq, sk, sv, so;
+    float scale;
+    uint32_t vec8;
+};
 struct LayoutParams {
     uint64_t a, b, y;
     uint32_t n, op, c, c2, h, w;
@@ -152,6 +160,17 @@ constexpr int64_t kScoreBudgetBytes = int64_t(64) << 20;
 // declares (1600 vec4 and 1024 floats).
 constexpr int64_t kFlashQueries = 64, kFlashMaxHead = 256;
 constexpr uint32_t kFlashSharedBytes = 1600 * 16 + 1024 * 4;
+
+// flash_attention_coop.comp, on the matrix units: builds for heads of up to 16 x 3, 4, 5, 8 and 10 dimensions, and
+// the most shared memory one declares (5 tiles: K and V 2 x 64 x 11 uvec4, scratch 4 x 16 x 17 uvec4, 128 floats).
+constexpr int kMatrixFlashTiles[] = {3, 4, 5, 8, 10};
+constexpr int64_t kMatrixFlashMaxHead = 160;
+constexpr uint32_t kMatrixFlashSharedBytes = 2 * 64 * 11 * 16 + 4 * 16 * 17 * 16 + 128 * 4;
+int matrix_flash_tiles(int64_t head_dim) {
+    for (int t : kMatrixFlashTiles)
+        if (16 * t >= head_dim) return t;
+    return 0;
+}
 
 // KILN_VULKAN_CONV_ROWS8=0 turns the convolutions' reads of 4 or 8 pixels at once off (for comparisons, issue 23).
 bool conv_rows8() {
@@ -609,13 +628,35 @@ Tensor VulkanDeviceOps::softmax_lastdim(const Tensor& x) const {
     return y;
 }
 
-bool VulkanDeviceOps::flash_attention_fits(int64_t head_dim) const {
+bool VulkanDeviceOps::matrix_flash_runs(int64_t head_dim, DType dtype) const {
+    const PhysicalDevice& d = backend_.physical();
+    return backend_.attention() == VulkanBackend::Attention::Matrix && dtype == DType::F16 && d.matrix_khr &&
+           head_dim <= kMatrixFlashMaxHead && embedded_kernel("flash_attention_coopk_3_f16") &&
+           d.properties.limits.maxComputeSharedMemorySize >= kMatrixFlashSharedBytes;
+}
+
+bool VulkanDeviceOps::flash_attention_fits(int64_t head_dim, DType dtype) const {
+    if (matrix_flash_runs(head_dim, dtype)) return true;
     return backend_.attention() == VulkanBackend::Attention::Flash && head_dim <= kFlashMaxHead &&
            backend_.physical().properties.limits.maxComputeSharedMemorySize >= kFlashSharedBytes;
 }
 
 void VulkanDeviceOps::flash_attention(const AttentionOperands& a, Tensor& out, int heads, bool causal) const {
     const int64_t lq = out.dim(1), hd = out.dim(2), d = hd / heads;
+    const uint32_t groups = uint32_t((lq + kFlashQueries - 1) / kFlashQueries);
+    if (matrix_flash_runs(d, out.dtype())) {
+        MatrixFlashParams p{};
+        p.q = a.q, p.k = a.k, p.v = a.v, p.o = bind(out);
+        p.lq = uint32_t(lq), p.lk = uint32_t(a.lk), p.d = uint32_t(d), p.causal = causal ? 1u : 0u;
+        p.sq = uint32_t(a.sq), p.sk = uint32_t(a.sk), p.sv = uint32_t(a.sv), p.so = uint32_t(hd);
+        p.scale = 1.0f / std::sqrt(float(d));
+        // 16-byte loads where every head's rows start on 16 bytes (float16: multiples of 8 elements).
+        const bool rows16 = (a.q | a.k | a.v) % 16 == 0 && d % 8 == 0 && a.sq % 8 == 0 && a.sk % 8 == 0 && a.sv % 8 == 0;
+        p.vec8 = rows16 ? 1u : 0u;
+        const std::string name = "flash_attention_coopk_" + std::to_string(matrix_flash_tiles(d)) + "_f16";
+        backend_.dispatch(name.c_str(), p, groups, uint32_t(heads), uint32_t(out.dim(0)));
+        return;
+    }
     FlashAttentionParams p{};
     p.q = a.q, p.k = a.k, p.v = a.v, p.o = bind(out);
     p.lq = uint32_t(lq), p.lk = uint32_t(a.lk), p.d = uint32_t(d), p.causal = causal ? 1u : 0u;
@@ -623,8 +664,7 @@ void VulkanDeviceOps::flash_attention(const AttentionOperands& a, Tensor& out, i
     p.scale = 1.0f / std::sqrt(float(d));
     const std::string name = "flash_attention_" + std::to_string((d + 63) / 64) +
                              (out.dtype() == DType::F16 ? "_f16" : "_f32");
-    backend_.dispatch(name.c_str(), p, uint32_t((lq + kFlashQueries - 1) / kFlashQueries), uint32_t(heads),
-                      uint32_t(out.dim(0)));
+    backend_.dispatch(name.c_str(), p, groups, uint32_t(heads), uint32_t(out.dim(0)));
 }
 
 Tensor VulkanDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, bool causal) const {
@@ -639,7 +679,7 @@ Tensor VulkanDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor
     if (out.numel() == 0 || lk == 0) return out;
     Timed scope(backend_, ops::OpKind::Attention, 4.0 * double(batch) * double(lq) * double(lk) * double(hd));
     u32(q.numel(), "attention", q), u32(k.numel(), "attention", k);
-    if (flash_attention_fits(d)) {
+    if (flash_attention_fits(d, q.dtype())) {
         flash_attention({bind(q), bind(k), bind(v), lk, hd, hd, hd}, out, heads, causal);
         return out;
     }
@@ -680,7 +720,7 @@ Tensor VulkanDeviceOps::attention(const Tensor& q, const Tensor& k, const Tensor
 
 Tensor VulkanDeviceOps::attention_qkv(const Tensor& qkv, int heads) const {
     const int64_t w = qkv.rank() == 3 ? qkv.dim(2) : 0, c = w / 3;
-    if (qkv.rank() != 3 || w % 3 != 0 || heads < 1 || c % heads != 0 || !flash_attention_fits(c / heads))
+    if (qkv.rank() != 3 || w % 3 != 0 || heads < 1 || c % heads != 0 || !flash_attention_fits(c / heads, qkv.dtype()))
         return DeviceOps::attention_qkv(qkv, heads);
     const int64_t batch = qkv.dim(0), l = qkv.dim(1);
     Tensor out = Tensor::empty_on(backend_, {batch, l, c}, qkv.dtype());
@@ -694,7 +734,7 @@ Tensor VulkanDeviceOps::attention_qkv(const Tensor& qkv, int heads) const {
 Tensor VulkanDeviceOps::attention_kv(const Tensor& q, const Tensor& kv, int heads, int64_t at) const {
     const int64_t c = q.rank() == 3 ? q.dim(2) : 0;
     if (q.rank() != 3 || kv.rank() != 3 || heads < 1 || c % heads != 0 || kv.dim(0) != q.dim(0) || at < 0 ||
-        at + 2 * c > kv.dim(2) || !flash_attention_fits(c / heads))
+        at + 2 * c > kv.dim(2) || !flash_attention_fits(c / heads, q.dtype()))
         return DeviceOps::attention_kv(q, kv, heads, at);
     const int64_t batch = q.dim(0), lq = q.dim(1), lk = kv.dim(1), w = kv.dim(2);
     if (q.numel() == 0 || lk == 0) return DeviceOps::attention_kv(q, kv, heads, at);

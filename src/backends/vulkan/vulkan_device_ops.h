@@ -102,7 +102,10 @@ private:
         uint64_t q, k, v;
         int64_t lk, sq, sk, sv;
     };
-    bool flash_attention_fits(int64_t head_dim) const;
+    // Whether one kernel takes this attention (the backend's attention setting, the head's size, the dtype, the
+    // device's shared memory and matrix units), and runs it.
+    bool flash_attention_fits(int64_t head_dim, DType dtype) const;
+    bool matrix_flash_runs(int64_t head_dim, DType dtype) const;  // flash_attention_coop.comp takes it
     void flash_attention(const AttentionOperands& a, Tensor& out, int heads, bool causal) const;
     void layout(int op, const Tensor& a, const Tensor* b, Tensor& y, int64_t c, int64_t c2, int64_t h, int64_t w) const;
     // Runs a product through run(variant, tile_m, tile_n): variant "" (128x128 tiles), "_small" (64x64),

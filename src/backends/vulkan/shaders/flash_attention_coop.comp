@@ -1,0 +1,196 @@
+// Attention without a score matrix in memory, on the matrix units (VK_KHR_cooperative_matrix): out = softmax(scale
+// Q K^T) V for 64 queries of one head of one batch entry per workgroup, float16 tensors only. The same interface as
+// flash_attention.comp (its push constants, plus vec8), which stays the kernel of GPUs without matrix units.
+//
+// 128 threads: 4 subgroups of 32 (the pipeline asks for 32), each owning 16 of the block's queries from start to
+// end, so within a key block a subgroup synchronises only with itself. Per block of BC keys:
+//   1. K and V (BC x DP, float16) into shared memory, by the whole workgroup;
+//   2. each subgroup: its 16 x BC scores on the matrix units (Q held in registers as D_TILES A matrices for the
+//      whole kernel), float32 sums, stored to its own shared scratch;
+//   3. the online softmax in float32 by thread pairs (thread 2r + h: row r, half h of the keys), the running row
+//      maximum and sum rescaling the output; the probabilities written back over the scores as float16 (as the
+//      products' path rounds them);
+//   4. out += P V on the matrix units, one 16-column tile of the head at a time, each tile staged through the
+//      scratch and added into the pair's float32 registers (thread 2r + h: row r, columns 8h .. 8h + 7 of a tile).
+// Registers (not a matrix) hold the output because its rows need the softmax's rescaling, and which element of
+// a cooperative matrix a thread holds is the driver's choice.
+//
+// D_TILES: 16-column tiles of the head dimension (d <= 16 D_TILES; columns past d are zeros). Heads past 80
+// dimensions take blocks of 32 keys so that K, V and the scratch stay within 32 KiB of shared memory.
+#version 450
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#include "common.glsl"
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_cooperative_matrix : require
+layout(local_size_x = 128) in;
+layout(push_constant) uniform Params {
+    Ts q;
+    Ts k;
+    Ts v;
+    Ts o;
+    uint lq, lk, d, causal;
+    uint sq, sk, sv, so;  // row strides, in elements
+    float scale;
+    uint vec8;  // 1: every head's rows of q, k and v start on 16 bytes and d % 8 == 0 (16-byte loads)
+} p;
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer U128s { uvec4 v[]; };
+
+#define BR 64u  // queries per workgroup
+#define DP (16u * D_TILES)
+#if D_TILES > 5
+#define BC 32u
+#else
+#define BC 64u
+#endif
+#define KT (BC / 16u)        // 16-key tiles per block
+#define ROW (DP / 8u + 1u)   // uvec4 (8 float16) per shared row of K or V, + 1 of padding against bank conflicts
+#define SROW (BC / 4u + 1u)  // uvec4 (4 float32) per row of a subgroup's scores, + 1
+#define PROW (BC / 8u + 1u)  // uvec4 (8 float16) per row of its probabilities, + 1 (over the scores' space)
+shared uvec4 sh_kv[2u * BC * ROW];   // K at 0, V at BC ROW; first Q's BR rows (BR <= 2 BC)
+shared uvec4 sh_sg[4u * 16u * SROW];  // per subgroup: its scores, then probabilities, then P V tiles
+shared float sh_pair[128];           // the pairs' partial maxima and sums
+
+#define MatA coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define MatB coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#define MatC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#define ROW_MAJOR gl_CooperativeMatrixLayoutRowMajor
+#define NEG_MAX -3.402823466e38
+
+uvec4 pack8(float x[8]) {
+    return uvec4(packFloat2x16(f16vec2(x[0], x[1])), packFloat2x16(f16vec2(x[2], x[3])),
+                 packFloat2x16(f16vec2(x[4], x[5])), packFloat2x16(f16vec2(x[6], x[7])));
+}
+
+// Columns c .. c + 7 of row `row` of a [rows x d] operand as 8 float16 values, zeros past its edges.
+uvec4 load8(Ts t, uint base, uint stride, uint row, uint rows, uint c) {
+    if (row >= rows || c >= p.d) return uvec4(0u);
+    const uint at = base + row * stride + c;
+    if (p.vec8 != 0u) return U128s(t).v[at >> 3];
+    float x[8];
+    [[unroll]] for (uint i = 0u; i < 8u; ++i) x[i] = c + i < p.d ? ld(t, at + i) : 0.0;
+    return pack8(x);
+}
+
+// n rows from row0 on, into sh_kv from uvec4 `at`.
+void load_rows(Ts t, uint base, uint stride, uint row0, uint rows, uint n, uint at) {
+    for (uint g = gl_LocalInvocationIndex; g < n * (DP / 8u); g += 128u) {
+        const uint r = g / (DP / 8u), c8 = g % (DP / 8u);
+        sh_kv[at + r * ROW + c8] = load8(t, base, stride, row0 + r, rows, 8u * c8);
+    }
+}
+
+void subgroup_sync() {
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+}
+
+void main() {
+    const uint t = gl_LocalInvocationIndex, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
+    const uint r = lane >> 1, h = lane & 1u;  // this thread's row of the subgroup's 16, and its half
+    const uint q0 = gl_WorkGroupID.x * BR, head = gl_WorkGroupID.y, b = gl_WorkGroupID.z;
+    const uint qb = b * p.lq * p.sq + head * p.d, kb = b * p.lk * p.sk + head * p.d;
+    const uint vb = b * p.lk * p.sv + head * p.d, ob = b * p.lq * p.so + head * p.d;
+    const uint qi = q0 + 16u * sg + r;
+    const uint own = sg * 16u * SROW;  // the subgroup's scratch
+    // Keys past the last query of the block are all masked when causal: their blocks are skipped.
+    const uint keys = p.causal != 0u ? min(p.lk, q0 + BR) : p.lk;
+
+    load_rows(p.q, qb, p.sq, q0, p.lq, BR, 0u);
+    barrier();
+    MatA qm[D_TILES];
+    [[unroll]] for (uint j = 0u; j < D_TILES; ++j)
+        coopMatLoad(qm[j], sh_kv, 16u * sg * ROW + 2u * j, ROW, ROW_MAJOR);
+    barrier();  // before K overwrites Q
+
+    float o[D_TILES][8];
+    [[unroll]] for (uint j = 0u; j < D_TILES; ++j)
+        [[unroll]] for (uint e = 0u; e < 8u; ++e) o[j][e] = 0.0;
+    float row_max = NEG_MAX, row_sum = 0.0;
+
+    for (uint j0 = 0u; j0 < keys; j0 += BC) {
+        load_rows(p.k, kb, p.sk, j0, p.lk, BC, 0u);
+        load_rows(p.v, vb, p.sv, j0, p.lk, BC, BC * ROW);
+        barrier();
+
+        // Scores: Q (16 x DP) times K^T (DP x 16) per tile of keys; K's rows are B's columns.
+        [[unroll]] for (uint c = 0u; c < KT; ++c) {
+            MatC s = MatC(0.0);
+            [[unroll]] for (uint j = 0u; j < D_TILES; ++j) {
+                MatB kt;
+                coopMatLoad(kt, sh_kv, 16u * c * ROW + 2u * j, ROW, gl_CooperativeMatrixLayoutColumnMajor);
+                s = coopMatMulAdd(qm[j], kt, s);
+            }
+            coopMatStore(s, sh_sg, own + 4u * c, SROW, ROW_MAJOR);
+        }
+        subgroup_sync();
+
+        // The pair's half of row r: 4-key chunks 2i + h (interleaved, so the two read different banks).
+        float x[BC / 2u];
+        float pair_max = NEG_MAX;
+        [[unroll]] for (uint i = 0u; i < BC / 8u; ++i) {
+            const uvec4 w = sh_sg[own + r * SROW + 2u * i + h];
+            [[unroll]] for (uint e = 0u; e < 4u; ++e) {
+                const uint key = j0 + 8u * i + 4u * h + e;
+                const bool masked = key >= p.lk || (p.causal != 0u && key > qi);
+                x[4u * i + e] = masked ? NEG_MAX : p.scale * uintBitsToFloat(w[e]);
+                pair_max = max(pair_max, x[4u * i + e]);
+            }
+        }
+        sh_pair[t] = pair_max;
+        subgroup_sync();
+        const float new_max = max(row_max, max(pair_max, sh_pair[t ^ 1u]));
+        const float rescale = exp(row_max - new_max);
+        float pair_sum = 0.0;
+        [[unroll]] for (uint i = 0u; i < BC / 2u; ++i) {
+            x[i] = x[i] > -3.0e38 ? exp(x[i] - new_max) : 0.0;
+            pair_sum += x[i];
+        }
+        subgroup_sync();  // both halves have read the maxima, and every score is read
+        sh_pair[t] = pair_sum;
+        // The probabilities over the scores: chunk 2i + h is keys 8i + 4h .. + 3, half of uvec4 i of row r.
+        [[unroll]] for (uint i = 0u; i < BC / 8u; ++i) {
+            const uvec2 w = uvec2(packFloat2x16(f16vec2(x[4u * i], x[4u * i + 1u])),
+                                  packFloat2x16(f16vec2(x[4u * i + 2u], x[4u * i + 3u])));
+            if (h == 0u)
+                sh_sg[own + r * PROW + i].xy = w;
+            else
+                sh_sg[own + r * PROW + i].zw = w;
+        }
+        subgroup_sync();
+        row_sum = row_sum * rescale + pair_sum + sh_pair[t ^ 1u];
+        row_max = new_max;
+        [[unroll]] for (uint j = 0u; j < D_TILES; ++j)
+            [[unroll]] for (uint e = 0u; e < 8u; ++e) o[j][e] *= rescale;
+
+        // out += P V: P (16 x BC) from the scratch, V's rows are B's rows.
+        MatA pm[KT];
+        [[unroll]] for (uint c = 0u; c < KT; ++c) coopMatLoad(pm[c], sh_sg, own + 2u * c, PROW, ROW_MAJOR);
+        [[unroll]] for (uint j = 0u; j < D_TILES; ++j) {
+            MatC acc = MatC(0.0);
+            [[unroll]] for (uint c = 0u; c < KT; ++c) {
+                MatB vt;
+                coopMatLoad(vt, sh_kv, (BC + 16u * c) * ROW + 2u * j, ROW, ROW_MAJOR);
+                acc = coopMatMulAdd(pm[c], vt, acc);
+            }
+            subgroup_sync();  // P is loaded, and the previous tile read, before this one is staged
+            coopMatStore(acc, sh_sg, own, SROW, ROW_MAJOR);
+            subgroup_sync();
+            const uvec4 lo = sh_sg[own + r * SROW + 2u * h], hi = sh_sg[own + r * SROW + 2u * h + 1u];
+            [[unroll]] for (uint e = 0u; e < 4u; ++e) {
+                o[j][e] += uintBitsToFloat(lo[e]);
+                o[j][4u + e] += uintBitsToFloat(hi[e]);
+            }
+        }
+        barrier();  // K, V and every scratch read before the next block overwrites them
+    }
+
+    if (qi >= p.lq) return;
+    const float inv = 1.0 / row_sum;
+    [[unroll]] for (uint j = 0u; j < D_TILES; ++j)
+        [[unroll]] for (uint e = 0u; e < 8u; ++e) {
+            const uint col = 16u * j + 8u * h + e;
+            if (col < p.d) st(p.o, ob + qi * p.so + col, o[j][e] * inv);
+        }
+}
