@@ -4,7 +4,8 @@
 //
 // 128 threads: 4 subgroups of 32 (the pipeline asks for 32), each owning 16 of the block's queries from start to
 // end, so within a key block a subgroup synchronises only with itself. Per block of BC keys:
-//   1. K and V (BC x DP, float16) into shared memory, by the whole workgroup;
+//   1. K and V (BC x DP, float16) into shared memory, by the whole workgroup, from registers that fetched them
+//      during the previous block;
 //   2. each subgroup: its 16 x BC scores on the matrix units (Q held in registers as D_TILES A matrices for the
 //      whole kernel), float32 sums, stored to its own shared scratch;
 //   3. the online softmax in float32 by thread pairs (thread 2r + h: row r, half h of the keys), the running row
@@ -81,6 +82,25 @@ void load_rows(Ts t, uint base, uint stride, uint row0, uint rows, uint n, uint 
     }
 }
 
+// The next block's K and V, fetched into registers while this block is computed (PER_KV groups of 8 values of
+// each a thread: BC DP / 8 / 128, whole for every build), then stashed into shared memory.
+#define PER_KV (BC * DP / 8u / 128u)
+uvec4 k_next[PER_KV], v_next[PER_KV];
+void fetch_kv(uint j0, uint kb, uint vb) {
+    [[unroll]] for (uint i = 0u; i < PER_KV; ++i) {
+        const uint g = gl_LocalInvocationIndex + 128u * i, r = g / (DP / 8u), c = 8u * (g % (DP / 8u));
+        k_next[i] = load8(p.k, kb, p.sk, j0 + r, p.lk, c);
+        v_next[i] = load8(p.v, vb, p.sv, j0 + r, p.lk, c);
+    }
+}
+void stash_kv() {
+    [[unroll]] for (uint i = 0u; i < PER_KV; ++i) {
+        const uint g = gl_LocalInvocationIndex + 128u * i, r = g / (DP / 8u), c8 = g % (DP / 8u);
+        sh_kv[r * ROW + c8] = k_next[i];
+        sh_kv[(BC + r) * ROW + c8] = v_next[i];
+    }
+}
+
 void subgroup_sync() {
     subgroupMemoryBarrierShared();
     subgroupBarrier();
@@ -109,10 +129,11 @@ void main() {
         [[unroll]] for (uint e = 0u; e < 8u; ++e) o[j][e] = 0.0;
     float row_max = NEG_MAX, row_sum = 0.0;
 
+    fetch_kv(0u, kb, vb);
     for (uint j0 = 0u; j0 < keys; j0 += BC) {
-        load_rows(p.k, kb, p.sk, j0, p.lk, BC, 0u);
-        load_rows(p.v, vb, p.sv, j0, p.lk, BC, BC * ROW);
+        stash_kv();
         barrier();
+        if (j0 + BC < keys) fetch_kv(j0 + BC, kb, vb);
 
         // Scores: Q (16 x DP) times K^T (DP x 16) per tile of keys; K's rows are B's columns.
         [[unroll]] for (uint c = 0u; c < KT; ++c) {
