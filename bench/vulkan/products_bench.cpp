@@ -66,8 +66,9 @@ int main(int argc, char** argv) {
             // SD 1.5's UNet at 64x64 latents with guidance (batch 2): attention projections, GEGLU in and out.
             for (auto [m, k, n] : {std::array<int64_t, 3>{8192, 320, 320}, {8192, 320, 2560}, {8192, 1280, 320},
                                   {2048, 640, 5120}, {154, 768, 320},
-                                  // long k: the tiles' prologue and epilogue spread over 512 k steps
-                                  {2048, 16384, 2048}}) {
+                                  // k from one step of 32 to 512 steps: what a tile costs besides its k steps
+                                  // (prologue, epilogue) against what each step costs
+                                  {2048, 32, 2048}, {2048, 256, 2048}, {2048, 2048, 2048}, {2048, 16384, 2048}}) {
                 Tensor x = dev({1, m, k}), w = dev({n, k});
                 cases.push_back({"linear " + std::to_string(m) + "x" + std::to_string(k) + " -> " + std::to_string(n),
                                  2.0 * m * n * k, [=] { return ops::linear(x, w, nullptr); }});
