@@ -383,6 +383,7 @@ TEST(VulkanAttention, FlashKernelAndProductsAgreeWithTheHost) {
             const std::string tag = std::to_string(c.lq) + "x" + std::to_string(c.lk) + " d" + std::to_string(c.d) +
                                     (c.causal ? " causal" : "");
             for (A form : {A::Flash, A::Products, A::Matrix}) {
+                if (form == A::Matrix && !vk.physical().matrix_khr) continue;  // there it is the products again
                 vk.set_attention(form);
                 const std::string what =
                     std::string(form == A::Flash ? "flash " : form == A::Matrix ? "matrix " : "products ") + tag;
