@@ -110,13 +110,13 @@ public:
     int split_k() const { return split_k_; }
     void set_split_k(int slices) { split_k_ = slices; }
     // Attention as two products and a softmax over blocks of queries whose float32 scores stay under 64 MiB
-    // (Products, the default), or in one kernel with no score matrix in memory (Flash, flash_attention.comp:
-    // the least memory, but on the H200 no faster than the products and 10% slower in a whole UNet call;
-    // 20x slower on lavapipe, whose barriers are coroutine switches). Flash takes heads of up to 256
-    // dimensions on devices with its shared memory; other attentions take the products either way. Matrix (the
-    // default) is flash attention on the matrix units (flash_attention_coop.comp) where the KHR matrix kernels run,
-    // for float16 heads of up to 160 dimensions; elsewhere it is Products.
-    // KILN_VULKAN_ATTENTION=matrix|products|flash chooses; tests switch with set_attention.
+    // (Products), or in one kernel with no score matrix in memory (Flash, flash_attention.comp: the least memory
+    // and no score traffic; on the H200 since session 20 as fast as the products in float32 and 3% faster in
+    // float16 over a whole UNet call; 20x slower on lavapipe, whose barriers are coroutine switches). Flash takes
+    // heads of up to 256 dimensions on devices with its shared memory; other attentions take the products either
+    // way. Matrix (the default) is flash attention on the matrix units (flash_attention_coop.comp) where the KHR
+    // matrix kernels run, for float16 heads of up to 160 dimensions; elsewhere Flash, but Products on a device
+    // that runs on the CPU. KILN_VULKAN_ATTENTION=matrix|products|flash chooses; tests switch with set_attention.
     enum class Attention { Flash, Products, Matrix };
     Attention attention() const { return attention_; }
     void set_attention(Attention a) { attention_ = a; }

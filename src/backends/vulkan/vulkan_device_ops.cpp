@@ -131,18 +131,12 @@ struct GegluParams {
     uint64_t x, y;
     uint32_t n, d;
 };
-struct FlashAttentionParams {
+struct FlashAttentionParams {  // flash_attention.comp and flash_attention_coop.comp
     uint64_t q, k, v, o;
     uint32_t lq, lk, d, causal;
     uint32_t sq, sk, sv, so;
     float scale;
-};
-struct MatrixFlashParams {  // flash_attention_coop.comp: FlashAttentionParams and vec8
-    uint64_t q, k, v, o;
-    uint32_t lq, lk, d, causal;
-    uint32_t sq, sk, sv, so;
-    float scale;
-    uint32_t vec8;
+    uint32_t loads;  // values one load may take (1, 4 or 8): where every head's rows start aligned for them
 };
 struct LayoutParams {
     uint64_t a, b, y;
@@ -157,9 +151,9 @@ struct LayoutParams {
 constexpr int64_t kScoreBudgetBytes = int64_t(64) << 20;
 
 // flash_attention.comp: 64 queries per workgroup, heads of up to 4 x 64 dimensions, and the shared memory it
-// declares (1600 vec4 and 1024 floats).
+// declares (1600 vec4 and 1024 floats; heads of up to 64 dimensions also keep the queries, 1024 vec4).
 constexpr int64_t kFlashQueries = 64, kFlashMaxHead = 256;
-constexpr uint32_t kFlashSharedBytes = 1600 * 16 + 1024 * 4;
+constexpr uint32_t kFlashSharedBytes = 1600 * 16 + 1024 * 4, kFlashQueriesBytes = 1024 * 16;
 
 // flash_attention_coop.comp, on the matrix units: builds for heads of up to 16 x 3, 4, 5, 8 and 10 dimensions, and
 // the most shared memory one declares (5 tiles: K and V 2 x 64 x 11 uvec4, scratch 4 x 16 x 17 uvec4, 128 floats).
@@ -637,33 +631,35 @@ bool VulkanDeviceOps::matrix_flash_runs(int64_t head_dim, DType dtype) const {
 
 bool VulkanDeviceOps::flash_attention_fits(int64_t head_dim, DType dtype) const {
     if (matrix_flash_runs(head_dim, dtype)) return true;
-    return backend_.attention() == VulkanBackend::Attention::Flash && head_dim <= kFlashMaxHead &&
-           backend_.physical().properties.limits.maxComputeSharedMemorySize >= kFlashSharedBytes;
+    // The default (Matrix) takes the FMA flash kernel where the matrix one does not run, but on a device that runs
+    // on the CPU (lavapipe), where its barriers are coroutine switches and the products are 20x faster.
+    using A = VulkanBackend::Attention;
+    const A form = backend_.attention();
+    const bool on_cpu = backend_.physical().properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    return (form == A::Flash || (form == A::Matrix && !on_cpu)) && head_dim <= kFlashMaxHead &&
+           backend_.physical().properties.limits.maxComputeSharedMemorySize >=
+               kFlashSharedBytes + (head_dim <= 64 ? kFlashQueriesBytes : 0);
 }
 
 void VulkanDeviceOps::flash_attention(const AttentionOperands& a, Tensor& out, int heads, bool causal) const {
     const int64_t lq = out.dim(1), hd = out.dim(2), d = hd / heads;
-    const uint32_t groups = uint32_t((lq + kFlashQueries - 1) / kFlashQueries);
-    if (matrix_flash_runs(d, out.dtype())) {
-        MatrixFlashParams p{};
-        p.q = a.q, p.k = a.k, p.v = a.v, p.o = bind(out);
-        p.lq = uint32_t(lq), p.lk = uint32_t(a.lk), p.d = uint32_t(d), p.causal = causal ? 1u : 0u;
-        p.sq = uint32_t(a.sq), p.sk = uint32_t(a.sk), p.sv = uint32_t(a.sv), p.so = uint32_t(hd);
-        p.scale = 1.0f / std::sqrt(float(d));
-        // 16-byte loads where every head's rows start on 16 bytes (float16: multiples of 8 elements).
-        const bool rows16 = (a.q | a.k | a.v) % 16 == 0 && d % 8 == 0 && a.sq % 8 == 0 && a.sk % 8 == 0 && a.sv % 8 == 0;
-        p.vec8 = rows16 ? 1u : 0u;
-        const std::string name = "flash_attention_coopk_" + std::to_string(matrix_flash_tiles(d)) + "_f16";
-        backend_.dispatch(name.c_str(), p, groups, uint32_t(heads), uint32_t(out.dim(0)));
-        return;
-    }
     FlashAttentionParams p{};
     p.q = a.q, p.k = a.k, p.v = a.v, p.o = bind(out);
     p.lq = uint32_t(lq), p.lk = uint32_t(a.lk), p.d = uint32_t(d), p.causal = causal ? 1u : 0u;
     p.sq = uint32_t(a.sq), p.sk = uint32_t(a.sk), p.sv = uint32_t(a.sv), p.so = uint32_t(hd);
     p.scale = 1.0f / std::sqrt(float(d));
-    const std::string name = "flash_attention_" + std::to_string((d + 63) / 64) +
-                             (out.dtype() == DType::F16 ? "_f16" : "_f32");
+    // n values a load where every head's rows of q, k and v start on n values' bytes.
+    const int64_t value = int64_t(dtype_size(out.dtype()));
+    const auto rows_start_on = [&](int64_t n) {
+        return (a.q | a.k | a.v) % uint64_t(n * value) == 0 && d % n == 0 && a.sq % n == 0 && a.sk % n == 0 &&
+               a.sv % n == 0;
+    };
+    p.loads = out.dtype() == DType::F16 && rows_start_on(8) ? 8u : rows_start_on(4) ? 4u : 1u;
+    const uint32_t groups = uint32_t((lq + kFlashQueries - 1) / kFlashQueries);
+    const std::string name = matrix_flash_runs(d, out.dtype())
+                                 ? "flash_attention_coopk_" + std::to_string(matrix_flash_tiles(d)) + "_f16"
+                                 : "flash_attention_" + std::to_string((d + 63) / 64) +
+                                       (out.dtype() == DType::F16 ? "_f16" : "_f32");
     backend_.dispatch(name.c_str(), p, groups, uint32_t(heads), uint32_t(out.dim(0)));
 }
 

@@ -15,6 +15,12 @@ layout(buffer_reference, std430, buffer_reference_align = 2) buffer F16s { float
 void st_f32(F32s b, uint i, float x) { b.v[i] = x; }
 void st_f16(F16s b, uint i, float x) { b.v[i] = float16_t(x); }
 
+// 4 values at once (index i a multiple of 4, the address 8 or 16 bytes aligned): ld4_f32 / ld4_f16 (i in elements).
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer F32x4s { vec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer F16x4s { f16vec4 v[]; };
+#define ld4_f32(b, i) (F32x4s(b).v[(i) >> 2])
+#define ld4_f16(b, i) vec4(F16x4s(b).v[(i) >> 2])
+
 // Ts is the type of a shader's tensors (T_F16: float16), st its store.
 #ifdef T_F16
 #define Ts F16s

@@ -11,7 +11,8 @@
 //
 // 256 threads: ty = t / 16 owns rows 4 ty .. 4 ty + 3 of the query block; tx = t % 16 owns keys tx + 16 j of
 // each key tile (j = 0..3; interleaved so the probabilities' stores spread over the banks) and output columns
-// 4 tx .. 4 tx + 3 of each 64-column chunk.
+// 4 tx .. 4 tx + 3 of each 64-column chunk. Operands are read 4 values at a time where the host found them aligned
+// (p.loads); heads of up to 64 dimensions keep the block's queries in shared memory (sh_q).
 #version 450
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
@@ -24,12 +25,35 @@ layout(push_constant) uniform Params {
     uint lq, lk, d, causal;
     uint sq, sk, sv, so;  // row strides, in elements
     float scale;
+    uint loads;  // values one load may take: 4 or 8 where every head's rows start aligned for them, else 1
 } p;
 
 #define BR 64u   // queries per workgroup
 #define BC 64u   // keys per tile
 #define DK 32u   // head dimensions per step of the scores' product
 #define P_ROW 17u  // vec4 per key row of the probabilities (16 + 1 of padding against bank conflicts)
+
+// Columns col .. col + 3 of a row (zeros past d and past the operand's rows): one load where p.loads allows.
+vec4 ld4_row(Ts t, uint at, bool in_rows, uint col) {
+    if (!in_rows || col >= p.d) return vec4(0.0);
+    if (p.loads >= 4u) {
+#ifdef T_F16
+        return ld4_f16(t, at);
+#else
+        return ld4_f32(t, at);
+#endif
+    }
+    vec4 x = vec4(0.0);
+    [[unroll]] for (uint c = 0u; c < 4u; ++c)
+        if (col + c < p.d) x[c] = ld(t, at + c);
+    return x;
+}
+
+#if D_CHUNKS == 1
+// Heads of up to 64 dimensions keep the block's queries in shared memory for the whole kernel (Q^T, [c][row / 4]),
+// instead of loading them again with every key tile.
+shared vec4 sh_q[64u * 16u];
+#endif
 
 // One shared array, used in two phases of each key tile:
 //   scores: [0, 512) Q^T, [c][row / 4] (4 rows of column c per vec4); [512, 1024) K^T, [c][key % 16] (keys
@@ -68,6 +92,14 @@ void main() {
     // Keys past the last query of the block are all masked when causal: their tiles are skipped.
     const uint keys = p.causal != 0u ? min(p.lk, q0 + BR) : p.lk;
 
+#if D_CHUNKS == 1
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        const uint e = t + 256u * i, row = e & 63u, cg = (e >> 6) * 4u, qi = q0 + row;
+        const vec4 x = ld4_row(p.q, qb + qi * p.sq + cg, qi < p.lq, cg);
+        [[unroll]] for (uint c = 0u; c < 4u; ++c) sh_q[(cg + c) * 16u + (row >> 2)][row & 3u] = x[c];
+    }
+    barrier();
+#endif
     vec4 row_max = vec4(-3.402823466e38), row_sum = vec4(0.0);
     vec4 acc[D_CHUNKS][4];
     [[unroll]] for (uint cc = 0u; cc < D_CHUNKS; ++cc)
@@ -82,22 +114,24 @@ void main() {
             // consecutive threads take consecutive rows, so the transposed stores hit distinct banks.
             [[unroll]] for (uint i = 0u; i < 2u; ++i) {
                 const uint e = t + 256u * i, row = e & 63u, cg = (e >> 6) * 4u;
-                const uint qi = q0 + row, kj = j0 + row;
-                [[unroll]] for (uint c = 0u; c < 4u; ++c) {
-                    const uint col = c0 + cg + c;
-                    const bool in_d = col < p.d;
-                    sh[(cg + c) * 16u + (row >> 2)][row & 3u] =
-                        (in_d && qi < p.lq) ? ld(p.q, qb + qi * p.sq + col) : 0.0;
-                    sh[SH_K + (cg + c) * 16u + (row & 15u)][row >> 4] =
-                        (in_d && kj < p.lk) ? ld(p.k, kb + kj * p.sk + col) : 0.0;
-                }
+                const uint qi = q0 + row, kj = j0 + row, col = c0 + cg;
+#if D_CHUNKS != 1
+                const vec4 qx = ld4_row(p.q, qb + qi * p.sq + col, qi < p.lq, col);
+                [[unroll]] for (uint c = 0u; c < 4u; ++c) sh[(cg + c) * 16u + (row >> 2)][row & 3u] = qx[c];
+#endif
+                const vec4 kx = ld4_row(p.k, kb + kj * p.sk + col, kj < p.lk, col);
+                [[unroll]] for (uint c = 0u; c < 4u; ++c) sh[SH_K + (cg + c) * 16u + (row & 15u)][row >> 4] = kx[c];
             }
             barrier();
             // Columns past d were stored as zeros: whole groups of 8, unrolled (the loads' latency overlaps).
             const uint cn = min(DK, p.d - c0);
             for (uint c8 = 0u; c8 < cn; c8 += 8u)
                 [[unroll]] for (uint c = c8; c < c8 + 8u; ++c) {
+#if D_CHUNKS == 1
+                    const vec4 qv = sh_q[(c0 + c) * 16u + ty], kv = sh[SH_K + c * 16u + tx];
+#else
                     const vec4 qv = sh[c * 16u + ty], kv = sh[SH_K + c * 16u + tx];
+#endif
                     [[unroll]] for (uint r = 0u; r < 4u; ++r) s[r] += qv[r] * kv;
                 }
             barrier();
@@ -137,13 +171,8 @@ void main() {
             for (uint k0 = 0u; k0 < kn; k0 += 32u) {
                 barrier();  // the probabilities are stored; the previous chunk's V is read
                 [[unroll]] for (uint i = 0u; i < 2u; ++i) {
-                    const uint e = t + 256u * i, key = e >> 4, cg = (e & 15u) * 4u, kj = j0 + k0 + key;
-                    vec4 x = vec4(0.0);
-                    [[unroll]] for (uint c = 0u; c < 4u; ++c) {
-                        const uint col = cc * 64u + cg + c;
-                        if (col < p.d && kj < p.lk) x[c] = ld(p.v, vb + kj * p.sv + col);
-                    }
-                    sh[SH_V + key * 16u + (e & 15u)] = x;
+                    const uint e = t + 256u * i, key = e >> 4, col = cc * 64u + (e & 15u) * 4u, kj = j0 + k0 + key;
+                    sh[SH_V + key * 16u + (e & 15u)] = ld4_row(p.v, vb + kj * p.sv + col, kj < p.lk, col);
                 }
                 barrier();
                 // Keys past kn have probability 0 and V rows of zeros: whole groups of 8, unrolled.

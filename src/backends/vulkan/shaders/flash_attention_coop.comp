@@ -1,6 +1,6 @@
 // Attention without a score matrix in memory, on the matrix units (VK_KHR_cooperative_matrix): out = softmax(scale
 // Q K^T) V for 64 queries of one head of one batch entry per workgroup, float16 tensors only. The same interface as
-// flash_attention.comp (its push constants, plus vec8), which stays the kernel of GPUs without matrix units.
+// flash_attention.comp (its push constants), which stays the kernel of GPUs without matrix units.
 //
 // 128 threads: 4 subgroups of 32 (the pipeline asks for 32), each owning 16 of the block's queries from start to
 // end, so within a key block a subgroup synchronises only with itself. Per block of BC keys:
@@ -34,7 +34,7 @@ layout(push_constant) uniform Params {
     uint lq, lk, d, causal;
     uint sq, sk, sv, so;  // row strides, in elements
     float scale;
-    uint vec8;  // 1: every head's rows of q, k and v start on 16 bytes and d % 8 == 0 (16-byte loads)
+    uint loads;  // 8: every head's rows of q, k and v start on 16 bytes and d % 8 == 0 (16-byte loads); else 1 or 4
 } p;
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer U128s { uvec4 v[]; };
 
@@ -68,7 +68,7 @@ uvec4 pack8(float x[8]) {
 uvec4 load8(Ts t, uint base, uint stride, uint row, uint rows, uint c) {
     if (row >= rows || c >= p.d) return uvec4(0u);
     const uint at = base + row * stride + c;
-    if (p.vec8 != 0u) return U128s(t).v[at >> 3];
+    if (p.loads == 8u) return U128s(t).v[at >> 3];
     float x[8];
     [[unroll]] for (uint i = 0u; i < 8u; ++i) x[i] = c + i < p.d ? ld(t, at + i) : 0.0;
     return pack8(x);
