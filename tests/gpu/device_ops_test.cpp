@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <tuple>
@@ -22,6 +23,7 @@
 #include "common/op_bounds.h"
 #include "gpu_test_util.h"
 #include "kiln/error.h"
+#include "ops/call_recorder.h"
 #include "ops/device_ops.h"
 #include "ops/ops.h"
 
@@ -471,4 +473,40 @@ TEST_P(DeviceOps, RecordedCallsReplayWithNewInputs) {
     }
     EXPECT_EQ(calls, 2) << "the third to fifth calls should have replayed the recording";
     EXPECT_EQ(host_calls, 6) << "five eager calls and the attempt to record the second";
+}
+
+// Past the bound on recordings (ops/call_recorder.h), making one evicts the least recently replayed (its graph
+// or command buffer and its pool go, after a wait for the device): that key records again at its next call,
+// the others replay on, all with right results. Recordings of earlier tests are older still and go first.
+TEST_P(DeviceOps, RecordingsPastTheBoundEvictTheLeastRecentlyUsed) {
+    if (std::getenv("KILN_RECORDINGS_MAX")) GTEST_SKIP() << "KILN_RECORDINGS_MAX is set: the bound is not the default";
+    Backend* gpu = &this->gpu();
+    const int bound = ops::kDefaultMaxRecordings;
+    std::vector<int> calls(size_t(bound) + 1, 0);
+    auto run = [&](int i, float v) {
+        const Backend::RecordedFn times = [&calls, i](const std::vector<const Tensor*>& in) {
+            ++calls[size_t(i)];
+            Tensor y = *in[0];
+            ops::scale_(y, float(i + 2));
+            return y;
+        };
+        const Tensor x = Tensor({2}, {v, -v}).to_device(*gpu, DType::F32);
+        const Tensor y = gpu->run_recorded("test eviction " + std::to_string(i), {&x}, times).to_host();
+        EXPECT_EQ(y[0], float(i + 2) * v) << "key " << i;
+        EXPECT_EQ(y[1], -float(i + 2) * v) << "key " << i;
+    };
+    for (int i = 0; i < bound; ++i) {  // eager, then recorded: the bound's worth
+        run(i, 1.0f);
+        run(i, 2.0f);
+    }
+    for (int i = 1; i < bound; ++i) run(i, 3.0f);  // key 0 is now the least recently used
+    run(bound, 1.0f);
+    run(bound, 2.0f);  // recording it evicts key 0
+    for (int i = 1; i <= bound; ++i) run(i, 4.0f);
+    for (int i = 1; i <= bound; ++i) EXPECT_EQ(calls[size_t(i)], 2) << "key " << i << " should have replayed";
+    run(0, 5.0f);
+    EXPECT_EQ(calls[0], 3) << "key 0 was evicted: its next call records it again";
+    run(0, 6.0f);
+    EXPECT_EQ(calls[0], 3) << "key 0 should replay its new recording";
+    gpu->forget_recordings("test eviction ");
 }

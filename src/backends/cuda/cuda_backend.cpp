@@ -1,6 +1,5 @@
 #include "backends/cuda/cuda_backend.h"
 
-#include <array>
 #include <cstdlib>
 #include <cstring>
 
@@ -13,7 +12,6 @@
 #include "backends/cuda/on_off_setting.h"
 #include "core/tensor.h"
 #include "kiln/error.h"
-#include "ops/flop_tally.h"
 
 namespace kiln::cuda {
 
@@ -52,7 +50,10 @@ DeviceDescription description_of(const DeviceInfo& d) {
 
 }  // namespace
 
-CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
+CudaBackend::CudaBackend(int index)
+    : index_(index),
+      allocator_(index),
+      recorder_(*this, ops::max_recordings_from_env(std::getenv("KILN_RECORDINGS_MAX"))) {
     std::string why;
     const std::vector<DeviceInfo> devices = cuda_devices(&why);
     bool found = false;
@@ -101,9 +102,7 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
 
 CudaBackend::~CudaBackend() {
     cudaStreamSynchronize(stream_);
-    for (auto& [key, r] : recordings_)
-        if (r.exec) cudaGraphExecDestroy(r.exec);
-    recordings_.clear();
+    recorder_.clear();
     dequantize_ahead_.reset();
     if (copy_stream_) {
         cudaStreamSynchronize(copy_stream_);
@@ -276,90 +275,79 @@ void CudaBackend::synchronize() {
     timeline_->synchronized();
 }
 
+namespace {
+
+// A recorded call's graph, launched on the stream; a profiler's op events recorded at capture (spans) are read
+// back after each launch.
+class RecordedGraph final : public ops::RecordedWork {
+public:
+    RecordedGraph(cudaStream_t stream, GpuTimeline& timeline, std::shared_ptr<GpuTimeline::GraphSpans> spans)
+        : stream_(stream), timeline_(timeline), spans_(std::move(spans)) {}
+    ~RecordedGraph() override {
+        if (exec) cudaGraphExecDestroy(exec);
+    }
+    void replay() override {
+        timeline_.before_replay(spans_);  // each launch records the graph's op events again
+        KILN_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+    }
+    cudaGraphExec_t exec = nullptr;
+
+private:
+    cudaStream_t stream_;
+    GpuTimeline& timeline_;
+    std::shared_ptr<GpuTimeline::GraphSpans> spans_;
+};
+
+}  // namespace
+
 Tensor CudaBackend::run_recorded(const std::string& key, const std::vector<const Tensor*>& inputs,
                                  const RecordedFn& fn) {
-    Recording& r = recordings_[key];
-    ++r.calls;
     // The first call runs eagerly: it loads kernels and picks cuBLASLt algorithms, which capture cannot do.
-    if (!graphs_enabled_ || r.failed || r.calls == 1) return fn(inputs);
-    if (!r.exec) {
-        r.pool = allocator_.new_pool();
-        allocator_.set_current_pool(r.pool);
-        cudaGraph_t graph = nullptr;
-        try {
-            for (const Tensor* t : inputs) r.inputs.push_back(*t);  // copies into the recording's pool
-            std::vector<const Tensor*> views;
-            for (const Tensor& t : r.inputs) views.push_back(&t);
-            KILN_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
-            timeline_->begin_capture();  // a profiler's op events become event-record nodes of the graph
-            try {
-                ops::FlopTally tally;
-                r.output = std::make_unique<Tensor>(fn(views));
-                r.flops = tally.flops();
-                r.spans = timeline_->end_capture();
-            } catch (...) {
-                timeline_->abort_capture();
-                cudaStreamEndCapture(stream_, &graph);
-                if (graph) cudaGraphDestroy(graph);
-                cudaGetLastError();
-                throw;
-            }
-            KILN_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-            try {
-                memset_nodes_to_kernels(graph);  // a library's memsets, each a slow node of its own
-                KILN_CUDA_CHECK(cudaGraphInstantiate(&r.exec, graph, 0));
-            } catch (...) {
-                cudaGraphDestroy(graph);
-                throw;
-            }
-            cudaGraphDestroy(graph);
-        } catch (const Error&) {
-            // Not recordable (a host round trip inside, say): run this key eagerly from now on.
-            allocator_.set_current_pool(0);
-            r.failed = true;
-            r.inputs.clear();
-            r.output.reset();
-            r.spans.reset();
-            if (r.exec) cudaGraphExecDestroy(r.exec);
-            r.exec = nullptr;
-            allocator_.release_pool(r.pool);
-            return fn(inputs);
-        }
-        allocator_.set_current_pool(0);
-    } else {
-        for (size_t i = 0; i < inputs.size(); ++i) {
-            require(inputs[i]->shape() == r.inputs[i].shape() && inputs[i]->dtype() == r.inputs[i].dtype(),
-                    ErrorKind::InvalidArgument, "recorded call '" + key + "': input " + std::to_string(i) +
-                                                    " changed shape or dtype");
-            copy(r.inputs[i].device_data(), inputs[i]->device_data(),
-                 inputs[i]->numel() * int64_t(dtype_size(inputs[i]->dtype())));
-        }
-    }
-    if (r.replays++ > 0) ops::report_flops(r.flops);  // the first launch's were reported while it was captured
-    timeline_->before_replay(r.spans);  // each launch records the graph's op events again
-    KILN_CUDA_CHECK(cudaGraphLaunch(r.exec, stream_));
-    return Tensor(*r.output);  // a copy in the ordinary pool: the next replay overwrites the recording's
+    return recorder_.run(key, inputs, fn);
 }
 
-void CudaBackend::forget_recordings(const std::string& key_prefix) {
-    bool synced = false;
-    for (auto it = recordings_.begin(); it != recordings_.end();) {
-        if (it->first.compare(0, key_prefix.size(), key_prefix) != 0) {
-            ++it;
-            continue;
-        }
-        Recording& r = it->second;
-        if (r.exec) {
-            if (!synced) KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));  // a replay may still read the pool
-            synced = true;
-            cudaGraphExecDestroy(r.exec);
-            r.inputs.clear();
-            r.output.reset();
-            allocator_.release_pool(r.pool);  // a failed recording's went when it failed
-        }
-        it = recordings_.erase(it);
+void CudaBackend::forget_recordings(const std::string& key_prefix) { recorder_.forget(key_prefix); }
+
+void CudaBackend::begin_recording() {
+    KILN_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+    try {
+        timeline_->begin_capture();  // a profiler's op events become event-record nodes of the graph
+    } catch (...) {
+        abort_recording();
+        throw;
     }
 }
+
+void CudaBackend::abort_recording() noexcept {
+    timeline_->abort_capture();
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+}
+
+std::unique_ptr<ops::RecordedWork> CudaBackend::end_recording() {
+    std::unique_ptr<RecordedGraph> work;
+    try {
+        work = std::make_unique<RecordedGraph>(stream_, *timeline_, timeline_->end_capture());
+    } catch (...) {
+        abort_recording();
+        throw;
+    }
+    cudaGraph_t graph = nullptr;
+    KILN_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    try {
+        memset_nodes_to_kernels(graph);  // a library's memsets, each a slow node of its own
+        KILN_CUDA_CHECK(cudaGraphInstantiate(&work->exec, graph, 0));
+    } catch (...) {
+        cudaGraphDestroy(graph);
+        throw;
+    }
+    cudaGraphDestroy(graph);
+    return work;
+}
+
+void CudaBackend::wait_idle() { KILN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 BackendFactory cuda_backend_factory() {
     BackendFactory f;

@@ -2,8 +2,6 @@
 // is ordered on one stream: copies, kernels and cuBLASLt products; memory comes from a caching allocator
 // (cuda_allocator.h), so a steady-state step calls no cudaMalloc; recorded calls become CUDA graphs.
 #pragma once
-#include <array>
-#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -20,11 +18,14 @@
 #include "backends/cuda/gpu_timeline.h"
 #include "backends/cuda/pinned_staging.h"
 #include "core/backend.h"
+#include "ops/call_recorder.h"
 #include "ops/op_list.h"
 
 namespace kiln::cuda {
 
-class CudaBackend final : public Backend {
+// Its recorded calls are CUDA graphs: CallRecorder (ops/call_recorder.h) keeps them, this backend captures,
+// launches and destroys them (RecordingDevice).
+class CudaBackend final : public Backend, private ops::RecordingDevice {
 public:
     explicit CudaBackend(int index);  // Unsupported when the device is not there
     ~CudaBackend() override;
@@ -131,17 +132,16 @@ public:
     bool fast_float32() const { return fast_f32_; }
 
 private:
-    struct Recording {
-        int calls = 0;
-        bool failed = false;
-        int pool = 0;
-        std::vector<Tensor> inputs;
-        std::unique_ptr<Tensor> output;
-        cudaGraphExec_t exec = nullptr;
-        int replays = 0;
-        std::array<double, ops::kOpCount> flops{};  // per op kind, reported again at each replay
-        std::shared_ptr<GpuTimeline::GraphSpans> spans;  // event-record nodes, if a profiler was there at capture
-    };
+    // ops::RecordingDevice: stream capture into a graph (a profiler's op events become event-record nodes of
+    // it), launched on the stream; recording is off with KILN_CUDA_GRAPHS=0 or KILN_CUDA_SYNC_OPS=1.
+    bool recording_enabled() const override { return graphs_enabled_; }
+    int new_pool() override { return allocator_.new_pool(); }
+    void use_pool(int pool) override { allocator_.set_current_pool(pool); }
+    void release_pool(int pool) noexcept override { allocator_.release_pool(pool); }
+    void begin_recording() override;
+    std::unique_ptr<ops::RecordedWork> end_recording() override;
+    void abort_recording() noexcept override;
+    void wait_idle() override;
 
     int index_;
     int multiprocessors_ = 0;
@@ -167,7 +167,7 @@ private:
     cudaStream_t copy_stream_ = nullptr;  // made on the first upload_ahead
     cudaEvent_t copy_after_ = nullptr, copied_ = nullptr;
     bool copies_pending_ = false;
-    std::map<std::string, Recording> recordings_;
+    ops::CallRecorder recorder_;  // after allocator_: its tensors go back there
     void carry_layout(const void* src, void* dst, const DType* type);
     std::unordered_map<const void*, ChannelsLastFilter> channels_last_;
 };

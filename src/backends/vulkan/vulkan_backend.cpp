@@ -8,7 +8,6 @@
 
 #include "backends/vulkan/vulkan_device_ops.h"
 #include "kiln/error.h"
-#include "ops/flop_tally.h"
 #include "ops/op_observer.h"
 
 namespace kiln::vulkan {
@@ -87,7 +86,10 @@ void VulkanBackend::set_matrix_variant(const std::string& name) {
     matrix_variant_ = "_" + name;
 }
 
-VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index) : physical_(physical), index_(index) {
+VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index)
+    : physical_(physical),
+      index_(index),
+      recorder_(*this, ops::max_recordings_from_env(std::getenv("KILN_RECORDINGS_MAX"))) {
     const char* sync = std::getenv("KILN_VULKAN_SYNC_OPS");
     sync_ops_ = sync && std::string(sync) == "1";
     const char* record = std::getenv("KILN_VULKAN_RECORD");
@@ -243,7 +245,7 @@ VulkanBackend::~VulkanBackend() {
     }
     a.vkDeviceWaitIdle(device_);
     transfer_.reset();  // an open batch of copies is dropped like the commands above
-    recordings_.clear();  // their tensors go back to the memory below; their buffers go with the pool
+    recorder_.clear();  // their tensors go back to the memory below
     ops_.reset();
     timeline_.reset();
     kernels_.reset();
@@ -574,91 +576,73 @@ void VulkanBackend::convert(const void* src, DType src_type, void* dst, DType ds
     dispatch(src_type == DType::F32 ? "convert_f32_f16" : "convert_f16_f32", p, groups);
 }
 
+// A recorded call's command buffer, resubmitted after the stream's commands at each replay.
+class VulkanBackend::RecordedCommands final : public ops::RecordedWork {
+public:
+    RecordedCommands(VulkanBackend& backend, VkCommandBuffer buffer) : backend_(backend), buffer_(buffer) {}
+    ~RecordedCommands() override { api().vkFreeCommandBuffers(backend_.device_, backend_.pool_, 1, &buffer_); }
+    void replay() override { backend_.submit_and_wait(buffer_); }
+    VkCommandBuffer buffer() const { return buffer_; }
+
+private:
+    VulkanBackend& backend_;
+    VkCommandBuffer buffer_;
+};
+
 Tensor VulkanBackend::run_recorded(const std::string& key, const std::vector<const Tensor*>& inputs,
                                    const RecordedFn& fn) {
-    Recording& r = recordings_[key];
-    ++r.calls;
     // The first call runs eagerly: it makes the pipelines and uploads what kernels keep (the embedding's
     // frequencies), which a recording cannot.
-    // While a profiler wants GPU time per op, calls run eagerly so that each op writes its timestamps.
-    if (!recording_enabled_ || r.failed || r.calls == 1 || ops::device_spans_wanted()) return fn(inputs);
-    const Api& a = api();
-    if (r.commands == VK_NULL_HANDLE) {
-        submit_and_wait();
-        r.pool = memory_->new_pool();
-        memory_->set_current_pool(r.pool);
-        VkCommandBuffer buffer = VK_NULL_HANDLE;
-        try {
-            for (const Tensor* t : inputs) r.inputs.push_back(*t);  // copies into the recording's pool
-            submit_and_wait();
-            std::vector<const Tensor*> views;
-            for (const Tensor& t : r.inputs) views.push_back(&t);
-            VkCommandBufferAllocateInfo cb{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-            cb.commandPool = pool_;
-            cb.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-            cb.commandBufferCount = 1;
-            check(a.vkAllocateCommandBuffers(device_, &cb, &buffer), "vkAllocateCommandBuffers");
-            VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-            check(a.vkBeginCommandBuffer(buffer, &begin), "vkBeginCommandBuffer");
-            target_ = buffer;
-            capturing_ = true;
-            try {
-                ops::FlopTally tally;
-                r.output = std::make_unique<Tensor>(fn(views));
-                r.flops = tally.flops();
-            } catch (...) {
-                capturing_ = false;
-                target_ = commands_;
-                a.vkEndCommandBuffer(buffer);
-                throw;
-            }
-            capturing_ = false;
-            target_ = commands_;
-            check(a.vkEndCommandBuffer(buffer), "vkEndCommandBuffer");
-            r.commands = buffer;
-        } catch (const Error&) {
-            // Not recordable (a host round trip inside): run this key eagerly from now on.
-            memory_->set_current_pool(0);
-            if (buffer != VK_NULL_HANDLE) a.vkFreeCommandBuffers(device_, pool_, 1, &buffer);
-            r.failed = true;
-            r.inputs.clear();
-            r.output.reset();
-            memory_->release_pool(r.pool);
-            return fn(inputs);
-        }
-        memory_->set_current_pool(0);
-    } else {
-        for (size_t i = 0; i < inputs.size(); ++i) {
-            require(inputs[i]->shape() == r.inputs[i].shape() && inputs[i]->dtype() == r.inputs[i].dtype(),
-                    ErrorKind::InvalidArgument,
-                    "recorded call '" + key + "': input " + std::to_string(i) + " changed shape or dtype");
-            copy(r.inputs[i].device_data(), inputs[i]->device_data(),
-                 inputs[i]->numel() * int64_t(dtype_size(inputs[i]->dtype())));
-        }
-    }
-    if (r.replays++ > 0) ops::report_flops(r.flops);  // the first run's were reported while it was recorded
-    submit_and_wait(r.commands);
-    return Tensor(*r.output);  // a copy in the ordinary pool: the next replay overwrites the recording's
+    return recorder_.run(key, inputs, fn);
 }
 
-void VulkanBackend::forget_recordings(const std::string& key_prefix) {
-    bool waited = false;
-    for (auto it = recordings_.begin(); it != recordings_.end();) {
-        if (it->first.compare(0, key_prefix.size(), key_prefix) != 0) {
-            ++it;
-            continue;
-        }
-        Recording& r = it->second;
-        if (r.commands != VK_NULL_HANDLE) {
-            if (!waited) submit_and_wait();  // nothing may still run the commands
-            waited = true;
-            api().vkFreeCommandBuffers(device_, pool_, 1, &r.commands);
-            r.inputs.clear();
-            r.output.reset();
-            memory_->release_pool(r.pool);  // a failed recording's went when it failed
-        }
-        it = recordings_.erase(it);
+void VulkanBackend::forget_recordings(const std::string& key_prefix) { recorder_.forget(key_prefix); }
+
+// While a profiler wants GPU time per op, calls run eagerly so that each op writes its timestamps.
+bool VulkanBackend::recording_enabled() const { return recording_enabled_ && !ops::device_spans_wanted(); }
+
+void VulkanBackend::begin_recording() {
+    submit_and_wait();
+    const Api& a = api();
+    VkCommandBufferAllocateInfo cb{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    cb.commandPool = pool_;
+    cb.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    cb.commandBufferCount = 1;
+    VkCommandBuffer buffer = VK_NULL_HANDLE;
+    check(a.vkAllocateCommandBuffers(device_, &cb, &buffer), "vkAllocateCommandBuffers");
+    VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    try {
+        check(a.vkBeginCommandBuffer(buffer, &begin), "vkBeginCommandBuffer");
+    } catch (...) {
+        a.vkFreeCommandBuffers(device_, pool_, 1, &buffer);
+        throw;
     }
+    recording_buffer_ = target_ = buffer;
+    capturing_ = true;
+}
+
+std::unique_ptr<ops::RecordedWork> VulkanBackend::end_recording() {
+    std::unique_ptr<RecordedCommands> work;
+    try {
+        work = std::make_unique<RecordedCommands>(*this, recording_buffer_);  // frees the buffer if the end fails
+    } catch (...) {
+        abort_recording();
+        throw;
+    }
+    recording_buffer_ = VK_NULL_HANDLE;
+    capturing_ = false;
+    target_ = commands_;
+    check(api().vkEndCommandBuffer(work->buffer()), "vkEndCommandBuffer");
+    return work;
+}
+
+void VulkanBackend::abort_recording() noexcept {
+    const Api& a = api();
+    capturing_ = false;
+    target_ = commands_;
+    a.vkEndCommandBuffer(recording_buffer_);
+    a.vkFreeCommandBuffers(device_, pool_, 1, &recording_buffer_);
+    recording_buffer_ = VK_NULL_HANDLE;
 }
 
 BackendFactory vulkan_backend_factory() {

@@ -20,11 +20,12 @@
 #include "backends/vulkan/vulkan_memory.h"
 #include "backends/vulkan/vulkan_transfer.h"
 #include "core/backend.h"
+#include "ops/call_recorder.h"
 #include "ops/op_list.h"
 
 namespace kiln::vulkan {
 
-class VulkanBackend final : public Backend {
+class VulkanBackend final : public Backend, private ops::RecordingDevice {
 public:
     VulkanBackend(const PhysicalDevice& physical, int index);
     ~VulkanBackend() override;
@@ -64,8 +65,9 @@ public:
     }
     const ops::DeviceOps& ops() const override { return *ops_; }
     // The second call with a key records fn into a command buffer (its memory from a pool of its own); later
-    // calls copy the inputs in and resubmit it. A call that needs the host inside (an upload or download)
-    // cannot be recorded and runs eagerly from then on. KILN_VULKAN_RECORD=0 runs every call eagerly.
+    // calls copy the inputs in and resubmit it (ops/call_recorder.h keeps them). A call that needs the host
+    // inside (an upload or download) cannot be recorded and runs eagerly from then on. KILN_VULKAN_RECORD=0
+    // runs every call eagerly.
     void forget_recordings(const std::string& key_prefix) override;
     // Host-visible memory that copies go from straight to the device (weights offloaded under --vram): carved
     // from 64 MiB slabs (drivers cap the number of allocations), a slab freed with its last block.
@@ -145,16 +147,19 @@ public:
     VulkanKernels& kernels() { return *kernels_; }
 
 private:
-    struct Recording {
-        int calls = 0;
-        bool failed = false;
-        int pool = 0;
-        std::vector<Tensor> inputs;
-        std::unique_ptr<Tensor> output;
-        VkCommandBuffer commands = VK_NULL_HANDLE;
-        int replays = 0;
-        std::array<double, ops::kOpCount> flops{};  // per op kind, reported again at each replay
-    };
+    // ops::RecordingDevice: a recorded call is a command buffer of its own, submitted after the stream's
+    // commands. Off with KILN_VULKAN_RECORD=0 or KILN_VULKAN_SYNC_OPS=1, and while a profiler wants GPU time per
+    // op (each op must write its timestamps).
+    class RecordedCommands;
+    bool recording_enabled() const override;
+    int new_pool() override { return memory_->new_pool(); }
+    void use_pool(int pool) override { memory_->set_current_pool(pool); }
+    void release_pool(int pool) noexcept override { memory_->release_pool(pool); }
+    void before_recording() override { submit_and_wait(); }
+    void begin_recording() override;
+    std::unique_ptr<ops::RecordedWork> end_recording() override;
+    void abort_recording() noexcept override;
+    void wait_idle() override { submit_and_wait(); }
 
     void record_begin();
     void record_barrier();
@@ -186,7 +191,8 @@ private:
     VkCommandBuffer target_ = VK_NULL_HANDLE;    // where commands go: commands_, or a recording's buffer
     bool capturing_ = false;
     bool recording_enabled_ = true;
-    std::map<std::string, Recording> recordings_;
+    ops::CallRecorder recorder_;
+    VkCommandBuffer recording_buffer_ = VK_NULL_HANDLE;  // a recorded call's, between begin_ and end_recording
     VkFence fence_ = VK_NULL_HANDLE;
     bool recording_ = false;
     bool sync_ops_ = false;
