@@ -20,6 +20,7 @@
 #define KILN_INT8_X86 1
 #define KILN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vnni")))
 #define KILN_AVX2 __attribute__((target("avx2,fma")))
+#define KILN_AVX_VNNI __attribute__((target("avx2,fma,avxvnni")))
 #else
 #define KILN_INT8_X86 0
 #endif
@@ -384,15 +385,84 @@ constexpr TileFn kAvx512Tiles[4][3] = {
     {tile_avx512<4, 1, Halves>, tile_avx512<4, 2, Halves>, tile_avx512<4, 3, Halves>}};
 template <bool Halves>
 constexpr TileFn kAvx2Tiles[2] = {tile_avx2<1, Halves>, tile_avx2<2, Halves>};
+
+// AVX-VNNI: tile_avx512's operations on 256-bit registers, a group's 16 columns as two halves of 8 (acc[r][h]).
+template <int R>
+KILN_AVX_VNNI inline __attribute__((always_inline)) void steps_avx_vnni(__m256i (&acc)[R][2], const uint8_t* xq,
+                                                                        const uint8_t* const* wq, int t0, int t1) {
+#pragma GCC unroll 8
+    for (int t = t0; t < t1; ++t) {
+        __m256i u[2];
+        for (int h = 0; h < 2; ++h) u[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * kStepBytes + 32 * h));
+        for (int r = 0; r < R; ++r) {
+            const __m256i wb = _mm256_set1_epi32(load_word(wq[r] + 4 * t));
+            for (int h = 0; h < 2; ++h) acc[r][h] = _mm256_dpbusd_avx_epi32(acc[r][h], u[h], wb);
+        }
+    }
+}
+
+template <int R, bool Halves>
+KILN_AVX_VNNI void tile_avx_vnni(const GemmArgs& a, const Int8Row* w, int64_t o, int64_t g) {
+    __m256 f[R][2];
+    for (int r = 0; r < R; ++r)
+        for (int h = 0; h < 2; ++h) f[r][h] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < a.x.k_blocks(); ++b) {
+        __m256i acc[R][2];
+        const uint8_t* wq[R];
+        const uint8_t* xq = a.x.codes(g, b);
+        for (int r = 0; r < R; ++r) {
+            wq[r] = w[r].codes + b * w[r].code_stride;
+            acc[r][0] = acc[r][1] = _mm256_set1_epi32(-w[r].offsets[Halves ? 2 * b : b]);
+        }
+        if constexpr (Halves) {
+            steps_avx_vnni<R>(acc, xq, wq, 0, kSteps / 2);
+            __m256i first[R][2];
+            for (int r = 0; r < R; ++r) {
+                const __m256i h0 = _mm256_set1_epi32(w[r].halves[2 * b]);
+                for (int h = 0; h < 2; ++h) first[r][h] = _mm256_mullo_epi32(acc[r][h], h0);
+                acc[r][0] = acc[r][1] = _mm256_set1_epi32(-w[r].offsets[2 * b + 1]);
+            }
+            steps_avx_vnni<R>(acc, xq, wq, kSteps / 2, kSteps);
+            for (int r = 0; r < R; ++r) {
+                const __m256i h1 = _mm256_set1_epi32(w[r].halves[2 * b + 1]);
+                for (int h = 0; h < 2; ++h) acc[r][h] = _mm256_add_epi32(first[r][h], _mm256_mullo_epi32(acc[r][h], h1));
+            }
+        } else {
+            steps_avx_vnni<R>(acc, xq, wq, 0, kSteps);
+        }
+        for (int r = 0; r < R; ++r) {
+            const __m256 dw = _mm256_set1_ps(w[r].scales[b]);
+            for (int h = 0; h < 2; ++h) {
+                const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(a.x.scales(g, b) + 8 * h), dw);
+                f[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), s, f[r][h]);
+            }
+            if (a.mins) {
+                const __m256 mw = _mm256_set1_ps(w[r].mins[b]);
+                for (int h = 0; h < 2; ++h)
+                    f[r][h] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(a.x.sums(g, b) + 8 * h), f[r][h]);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        alignas(32) float sums[kQ8Columns];
+        for (int h = 0; h < 2; ++h) _mm256_store_ps(sums + 8 * h, f[r][h]);
+        store_sums(a, o + r, g, sums);
+    }
+}
+
+template <bool Halves>
+constexpr TileFn kAvxVnniTiles[3] = {tile_avx_vnni<1, Halves>, tile_avx_vnni<2, Halves>, tile_avx_vnni<3, Halves>};
 #endif
 
 // Register blocks, weight rows x groups: AVX-512 12 int32 + 12 float accumulators of 32 registers (halves: 4 x 2,
-// 8 int32 + 8 first halves + 8 float; 4 x 3 spills, measured slower); AVX2 4 + 4 of 16.
+// 8 int32 + 8 first halves + 8 float; 4 x 3 spills, measured slower); AVX-VNNI 6 + 6 of 16 (halves: 4 + 4 + 4);
+// AVX2 4 + 4 of 16.
 struct Blocking {
     int rows, groups;
 };
 Blocking blocking(Int8Isa isa, bool halves) {
     if (isa == Int8Isa::Avx512Vnni) return halves ? Blocking{4, 2} : Blocking{4, 3};
+    if (isa == Int8Isa::AvxVnni) return halves ? Blocking{2, 1} : Blocking{3, 1};
     return isa == Int8Isa::Avx2 ? Blocking{2, 1} : Blocking{1, 1};
 }
 
@@ -401,6 +471,11 @@ void run_tile(Int8Isa isa, const GemmArgs& a, const Int8Row* w, int64_t o, int r
 #if KILN_INT8_X86
     if (isa == Int8Isa::Avx512Vnni)
         return (a.halves ? kAvx512Tiles<true> : kAvx512Tiles<false>)[rows - 1][groups - 1](a, w, o, g);
+    if (isa == Int8Isa::AvxVnni) {
+        for (int64_t gg = g; gg < g + groups; ++gg)
+            (a.halves ? kAvxVnniTiles<true> : kAvxVnniTiles<false>)[rows - 1](a, w, o, gg);
+        return;
+    }
     if (isa == Int8Isa::Avx2) {
         for (int64_t gg = g; gg < g + groups; ++gg) (a.halves ? kAvx2Tiles<true> : kAvx2Tiles<false>)[rows - 1](a, w, o, gg);
         return;
@@ -416,7 +491,7 @@ std::atomic<int> forced_isa{-1};
 }  // namespace
 
 const char* int8_isa_name(Int8Isa isa) {
-    static const char* const names[] = {"scalar", "avx2", "avx512-vnni"};
+    static const char* const names[] = {"scalar", "avx2", "avx-vnni", "avx512-vnni"};
     return names[int(isa)];
 }
 
@@ -425,6 +500,8 @@ bool int8_isa_available(Int8Isa isa) {
     if (isa == Int8Isa::Avx512Vnni)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    if (isa == Int8Isa::AvxVnni)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("avxvnni");
     if (isa == Int8Isa::Avx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
     return isa == Int8Isa::Scalar;
@@ -434,6 +511,7 @@ Int8Isa int8_isa() {
     const int forced = forced_isa.load(std::memory_order_relaxed);
     if (forced >= 0) return Int8Isa(forced);
     static const Int8Isa best = int8_isa_available(Int8Isa::Avx512Vnni) ? Int8Isa::Avx512Vnni
+                                : int8_isa_available(Int8Isa::AvxVnni)  ? Int8Isa::AvxVnni
                                 : int8_isa_available(Int8Isa::Avx2)     ? Int8Isa::Avx2
                                                                         : Int8Isa::Scalar;
     return best;

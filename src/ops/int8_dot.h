@@ -17,9 +17,10 @@
 
 namespace kiln::ops::detail {
 
-// Kernels picked at run time: AVX-512 VNNI, AVX2 or portable C++; the best available unless forced (tests;
-// InvalidArgument if not available).
-enum class Int8Isa { Scalar, Avx2, Avx512Vnni };
+// Kernels picked at run time: AVX-512 VNNI, AVX-VNNI (vpdpbusd on 256 bits: Alder Lake and later Intel consumer
+// CPUs, which lack AVX-512), AVX2 or portable C++; the best available unless forced (tests; InvalidArgument if
+// not available).
+enum class Int8Isa { Scalar, Avx2, AvxVnni, Avx512Vnni };
 const char* int8_isa_name(Int8Isa isa);
 bool int8_isa_available(Int8Isa isa);
 Int8Isa int8_isa();

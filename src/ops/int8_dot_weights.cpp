@@ -119,11 +119,14 @@ void widen_q6_part(const uint8_t* blk, int p, bool simd, uint8_t* c, int* sums) 
     if (simd) return widen_q6_avx512(ql, shift, qh, k, c, sums);
 #endif
     (void)simd;
-    sums[0] = sums[1] = 0;
-    for (int l = 0; l < kSub; ++l) {
-        const int v = (((ql[l] >> shift) & 15) | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
-        c[l] = uint8_t(v);
-        sums[l / 16] += v;
+    for (int half = 0; half < 2; ++half) {  // a loop per half: the compiler vectorises it
+        int sum = 0;
+        for (int l = 16 * half; l < 16 * half + 16; ++l) {
+            const int v = (((ql[l] >> shift) & 15) | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+            c[l] = uint8_t(v);
+            sum += v;
+        }
+        sums[half] = sum;
     }
 }
 

@@ -93,7 +93,7 @@ Expected expected_output(const float* x, int64_t x_stride, const float* w, const
 
 std::vector<Int8Isa> paths() {  // those this CPU has; the others are refused
     std::vector<Int8Isa> out;
-    for (Int8Isa isa : {Int8Isa::Scalar, Int8Isa::Avx2, Int8Isa::Avx512Vnni}) {
+    for (Int8Isa isa : {Int8Isa::Scalar, Int8Isa::Avx2, Int8Isa::AvxVnni, Int8Isa::Avx512Vnni}) {
         if (detail::int8_isa_available(isa)) out.push_back(isa);
         else EXPECT_THROW(detail::force_int8_isa(isa), Error);
     }
