@@ -79,7 +79,7 @@ KILN_AVX512_BW int widen_k_avx512(const uint8_t* q, int shift, const uint8_t* qh
     return _mm_cvtsi128_si32(s) + _mm_extract_epi32(s, 2);
 }
 
-// q6_K's 32 codes (q6_part below), the same integers; sums: each half's code sum.
+// q6_K's 32 codes (widen_q6_part below), the same integers; sums: each half's code sum.
 KILN_AVX512_BW void widen_q6_avx512(const uint8_t* ql, int shift, const uint8_t* qh, int k, uint8_t* c, int* sums) {
     const __m256i low = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql)), shift),
                                          _mm256_set1_epi8(15));
