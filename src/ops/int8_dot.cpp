@@ -455,8 +455,8 @@ constexpr TileFn kAvxVnniTiles[3] = {tile_avx_vnni<1, Halves>, tile_avx_vnni<2, 
 #endif
 
 // Register blocks, weight rows x groups: AVX-512 12 int32 + 12 float accumulators of 32 registers (halves: 4 x 2,
-// 8 int32 + 8 first halves + 8 float; 4 x 3 spills, measured slower); AVX-VNNI 6 + 6 of 16 (halves: 4 + 4 + 4);
-// AVX2 4 + 4 of 16.
+// 8 int32 + 8 first halves + 8 float; 4 x 3 spills: slower in a noisy try); AVX-VNNI 6 + 6 of 16 (halves:
+// 4 + 4 + 4); AVX2 4 + 4 of 16.
 struct Blocking {
     int rows, groups;
 };
