@@ -1,8 +1,8 @@
 // How linear and conv2d multiply block weights on the CPU: int8 dot products (default; activations rounded to
 // 8 bits, ops/int8_dot.h) or the weights dequantized to float32 (exact: the GPU backends' products; tests that
-// compare with a GPU ask for it). KILN_CPU_Q8=int8|dequantize sets the default. The setting covers every format
-// the int8 products take (q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K: ops/int8_dot_weights.h; its name is from
-// when q8_0 was the only one); q6_K is always dequantized.
+// compare with a GPU ask for it). KILN_CPU_Q8=int8|dequantize sets the default. The setting covers every block
+// format (q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K: ops/int8_dot_weights.h; its name is from when q8_0 was
+// the only one).
 #pragma once
 
 namespace kiln::ops {

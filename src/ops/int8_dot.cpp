@@ -20,6 +20,7 @@
 #define KILN_INT8_X86 1
 #define KILN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vnni")))
 #define KILN_AVX2 __attribute__((target("avx2,fma")))
+#define KILN_AVX_VNNI __attribute__((target("avx2,fma,avxvnni")))
 #else
 #define KILN_INT8_X86 0
 #endif
@@ -168,7 +169,8 @@ struct GemmArgs {
     int64_t ldc;
     Q8Output layout;
     bool accumulate;
-    bool mins;  // the weight's sub-blocks have mins: add mw * sx
+    bool mins;    // the weight's sub-blocks have mins: add mw * sx
+    bool halves;  // q6_K: dot = h0 * dot(values 0..15) + h1 * dot(values 16..31), integers
 };
 
 inline void store_sums(const GemmArgs& a, int64_t o, int64_t g, const float* sums) {
@@ -186,8 +188,9 @@ void tile_scalar(const GemmArgs& a, const Int8Row& w, int64_t o, int64_t g) {
         for (int64_t b = 0; b < a.x.k_blocks(); ++b) {
             const uint8_t* xq = a.x.codes(g, b);
             const int8_t* wq = reinterpret_cast<const int8_t*>(w.codes + b * w.code_stride);
-            int32_t dot = 0;
-            for (int i = 0; i < kQ8Block; ++i) dot += (int32_t(xq[code_at(j, i)]) - 128) * int32_t(wq[i]);
+            int32_t half[2] = {0, 0};
+            for (int i = 0; i < kQ8Block; ++i) half[i / 16] += (int32_t(xq[code_at(j, i)]) - 128) * int32_t(wq[i]);
+            const int32_t dot = a.halves ? w.halves[2 * b] * half[0] + w.halves[2 * b + 1] * half[1] : half[0] + half[1];
             f = std::fma(float(dot), a.x.scales(g, b)[j] * w.scales[b], f);
             if (a.mins) f = std::fma(w.mins[b], a.x.sums(g, b)[j], f);
         }
@@ -204,7 +207,24 @@ inline int32_t load_word(const uint8_t* p) {
 }
 
 // vpdpbusd: unsigned x signed bytes. The activations' +128 adds the weight block's offset: acc starts at minus it.
+// Steps [t0, t1) of block b into acc.
 template <int R, int G>
+KILN_AVX512 inline __attribute__((always_inline)) void steps_avx512(__m512i (&acc)[R][G], const uint8_t* const* xq,
+                                                                    const uint8_t* const* wq, int t0, int t1) {
+#pragma GCC unroll 8
+    for (int t = t0; t < t1; ++t) {
+        __m512i u[G];
+        for (int p = 0; p < G; ++p) u[p] = _mm512_loadu_si512(xq[p] + t * kStepBytes);
+        for (int r = 0; r < R; ++r) {
+            const __m512i wb = _mm512_set1_epi32(load_word(wq[r] + 4 * t));
+            for (int p = 0; p < G; ++p) acc[r][p] = _mm512_dpbusd_epi32(acc[r][p], u[p], wb);
+        }
+    }
+}
+
+// Halves (q6_K): each half of 16 values its own accumulator (its own offset), then the two times their integer
+// factors, summed: the same integer as the other paths' (exact in int32: |dot| <= 2 x 128 x 16 x 127 x 32 < 2^24).
+template <int R, int G, bool Halves>
 KILN_AVX512 void tile_avx512(const GemmArgs& a, const Int8Row* w, int64_t o, int64_t g) {
     __m512 f[R][G];
     for (int r = 0; r < R; ++r)
@@ -212,21 +232,31 @@ KILN_AVX512 void tile_avx512(const GemmArgs& a, const Int8Row* w, int64_t o, int
     for (int64_t b = 0; b < a.x.k_blocks(); ++b) {
         __m512i acc[R][G];
         const uint8_t* wq[R];
-        for (int r = 0; r < R; ++r) {
-            wq[r] = w[r].codes + b * w[r].code_stride;
-            const __m512i start = _mm512_set1_epi32(-w[r].offsets[b]);
-            for (int p = 0; p < G; ++p) acc[r][p] = start;
-        }
         const uint8_t* xq[G];
         for (int p = 0; p < G; ++p) xq[p] = a.x.codes(g + p, b);
-#pragma GCC unroll 8
-        for (int t = 0; t < kSteps; ++t) {
-            __m512i u[G];
-            for (int p = 0; p < G; ++p) u[p] = _mm512_loadu_si512(xq[p] + t * kStepBytes);
+        for (int r = 0; r < R; ++r) {
+            wq[r] = w[r].codes + b * w[r].code_stride;
+            const __m512i start = _mm512_set1_epi32(-w[r].offsets[Halves ? 2 * b : b]);
+            for (int p = 0; p < G; ++p) acc[r][p] = start;
+        }
+        if constexpr (Halves) {
+            steps_avx512<R, G>(acc, xq, wq, 0, kSteps / 2);
+            __m512i first[R][G];
             for (int r = 0; r < R; ++r) {
-                const __m512i wb = _mm512_set1_epi32(load_word(wq[r] + 4 * t));
-                for (int p = 0; p < G; ++p) acc[r][p] = _mm512_dpbusd_epi32(acc[r][p], u[p], wb);
+                const __m512i h0 = _mm512_set1_epi32(w[r].halves[2 * b]);
+                const __m512i start = _mm512_set1_epi32(-w[r].offsets[2 * b + 1]);
+                for (int p = 0; p < G; ++p) {
+                    first[r][p] = _mm512_mullo_epi32(acc[r][p], h0);
+                    acc[r][p] = start;
+                }
             }
+            steps_avx512<R, G>(acc, xq, wq, kSteps / 2, kSteps);
+            for (int r = 0; r < R; ++r) {
+                const __m512i h1 = _mm512_set1_epi32(w[r].halves[2 * b + 1]);
+                for (int p = 0; p < G; ++p) acc[r][p] = _mm512_add_epi32(first[r][p], _mm512_mullo_epi32(acc[r][p], h1));
+            }
+        } else {
+            steps_avx512<R, G>(acc, xq, wq, 0, kSteps);
         }
         for (int r = 0; r < R; ++r) {
             const __m512 dw = _mm512_set1_ps(w[r].scales[b]);
@@ -274,32 +304,57 @@ KILN_AVX512 void tile_avx512(const GemmArgs& a, const Int8Row* w, int64_t o, int
 }
 
 // AVX2: vpmaddubsw of |w| (unsigned) and x with w's sign (pairs summed in int16, |.| <= 2 x 128 x 127: no
-// saturation), then vpmaddwd into int32.
+// saturation), then vpmaddwd into int32. Steps [t0, t1) of block b into acc (columns 8h .. 8h + 7 in acc[r][h]).
+constexpr int kAvx2Halves = 2;  // halves of the group: 8 columns each
 template <int R>
+KILN_AVX2 inline __attribute__((always_inline)) void steps_avx2(__m256i (&acc)[R][kAvx2Halves], const uint8_t* xq,
+                                                                const Int8Row* w, int64_t b, int t0, int t1) {
+    const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
+    for (int t = t0; t < t1; ++t) {
+        __m256i sx[kAvx2Halves];  // signed codes
+        for (int h = 0; h < kAvx2Halves; ++h)
+            sx[h] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * kStepBytes + 32 * h)),
+                                     flip);
+        for (int r = 0; r < R; ++r) {
+            const __m256i wb = _mm256_set1_epi32(load_word(w[r].codes + b * w[r].code_stride + 4 * t));
+            const __m256i wabs = _mm256_abs_epi8(wb);
+            for (int h = 0; h < kAvx2Halves; ++h) {
+                const __m256i pairs = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(sx[h], wb));
+                acc[r][h] = _mm256_add_epi32(acc[r][h], _mm256_madd_epi16(pairs, ones));
+            }
+        }
+    }
+}
+
+// Halves (q6_K): as tile_avx512's.
+template <int R, bool Halves>
 KILN_AVX2 void tile_avx2(const GemmArgs& a, const Int8Row* w, int64_t o, int64_t g) {
-    constexpr int H = 2;  // halves of the group: 8 columns each
+    constexpr int H = kAvx2Halves;
     __m256 f[R][H];
     for (int r = 0; r < R; ++r)
         for (int h = 0; h < H; ++h) f[r][h] = _mm256_setzero_ps();
-    const __m256i flip = _mm256_set1_epi8(char(0x80)), ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < a.x.k_blocks(); ++b) {
         __m256i acc[R][H];
         for (int r = 0; r < R; ++r)
             for (int h = 0; h < H; ++h) acc[r][h] = _mm256_setzero_si256();
         const uint8_t* xq = a.x.codes(g, b);
-        for (int t = 0; t < kSteps; ++t) {
-            __m256i sx[H];  // signed codes
-            for (int h = 0; h < H; ++h)
-                sx[h] = _mm256_xor_si256(
-                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * kStepBytes + 32 * h)), flip);
+        if constexpr (Halves) {
+            steps_avx2<R>(acc, xq, w, b, 0, kSteps / 2);
+            __m256i first[R][H];
             for (int r = 0; r < R; ++r) {
-                const __m256i wb = _mm256_set1_epi32(load_word(w[r].codes + b * w[r].code_stride + 4 * t));
-                const __m256i wabs = _mm256_abs_epi8(wb);
+                const __m256i h0 = _mm256_set1_epi32(w[r].halves[2 * b]);
                 for (int h = 0; h < H; ++h) {
-                    const __m256i pairs = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(sx[h], wb));
-                    acc[r][h] = _mm256_add_epi32(acc[r][h], _mm256_madd_epi16(pairs, ones));
+                    first[r][h] = _mm256_mullo_epi32(acc[r][h], h0);
+                    acc[r][h] = _mm256_setzero_si256();
                 }
             }
+            steps_avx2<R>(acc, xq, w, b, kSteps / 2, kSteps);
+            for (int r = 0; r < R; ++r) {
+                const __m256i h1 = _mm256_set1_epi32(w[r].halves[2 * b + 1]);
+                for (int h = 0; h < H; ++h) acc[r][h] = _mm256_add_epi32(first[r][h], _mm256_mullo_epi32(acc[r][h], h1));
+            }
+        } else {
+            steps_avx2<R>(acc, xq, w, b, 0, kSteps);
         }
         for (int r = 0; r < R; ++r) {
             const __m256 dw = _mm256_set1_ps(w[r].scales[b]);
@@ -322,29 +377,107 @@ KILN_AVX2 void tile_avx2(const GemmArgs& a, const Int8Row* w, int64_t o, int64_t
 }
 
 using TileFn = void (*)(const GemmArgs&, const Int8Row*, int64_t, int64_t);
-constexpr TileFn kAvx512Tiles[4][3] = {{tile_avx512<1, 1>, tile_avx512<1, 2>, tile_avx512<1, 3>},
-                                       {tile_avx512<2, 1>, tile_avx512<2, 2>, tile_avx512<2, 3>},
-                                       {tile_avx512<3, 1>, tile_avx512<3, 2>, tile_avx512<3, 3>},
-                                       {tile_avx512<4, 1>, tile_avx512<4, 2>, tile_avx512<4, 3>}};
+template <bool Halves>
+constexpr TileFn kAvx512Tiles[4][3] = {
+    {tile_avx512<1, 1, Halves>, tile_avx512<1, 2, Halves>, tile_avx512<1, 3, Halves>},
+    {tile_avx512<2, 1, Halves>, tile_avx512<2, 2, Halves>, tile_avx512<2, 3, Halves>},
+    {tile_avx512<3, 1, Halves>, tile_avx512<3, 2, Halves>, tile_avx512<3, 3, Halves>},
+    {tile_avx512<4, 1, Halves>, tile_avx512<4, 2, Halves>, tile_avx512<4, 3, Halves>}};
+template <bool Halves>
+constexpr TileFn kAvx2Tiles[2] = {tile_avx2<1, Halves>, tile_avx2<2, Halves>};
+
+// AVX-VNNI: tile_avx512's operations on 256-bit registers, a group's 16 columns as two halves of 8 (acc[r][h]).
+template <int R>
+KILN_AVX_VNNI inline __attribute__((always_inline)) void steps_avx_vnni(__m256i (&acc)[R][2], const uint8_t* xq,
+                                                                        const uint8_t* const* wq, int t0, int t1) {
+#pragma GCC unroll 8
+    for (int t = t0; t < t1; ++t) {
+        __m256i u[2];
+        for (int h = 0; h < 2; ++h) u[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * kStepBytes + 32 * h));
+        for (int r = 0; r < R; ++r) {
+            const __m256i wb = _mm256_set1_epi32(load_word(wq[r] + 4 * t));
+            for (int h = 0; h < 2; ++h) acc[r][h] = _mm256_dpbusd_avx_epi32(acc[r][h], u[h], wb);
+        }
+    }
+}
+
+template <int R, bool Halves>
+KILN_AVX_VNNI void tile_avx_vnni(const GemmArgs& a, const Int8Row* w, int64_t o, int64_t g) {
+    __m256 f[R][2];
+    for (int r = 0; r < R; ++r)
+        for (int h = 0; h < 2; ++h) f[r][h] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < a.x.k_blocks(); ++b) {
+        __m256i acc[R][2];
+        const uint8_t* wq[R];
+        const uint8_t* xq = a.x.codes(g, b);
+        for (int r = 0; r < R; ++r) {
+            wq[r] = w[r].codes + b * w[r].code_stride;
+            acc[r][0] = acc[r][1] = _mm256_set1_epi32(-w[r].offsets[Halves ? 2 * b : b]);
+        }
+        if constexpr (Halves) {
+            steps_avx_vnni<R>(acc, xq, wq, 0, kSteps / 2);
+            __m256i first[R][2];
+            for (int r = 0; r < R; ++r) {
+                const __m256i h0 = _mm256_set1_epi32(w[r].halves[2 * b]);
+                for (int h = 0; h < 2; ++h) first[r][h] = _mm256_mullo_epi32(acc[r][h], h0);
+                acc[r][0] = acc[r][1] = _mm256_set1_epi32(-w[r].offsets[2 * b + 1]);
+            }
+            steps_avx_vnni<R>(acc, xq, wq, kSteps / 2, kSteps);
+            for (int r = 0; r < R; ++r) {
+                const __m256i h1 = _mm256_set1_epi32(w[r].halves[2 * b + 1]);
+                for (int h = 0; h < 2; ++h) acc[r][h] = _mm256_add_epi32(first[r][h], _mm256_mullo_epi32(acc[r][h], h1));
+            }
+        } else {
+            steps_avx_vnni<R>(acc, xq, wq, 0, kSteps);
+        }
+        for (int r = 0; r < R; ++r) {
+            const __m256 dw = _mm256_set1_ps(w[r].scales[b]);
+            for (int h = 0; h < 2; ++h) {
+                const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(a.x.scales(g, b) + 8 * h), dw);
+                f[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), s, f[r][h]);
+            }
+            if (a.mins) {
+                const __m256 mw = _mm256_set1_ps(w[r].mins[b]);
+                for (int h = 0; h < 2; ++h)
+                    f[r][h] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(a.x.sums(g, b) + 8 * h), f[r][h]);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        alignas(32) float sums[kQ8Columns];
+        for (int h = 0; h < 2; ++h) _mm256_store_ps(sums + 8 * h, f[r][h]);
+        store_sums(a, o + r, g, sums);
+    }
+}
+
+template <bool Halves>
+constexpr TileFn kAvxVnniTiles[3] = {tile_avx_vnni<1, Halves>, tile_avx_vnni<2, Halves>, tile_avx_vnni<3, Halves>};
 #endif
 
-// Register blocks, weight rows x groups: AVX-512 12 int32 + 12 float accumulators of 32 registers; AVX2 4 + 4 of 16.
+// Register blocks, weight rows x groups: AVX-512 12 int32 + 12 float accumulators of 32 registers (halves: 4 x 2,
+// 8 int32 + 8 first halves + 8 float; 4 x 3 spills: slower in a noisy try); AVX-VNNI 6 + 6 of 16 (halves:
+// 4 + 4 + 4); AVX2 4 + 4 of 16.
 struct Blocking {
     int rows, groups;
 };
-Blocking blocking(Int8Isa isa) {
-    return isa == Int8Isa::Avx512Vnni ? Blocking{4, 3} : isa == Int8Isa::Avx2 ? Blocking{2, 1} : Blocking{1, 1};
+Blocking blocking(Int8Isa isa, bool halves) {
+    if (isa == Int8Isa::Avx512Vnni) return halves ? Blocking{4, 2} : Blocking{4, 3};
+    if (isa == Int8Isa::AvxVnni) return halves ? Blocking{2, 1} : Blocking{3, 1};
+    return isa == Int8Isa::Avx2 ? Blocking{2, 1} : Blocking{1, 1};
 }
 
 // w: the tile's rows o .. o + rows - 1.
 void run_tile(Int8Isa isa, const GemmArgs& a, const Int8Row* w, int64_t o, int rows, int64_t g, int groups) {
 #if KILN_INT8_X86
-    if (isa == Int8Isa::Avx512Vnni) return kAvx512Tiles[rows - 1][groups - 1](a, w, o, g);
+    if (isa == Int8Isa::Avx512Vnni)
+        return (a.halves ? kAvx512Tiles<true> : kAvx512Tiles<false>)[rows - 1][groups - 1](a, w, o, g);
+    if (isa == Int8Isa::AvxVnni) {
+        for (int64_t gg = g; gg < g + groups; ++gg)
+            (a.halves ? kAvxVnniTiles<true> : kAvxVnniTiles<false>)[rows - 1](a, w, o, gg);
+        return;
+    }
     if (isa == Int8Isa::Avx2) {
-        for (int64_t gg = g; gg < g + groups; ++gg) {
-            if (rows == 2) tile_avx2<2>(a, w, o, gg);
-            else tile_avx2<1>(a, w, o, gg);
-        }
+        for (int64_t gg = g; gg < g + groups; ++gg) (a.halves ? kAvx2Tiles<true> : kAvx2Tiles<false>)[rows - 1](a, w, o, gg);
         return;
     }
 #endif
@@ -358,7 +491,7 @@ std::atomic<int> forced_isa{-1};
 }  // namespace
 
 const char* int8_isa_name(Int8Isa isa) {
-    static const char* const names[] = {"scalar", "avx2", "avx512-vnni"};
+    static const char* const names[] = {"scalar", "avx2", "avx-vnni", "avx512-vnni"};
     return names[int(isa)];
 }
 
@@ -367,6 +500,8 @@ bool int8_isa_available(Int8Isa isa) {
     if (isa == Int8Isa::Avx512Vnni)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    if (isa == Int8Isa::AvxVnni)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("avxvnni");
     if (isa == Int8Isa::Avx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
     return isa == Int8Isa::Scalar;
@@ -376,6 +511,7 @@ Int8Isa int8_isa() {
     const int forced = forced_isa.load(std::memory_order_relaxed);
     if (forced >= 0) return Int8Isa(forced);
     static const Int8Isa best = int8_isa_available(Int8Isa::Avx512Vnni) ? Int8Isa::Avx512Vnni
+                                : int8_isa_available(Int8Isa::AvxVnni)  ? Int8Isa::AvxVnni
                                 : int8_isa_available(Int8Isa::Avx2)     ? Int8Isa::Avx2
                                                                         : Int8Isa::Scalar;
     return best;
@@ -435,8 +571,8 @@ void int8_gemm(const Int8Weights& w, const Q8Activations& x, float* c, int64_t l
                bool accumulate) {
     check(w.k_blocks() == x.k_blocks(), "int8_gemm", "weights and activations of different K");
     const Int8Isa isa = int8_isa();
-    const Blocking blk = blocking(isa);
-    const GemmArgs args{x, c, ldc, layout, accumulate, w.has_mins()};
+    const Blocking blk = blocking(isa, w.has_halves());
+    const GemmArgs args{x, c, ldc, layout, accumulate, w.has_mins(), w.has_halves()};
     const int threads = omp_get_max_threads();
     // Items. q8_0: a tile of rows x a panel of columns (the panel's codes stay in cache while the rows go by).
     // Widened formats: a chunk of row tiles x all the panels, the chunk widened once into its thread's scratch

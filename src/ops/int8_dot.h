@@ -1,7 +1,8 @@
 // The int8 product of block weights on the CPU (linear, conv2d): activations quantized on the fly per column
 // (linear's row, conv2d's pixel) and 32-value block along K as q8_0 does (d = max|x| / 127, q = round(x / d),
 // ties to even); each block's codes times the weight's codes in integers (exact; weight codes, scales and mins
-// of q8_0 and the 4- and 5-bit formats: int8_dot_weights.h), then
+// of every block format: int8_dot_weights.h; q6_K: dot_b = h0 * dot(values 0..15) + h1 * dot(values 16..31)
+// with its halves' integer factors, exact too), then
 //     y[o][col] = sum_b (dx[col][b] * dw[o][b]) * dot_b [+ mw[o][b] * sx[col][b]]   (float32 fmas, b in order)
 // where sx = dx * sum_i q_i is the quantized block's sum (the min term of q4_1, q5_1, q4_K, q5_K).
 // Every ISA path does exactly these operations in this order: they agree bit for bit. Against the dequantized
@@ -16,9 +17,10 @@
 
 namespace kiln::ops::detail {
 
-// Kernels picked at run time: AVX-512 VNNI, AVX2 or portable C++; the best available unless forced (tests;
-// InvalidArgument if not available).
-enum class Int8Isa { Scalar, Avx2, Avx512Vnni };
+// Kernels picked at run time: AVX-512 VNNI, AVX-VNNI (vpdpbusd on 256 bits: Alder Lake and later Intel consumer
+// CPUs, which lack AVX-512), AVX2 or portable C++; the best available unless forced (tests; InvalidArgument if
+// not available).
+enum class Int8Isa { Scalar, Avx2, AvxVnni, Avx512Vnni };
 const char* int8_isa_name(Int8Isa isa);
 bool int8_isa_available(Int8Isa isa);
 Int8Isa int8_isa();

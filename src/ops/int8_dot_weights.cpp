@@ -78,6 +78,19 @@ KILN_AVX512_BW int widen_k_avx512(const uint8_t* q, int shift, const uint8_t* qh
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(c), v);
     return _mm_cvtsi128_si32(s) + _mm_extract_epi32(s, 2);
 }
+
+// q6_K's 32 codes (widen_q6_part below), the same integers; sums: each half's code sum.
+KILN_AVX512_BW void widen_q6_avx512(const uint8_t* ql, int shift, const uint8_t* qh, int k, uint8_t* c, int* sums) {
+    const __m256i low = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql)), shift),
+                                         _mm256_set1_epi8(15));
+    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh)), 2 * k),
+                                          _mm256_set1_epi8(3));
+    const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));  // 0..63: no carry across bytes
+    const __m256i sad = _mm256_sad_epu8(q, _mm256_setzero_si256());     // 4 sums of 8 codes
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(c), _mm256_sub_epi8(q, _mm256_set1_epi8(32)));
+    sums[0] = int(_mm256_extract_epi64(sad, 0) + _mm256_extract_epi64(sad, 1)) - 16 * 32;
+    sums[1] = int(_mm256_extract_epi64(sad, 2) + _mm256_extract_epi64(sad, 3)) - 16 * 32;
+}
 #endif
 
 // q4_K / q5_K sub-block p of a 256-value block (quant/k_quants.h's layout): its codes.
@@ -97,10 +110,30 @@ int widen_k_part(const uint8_t* blk, bool five, int p, bool simd, uint8_t* c) {
     return sum;
 }
 
-// One row of k_blocks sub-blocks: codes (32 a sub-block), scales, offsets (128 x the codes' sum), mins. simd: by
-// AVX-512 (the same integers).
+// q6_K sub-block p of a 256-value block (quant/k_quants.h's layout): its 32 codes q - 32 and each half's code
+// sum.
+void widen_q6_part(const uint8_t* blk, int p, bool simd, uint8_t* c, int* sums) {
+    const int h = p / 4, k = p % 4, shift = k < 2 ? 0 : 4;
+    const uint8_t *ql = blk + 64 * h + 32 * (k & 1), *qh = blk + 128 + 32 * h;
+#if KILN_WIDEN_X86
+    if (simd) return widen_q6_avx512(ql, shift, qh, k, c, sums);
+#endif
+    (void)simd;
+    for (int half = 0; half < 2; ++half) {  // a loop per half: the compiler vectorises it
+        int sum = 0;
+        for (int l = 16 * half; l < 16 * half + 16; ++l) {
+            const int v = (((ql[l] >> shift) & 15) | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+            c[l] = uint8_t(v);
+            sum += v;
+        }
+        sums[half] = sum;
+    }
+}
+
+// One row of k_blocks sub-blocks: codes (32 a sub-block), scales, offsets (128 x the codes' sum; with halves,
+// two a sub-block), mins, halves (q6_K). simd: by AVX-512 (the same integers).
 void widen_row(DType dtype, const uint8_t* src, int64_t k_blocks, bool simd, uint8_t* codes, float* scales,
-               int32_t* offsets, float* mins) {
+               int32_t* offsets, float* mins, int32_t* halves) {
 #if KILN_WIDEN_X86
     const auto nibbles = [simd](const uint8_t* q, int bias, uint8_t* c) {
         return simd ? widen_avx512(q, 0, bias, c) : widen_nibbles(q, bias, c);
@@ -160,6 +193,18 @@ void widen_row(DType dtype, const uint8_t* src, int64_t k_blocks, bool simd, uin
             sum = widen_k_part(blk, five, p, simd, c);
             break;
         }
+        case DType::Q6_K: {
+            const uint8_t* blk = src + (b / 8) * quant::kQ6_KBytes;
+            const int p = int(b % 8);
+            scales[b] = half_at(blk + 208);
+            halves[2 * b] = int8_t(blk[192 + 2 * p]);
+            halves[2 * b + 1] = int8_t(blk[192 + 2 * p + 1]);
+            int sums[2];
+            widen_q6_part(blk, p, simd, c, sums);
+            offsets[2 * b] = 128 * sums[0];
+            offsets[2 * b + 1] = 128 * sums[1];
+            continue;
+        }
         default:
             break;  // not taken (int8_products_take)
         }
@@ -169,9 +214,7 @@ void widen_row(DType dtype, const uint8_t* src, int64_t k_blocks, bool simd, uin
 
 }  // namespace
 
-bool int8_products_take(DType dtype) {
-    return is_block_quantized(dtype) && dtype != DType::Q6_K;  // q6_K's 16-value sub-blocks: dequantized
-}
+bool int8_products_take(DType dtype) { return is_block_quantized(dtype); }
 
 Int8Weights::Int8Weights(const Tensor& w, const char* op)
     : dtype_(w.dtype()),
@@ -203,7 +246,8 @@ bool Int8Weights::has_mins() const {
 }
 
 int64_t Int8Weights::scratch_bytes(int count) const {
-    return dtype_ == DType::Q8_0 ? 0 : int64_t(count) * k_blocks_ * (kSub + 3 * 4);
+    // Codes, scales, offsets and mins; halves: a second offset and two factors.
+    return dtype_ == DType::Q8_0 ? 0 : int64_t(count) * k_blocks_ * (kSub + 3 * 4 + (has_halves() ? 3 * 4 : 0));
 }
 
 void Int8Weights::rows_view(int64_t first, int count, uint8_t* scratch, Int8Row* out) const {
@@ -213,20 +257,23 @@ void Int8Weights::rows_view(int64_t first, int count, uint8_t* scratch, Int8Row*
         for (int r = 0; r < count; ++r) {
             const int64_t row = first + r;
             out[r] = {blocks_ + row * row_bytes_ + 2, quant::kQ8_0Bytes, scales + row * k_blocks_,
-                      offsets + row * k_blocks_, nullptr};
+                      offsets + row * k_blocks_, nullptr, nullptr};
         }
         return;
     }
-    const int64_t n = int64_t(count) * k_blocks_;  // codes, then scales, offsets, mins: n of each
+    // Codes, then scales, offsets, mins: n of each (halves: 2n offsets, then 2n factors).
+    const int64_t n = int64_t(count) * k_blocks_, per = has_halves() ? 2 : 1;
     float* scales = reinterpret_cast<float*>(scratch + n * kSub);
     int32_t* offsets = reinterpret_cast<int32_t*>(scales + n);
-    float* mins = reinterpret_cast<float*>(offsets + n);
+    float* mins = reinterpret_cast<float*>(offsets + per * n);
+    int32_t* halves = reinterpret_cast<int32_t*>(mins + n);
     const bool simd = int8_isa() == Int8Isa::Avx512Vnni;
     for (int r = 0; r < count; ++r) {
         const int64_t at = r * k_blocks_;
         widen_row(dtype_, blocks_ + (first + r) * row_bytes_, k_blocks_, simd, scratch + at * kSub, scales + at,
-                  offsets + at, mins + at);
-        out[r] = {scratch + at * kSub, kSub, scales + at, offsets + at, has_mins() ? mins + at : nullptr};
+                  offsets + per * at, mins + at, halves + 2 * at);
+        out[r] = {scratch + at * kSub, kSub, scales + at, offsets + per * at, has_mins() ? mins + at : nullptr,
+                  has_halves() ? halves + 2 * at : nullptr};
     }
 }
 

@@ -1,9 +1,11 @@
-// int8 products of block weights (ops/int8_dot.h: q8_0 and the 4- and 5-bit formats) in linear and conv2d, on
-// each ISA path this CPU has.
+// int8 products of block weights (ops/int8_dot.h: every block format) in linear and conv2d, on each ISA path this
+// CPU has.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <ctime>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -26,18 +28,23 @@ struct ForcedIsa {
     Int8Isa saved;
 };
 
-// The formats the int8 products take (int8_dot_weights.h), and K a multiple of their block.
+// The formats the int8 products take (int8_dot_weights.h: all the block formats), and K a multiple of their block.
 constexpr DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                              DType::Q5_1, DType::Q4_K, DType::Q5_K};
+                              DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 bool fits(DType f, int64_t k) { return k % dtype_block_values(f) == 0; }
 
 Tensor block_weight(const Shape& shape, DType f, uint64_t seed) { return random_tensor(shape, seed).converted(f); }
 Tensor q8_weight(const Shape& shape, uint64_t seed) { return block_weight(shape, DType::Q8_0, seed); }
 
-// A weight row as the int8 product sees it: value i = a[i] + m[i / 32], a = scale x code (exact in float64).
+// A weight row as the int8 product sees it: value i = a[i] + m[i / 32], a = scale x code (q6_K: scale x its
+// half's factor x code; exact in float64).
 struct WidenedRow {
     std::vector<double> a, m;
 };
+double widened_value(const detail::Int8Row& row, int64_t b, int i) {
+    const double factor = row.halves ? row.halves[2 * b + i / 16] : 1;
+    return double(row.scales[b]) * factor * int8_t(row.codes[b * row.code_stride + i]);
+}
 std::vector<WidenedRow> widened_rows(const Tensor& wq) {
     const detail::Int8Weights w(wq, "test");
     std::vector<uint8_t> scratch(size_t(w.scratch_bytes(1)) + 4);
@@ -47,8 +54,7 @@ std::vector<WidenedRow> widened_rows(const Tensor& wq) {
         w.rows_view(o, 1, scratch.data(), &row);
         for (int64_t b = 0; b < w.k_blocks(); ++b) {
             out[o].m.push_back(row.mins ? row.mins[b] : 0.0);
-            for (int i = 0; i < 32; ++i)
-                out[o].a.push_back(double(row.scales[b]) * int8_t(row.codes[b * row.code_stride + i]));
+            for (int i = 0; i < 32; ++i) out[o].a.push_back(widened_value(row, b, i));
         }
     }
     return out;
@@ -60,7 +66,8 @@ std::vector<WidenedRow> widened_rows(const Tensor& wq) {
 // (amax / 127)(1 + u), q = round(fl(x fl(1 / dx))) with fl(x fl(1 / dx)) = x / dx within 2.01u relative and
 // |x / dx| <= 127 (1 + u): |q dx - x| <= dx (0.5 + 256u) =: e (a block under 1e-30 is zeros: e = amax).
 // (2) Weights: the int8 path's value a + m is the dequantized w before its two roundings (fl(a), then the sum:
-// quant/*.h), |a + m - w| <= u (|a| + |w|); 0 for the formats without a min (whose w = a exactly).
+// quant/*.h), |a + m - w| <= u (|a| + |w|); 0 for the formats without a min (whose w = a exactly). q6_K's dot is
+// h0 D_lo + h1 D_hi, an integer below 2^24 (exact as a float), so its terms are those of the others.
 // (3) Float: each term fl(dx dw) D_b and m fl(dx S) is off by u relative; 2B fma additions and the bias add at
 // most (2B + 1) u more, of sum |terms| <= sum_k (|x_k| + e)(|a_k| + |m_k|) + |bias|: (2B + 3) 1.01 u of that.
 struct Expected {
@@ -86,7 +93,7 @@ Expected expected_output(const float* x, int64_t x_stride, const float* w, const
 
 std::vector<Int8Isa> paths() {  // those this CPU has; the others are refused
     std::vector<Int8Isa> out;
-    for (Int8Isa isa : {Int8Isa::Scalar, Int8Isa::Avx2, Int8Isa::Avx512Vnni}) {
+    for (Int8Isa isa : {Int8Isa::Scalar, Int8Isa::Avx2, Int8Isa::AvxVnni, Int8Isa::Avx512Vnni}) {
         if (detail::int8_isa_available(isa)) out.push_back(isa);
         else EXPECT_THROW(detail::force_int8_isa(isa), Error);
     }
@@ -177,31 +184,41 @@ void check_conv(const int64_t (&s)[9], DType f, uint64_t seed, std::vector<doubl
 }
 
 // The widened rows are the dequantized values before their roundings (Expected's (2)), and the offsets are
-// 128 x the codes' sums. Random weights and, for the formats with a min, blocks of one value (range 0: d = 0).
+// 128 x the codes' sums (q6_K: each half's). Random weights and, for the formats with a min, blocks of one value
+// (range 0: d = 0); each path's widening (AVX-512 or portable loops).
 TEST(Int8Dot, WidenedRowsAreTheDequantizedValues) {
-    for (DType f : kFormats) {
-        Tensor src = random_tensor({3, 512}, 741);
-        std::fill(src.data() + 512, src.data() + 768, 0.375f);
-        const Tensor wq = src.converted(f), w = wq.to_f32();
-        const detail::Int8Weights weights(wq, "test");
-        std::vector<uint8_t> scratch(size_t(weights.scratch_bytes(3)) + 4);
-        detail::Int8Row rows[3];
-        weights.rows_view(0, 3, scratch.data(), rows);
-        for (int64_t o = 0; o < 3; ++o)
-            for (int64_t b = 0; b < weights.k_blocks(); ++b) {
-                int32_t sum = 0;
-                for (int i = 0; i < 32; ++i) {
-                    const int code = int8_t(rows[o].codes[b * rows[o].code_stride + i]);
-                    const double a = double(rows[o].scales[b]) * code, v = w.data()[o * 512 + 32 * b + i];
-                    const double m = rows[o].mins ? rows[o].mins[b] : 0.0;
-                    ASSERT_LE(std::fabs(a + m - v), rows[o].mins ? kU * (std::fabs(a) + std::fabs(v)) : 0.0)
-                        << dtype_name(f) << " row " << o << " value " << 32 * b + i;
-                    sum += code;
+    for (Int8Isa isa : paths()) {
+        ForcedIsa forced(isa);
+        for (DType f : kFormats) {
+            Tensor src = random_tensor({3, 512}, 741);
+            std::fill(src.data() + 512, src.data() + 768, 0.375f);
+            const Tensor wq = src.converted(f), w = wq.to_f32();
+            const detail::Int8Weights weights(wq, "test");
+            ASSERT_EQ(weights.has_halves(), f == DType::Q6_K);
+            std::vector<uint8_t> scratch(size_t(weights.scratch_bytes(3)) + 4);
+            detail::Int8Row rows[3];
+            weights.rows_view(0, 3, scratch.data(), rows);
+            const std::string what = std::string(dtype_name(f)) + " " + detail::int8_isa_name(isa);
+            for (int64_t o = 0; o < 3; ++o)
+                for (int64_t b = 0; b < weights.k_blocks(); ++b) {
+                    int32_t sums[2] = {0, 0};
+                    for (int i = 0; i < 32; ++i) {
+                        const double a = widened_value(rows[o], b, i), v = w.data()[o * 512 + 32 * b + i];
+                        const double m = rows[o].mins ? rows[o].mins[b] : 0.0;
+                        ASSERT_LE(std::fabs(a + m - v), rows[o].mins ? kU * (std::fabs(a) + std::fabs(v)) : 0.0)
+                            << what << " row " << o << " value " << 32 * b + i;
+                        sums[i / 16] += int8_t(rows[o].codes[b * rows[o].code_stride + i]);
+                    }
+                    if (rows[o].halves) {
+                        ASSERT_EQ(rows[o].offsets[2 * b], 128 * sums[0]) << what;
+                        ASSERT_EQ(rows[o].offsets[2 * b + 1], 128 * sums[1]) << what;
+                    } else {
+                        ASSERT_EQ(rows[o].offsets[b], 128 * (sums[0] + sums[1])) << what;
+                    }
                 }
-                ASSERT_EQ(rows[o].offsets[b], 128 * sum) << dtype_name(f);
-            }
+        }
     }
-    EXPECT_FALSE(detail::int8_products_take(DType::Q6_K));  // two sub-scales per 32 values: dequantized
+    for (DType f : {DType::F32, DType::F16, DType::BF16}) EXPECT_FALSE(detail::int8_products_take(f));
 }
 
 TEST(Int8Dot, WithinTheRoundingBoundOnEveryPath) {
@@ -218,10 +235,41 @@ TEST(Int8Dot, WithinTheRoundingBoundOnEveryPath) {
     }
 }
 
-// A q6_K weight (not taken) gives the dequantized product.
-TEST(Int8Dot, UntakenFormatsAreDequantized) {
-    const Tensor x = random_tensor({3, 256}, 751), w = block_weight({5, 256}, DType::Q6_K, 752);
-    EXPECT_TRUE(same_bits(linear(x, w, nullptr), linear(x, w.to_f32(), nullptr)));
+// q6_K at the ends of its ranges, blocks as a file from elsewhere may hold them: every sub-scale -128 (kiln's
+// quantizer writes -127..127) with codes -32, and sub-scales alternating 127 / -128 with codes 31, against
+// activations all 2 (codes 127: the largest dot, 2 x 128 x 16 x 127 x 32 < 2^24, stays exact) and +-2. Within the
+// bound and the same bits on each path.
+TEST(Int8Dot, Q6KExtremeSubScalesAreExact) {
+    constexpr int64_t kRows = 3, kK = 512;
+    std::vector<uint8_t> bytes(size_t(kRows * (kK / 256) * 210));
+    for (int64_t blk = 0; blk < kRows * (kK / 256); ++blk) {
+        uint8_t* p = bytes.data() + blk * 210;
+        const int64_t row = blk / (kK / 256);
+        const uint8_t code = row == 0 ? 0 : 63;  // q: value d sc (q - 32)
+        std::fill(p, p + 128, uint8_t((code & 15) | ((code & 15) << 4)));
+        std::fill(p + 128, p + 192, uint8_t(row == 0 ? 0 : 0xff));
+        for (int s = 0; s < 16; ++s) p[192 + s] = uint8_t(row == 0 || s % 2 ? -128 : 127);
+        const uint16_t d = row == 2 ? 0x0400 : 0x3c00;  // 2^-14 (fp16's smallest normal), 1.0
+        std::memcpy(p + 208, &d, 2);
+    }
+    const Tensor wq = Tensor::from_blocks({kRows, kK}, DType::Q6_K, bytes), w = wq.to_f32();
+    Tensor x({2, kK});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = i < kK || i % 3 ? 2.0f : -2.0f;
+    const std::vector<WidenedRow> widened = widened_rows(wq);
+    std::vector<Expected> want;
+    for (int64_t r = 0; r < 2; ++r)
+        for (int64_t o = 0; o < kRows; ++o)
+            want.push_back(expected_output(x.data() + r * kK, 1, w.data() + o * kK, widened[size_t(o)], kK, 0.0f));
+    Tensor first;
+    for (Int8Isa isa : paths()) {
+        ForcedIsa forced(isa);
+        const Tensor y = linear(x, wq, nullptr);
+        for (size_t i = 0; i < want.size(); ++i)
+            ASSERT_LE(std::fabs(double(y.data()[i]) - want[i].value), want[i].bound)
+                << detail::int8_isa_name(isa) << " output " << i;
+        if (first.numel() == 0) first = y;
+        EXPECT_TRUE(same_bits(y, first)) << detail::int8_isa_name(isa);
+    }
 }
 
 TEST(Int8Dot, PathsAgreeBitForBit) {
@@ -258,15 +306,16 @@ TEST(Int8Dot, FusedConvolutionsGiveConv2dsBits) {
 }
 
 // A NaN or inf activation: the float path makes the outputs that read it NaN or +-inf, the int8 path NaN (q4_1:
-// its min term reads the block's sum, NaN too).
+// its min term reads the block's sum, NaN too; q6_K: its halves).
 TEST(Int8Dot, NonFiniteActivationsGiveNonFiniteOutputsWhereTheFloatPathDoes) {
-    for (DType f : {DType::Q8_0, DType::Q4_1}) {
-        const Tensor wq = block_weight({9, 96}, f, 721), wc = block_weight({5, 32, 3, 3}, f, 722);
+    for (DType f : {DType::Q8_0, DType::Q4_1, DType::Q6_K}) {
+        const int64_t c = f == DType::Q6_K ? 256 : 32, in = f == DType::Q6_K ? 256 : 96;  // whole blocks
+        const Tensor wq = block_weight({9, in}, f, 721), wc = block_weight({5, c, 3, 3}, f, 722);
         for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()})
             for (Int8Isa isa : paths()) {
                 ForcedIsa forced(isa);
-                Tensor x = random_tensor({19, 96}, 723), xc = random_tensor({1, 32, 6, 7}, 724);
-                x.data()[5 * 96 + 40] = bad;
+                Tensor x = random_tensor({19, in}, 723), xc = random_tensor({1, c, 6, 7}, 724);
+                x.data()[5 * in + 40] = bad;
                 xc.data()[(3 * 6 + 2) * 7 + 4] = bad;
                 const Tensor ys[] = {linear(x, wq, nullptr), conv2d(xc, wc, nullptr, 1, 1)};
                 const Tensor floats[] = {linear(x, wq.to_f32(), nullptr), conv2d(xc, wc.to_f32(), nullptr, 1, 1)};
@@ -292,6 +341,45 @@ TEST(Int8Dot, DequantizeSettingGivesTheFloatPath) {
         const Tensor w = block_weight({31, 256}, f, 732), wc = block_weight({4, 256, 3, 3}, f, 735);
         EXPECT_TRUE(same_bits(linear(x, w, &b), linear(x, w.to_f32(), &b))) << dtype_name(f);
         EXPECT_TRUE(same_bits(conv2d(xc, wc, nullptr, 1, 1), conv2d(xc, wc.to_f32(), nullptr, 1, 1))) << dtype_name(f);
+    }
+}
+
+// Not a test: CPU ms (best of 3) of SD 1.5 layers whose rows are whole k-quant blocks, per format and path;
+// "dequantized" is KILN_CPU_Q8=dequantize (sgemm). Run with OMP_NUM_THREADS=1 and
+//   kiln_ops_tests --gtest_also_run_disabled_tests --gtest_filter='*PerfBlockWeights*'
+double best_cpu_ms(const std::function<void()>& f) {
+    const auto cpu = [] {
+        timespec t;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+        return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+    };
+    f();
+    double best = 1e30;
+    for (int i = 0; i < 3; ++i) {
+        const double t0 = cpu();
+        f();
+        best = std::min(best, cpu() - t0);
+    }
+    return best;
+}
+
+TEST(Int8Dot, DISABLED_PerfBlockWeights) {
+    const Tensor xc = random_tensor({2, 1280, 16, 16}, 761), xl = random_tensor({512, 1280}, 762);
+    for (DType f : {DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+        const Tensor wc = block_weight({1280, 1280, 3, 3}, f, 763), wl = block_weight({5120, 1280}, f, 764);
+        const auto run = [&](const char* how) {
+            std::printf("[perf] %-5s %-12s conv 3x3 1280->1280 2x16x16 %7.1f ms   linear 1280->5120 512 rows %6.1f ms\n",
+                        dtype_name(f), how, best_cpu_ms([&] { conv2d(xc, wc, nullptr, 1, 1); }),
+                        best_cpu_ms([&] { linear(xl, wl, nullptr); }));
+        };
+        {
+            const ScopedCpuQ8Products exact(CpuQ8Products::Dequantize);
+            run("dequantized");
+        }
+        for (Int8Isa isa : paths()) {
+            ForcedIsa forced(isa);
+            if (isa != Int8Isa::Scalar) run(detail::int8_isa_name(isa));
+        }
     }
 }
 
