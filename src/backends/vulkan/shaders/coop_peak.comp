@@ -122,6 +122,8 @@ void main() {
             if (i + j > 0u) total = total + acc[i][j];
     coopMatStore(total, staged, sg * 256u, 16u, gl_CooperativeMatrixLayoutRowMajor);
     barrier();
-    if (gl_LocalInvocationIndex < 8u)
-        st_f32(p.out_, gl_WorkGroupID.x * 8u + gl_LocalInvocationIndex, float(staged[gl_LocalInvocationIndex * 256u]));
+    // Every element of every subgroup's sum goes to memory: with one element a subgroup stored (sessions 18-19), the
+    // driver could drop most of the multiply-adds, and modes 0-4 read 600 TFLOP/s that a live loop never reaches.
+    for (uint e = gl_LocalInvocationIndex; e < 8u * 256u; e += 256u)
+        st_f32(p.out_, (gl_WorkGroupID.x * 2048u + e) % p.out_n, float(staged[e]));
 }

@@ -146,12 +146,45 @@ void stash(bool b_k_fast) {
     }
 }
 
+// The matrices are named one by one (acc00, acc01, ..., a0, b0, ...), never held in arrays: NVIDIA's Vulkan driver
+// (580) runs multiply-adds on an array of cooperative matrices some 16x slower than on named ones (session 20: a
+// loop of nothing but multiply-adds, 33 against 541 TFLOP/s; docs/VULKAN.md). FOR_MN / FOR_M / FOR_N spell out the
+// geometry's accumulators.
+#ifdef COOP_SG32  // ACC_M 2
+#define FOR_M(X) X(0) X(1)
+#define FOR_MN(X) X(0, 0) X(0, 1) X(1, 0) X(1, 1)
+#else  // ACC_M 4
+#define FOR_M(X) X(0) X(1) X(2) X(3)
+#define FOR_MN(X) X(0, 0) X(0, 1) X(1, 0) X(1, 1) X(2, 0) X(2, 1) X(3, 0) X(3, 1)
+#endif
+#define FOR_N(X) X(0) X(1)  // ACC_N is 2 in every geometry
+#define DECLARE_SUM(i, j) MatSum acc##i##j = MatSum(ZERO);
+#define DECLARE_A(i) MatA a##i;
+#define DECLARE_B(j) MatB b##j;
+#define LOAD_A(i) load_row_major(a##i, sh_a, (wm + 16u * i) * K_ROW + kk / 8u, K_ROW);
+#define LOAD_B_K_FAST(j) load_column_major(b##j, sh_b, (wn + 16u * j) * K_ROW + kk / 8u, K_ROW);
+#define LOAD_B_N_FAST(j) load_row_major(b##j, sh_b, kk * N_ROW + (wn + 16u * j) / 8u, N_ROW);
+#define MUL_ADD(i, j) acc##i##j = mul_add(a##i, b##j, acc##i##j);
+#define STORE_SUM(i, j) store_sum(MatOut(acc##i##j), m0 + wm + 16u * i, n0 + wn + 16u * j, M, N);
+
+// One 16x16 sum through this subgroup's staging into the including shader's store_c, from row m and column n.
+void store_sum(MatOut sum, uint m, uint n, uint M, uint N) {
+    const uint base = gl_SubgroupID * 256u;
+    store_row_major(sum, staged, base, 16u);
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    for (uint e = gl_SubgroupInvocationID; e < 256u; e += gl_SubgroupSize)
+        if (m + e / 16u < M && n + e % 16u < N) store_c(m + e / 16u, n + e % 16u, staged[base + e]);
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();  // the next sum overwrites this one's staging
+}
+
 void gemm(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_fast, bool b_k_fast) {
     const uint sg = gl_SubgroupID;
     const uint wm = SG_M(sg), wn = SG_N(sg);  // this subgroup's block of the tile
-    MatSum acc[ACC_M][ACC_N];
-    [[unroll]] for (uint i = 0u; i < ACC_M; ++i)
-        [[unroll]] for (uint j = 0u; j < ACC_N; ++j) acc[i][j] = MatSum(ZERO);
+    FOR_MN(DECLARE_SUM)
+    FOR_M(DECLARE_A)
+    FOR_N(DECLARE_B)
     fetch(m0, n0, k_begin, M, N, K, b_k_fast);
     for (uint k0 = k_begin; k0 < K; k0 += TILE_K) {
         barrier();  // the previous step's matrix loads are done with shared memory
@@ -159,32 +192,14 @@ void gemm(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_fast,
         barrier();
         if (k0 + TILE_K < K) fetch(m0, n0, k0 + TILE_K, M, N, K, b_k_fast);
         [[unroll]] for (uint kk = 0u; kk < TILE_K; kk += 16u) {
-            MatA a[ACC_M];
-            MatB b[ACC_N];
-            [[unroll]] for (uint i = 0u; i < ACC_M; ++i)
-                load_row_major(a[i], sh_a, (wm + 16u * i) * K_ROW + kk / 8u, K_ROW);
+            FOR_M(LOAD_A)
             if (b_k_fast) {
-                [[unroll]] for (uint j = 0u; j < ACC_N; ++j)
-                    load_column_major(b[j], sh_b, (wn + 16u * j) * K_ROW + kk / 8u, K_ROW);
+                FOR_N(LOAD_B_K_FAST)
             } else {
-                [[unroll]] for (uint j = 0u; j < ACC_N; ++j)
-                    load_row_major(b[j], sh_b, kk * N_ROW + (wn + 16u * j) / 8u, N_ROW);
+                FOR_N(LOAD_B_N_FAST)
             }
-            [[unroll]] for (uint i = 0u; i < ACC_M; ++i)
-                [[unroll]] for (uint j = 0u; j < ACC_N; ++j) acc[i][j] = mul_add(a[i], b[j], acc[i][j]);
+            FOR_MN(MUL_ADD)
         }
     }
-    const uint base = sg * 256u;
-    [[unroll]] for (uint i = 0u; i < ACC_M; ++i)
-        [[unroll]] for (uint j = 0u; j < ACC_N; ++j) {
-            store_row_major(MatOut(acc[i][j]), staged, base, 16u);
-            subgroupMemoryBarrierShared();
-            subgroupBarrier();
-            for (uint e = gl_SubgroupInvocationID; e < 256u; e += gl_SubgroupSize) {
-                const uint m = m0 + wm + 16u * i + e / 16u, n = n0 + wn + 16u * j + e % 16u;
-                if (m < M && n < N) store_c(m, n, staged[base + e]);
-            }
-            subgroupMemoryBarrierShared();
-            subgroupBarrier();  // the next accumulator overwrites this one's staging
-        }
+    FOR_MN(STORE_SUM)
 }
