@@ -12,6 +12,7 @@
 #include "backends/cuda/on_off_setting.h"
 #include "core/tensor.h"
 #include "kiln/error.h"
+#include "ops/call_recorder.h"
 
 namespace kiln::cuda {
 
@@ -53,7 +54,8 @@ DeviceDescription description_of(const DeviceInfo& d) {
 CudaBackend::CudaBackend(int index)
     : index_(index),
       allocator_(index),
-      recorder_(*this, ops::max_recordings_from_env(std::getenv("KILN_RECORDINGS_MAX"))) {
+      recorder_(std::make_unique<ops::CallRecorder>(static_cast<ops::RecordingDevice&>(*this),
+                                                    ops::max_recordings_from_env(std::getenv("KILN_RECORDINGS_MAX")))) {
     std::string why;
     const std::vector<DeviceInfo> devices = cuda_devices(&why);
     bool found = false;
@@ -102,7 +104,7 @@ CudaBackend::CudaBackend(int index)
 
 CudaBackend::~CudaBackend() {
     cudaStreamSynchronize(stream_);
-    recorder_.clear();
+    recorder_->clear();
     dequantize_ahead_.reset();
     if (copy_stream_) {
         cudaStreamSynchronize(copy_stream_);
@@ -303,10 +305,10 @@ private:
 Tensor CudaBackend::run_recorded(const std::string& key, const std::vector<const Tensor*>& inputs,
                                  const RecordedFn& fn) {
     // The first call runs eagerly: it loads kernels and picks cuBLASLt algorithms, which capture cannot do.
-    return recorder_.run(key, inputs, fn);
+    return recorder_->run(key, inputs, fn);
 }
 
-void CudaBackend::forget_recordings(const std::string& key_prefix) { recorder_.forget(key_prefix); }
+void CudaBackend::forget_recordings(const std::string& key_prefix) { recorder_->forget(key_prefix); }
 
 void CudaBackend::begin_recording() {
     KILN_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));

@@ -18,8 +18,12 @@
 #include "backends/cuda/gpu_timeline.h"
 #include "backends/cuda/pinned_staging.h"
 #include "core/backend.h"
-#include "ops/call_recorder.h"
 #include "ops/op_list.h"
+#include "ops/recording_device.h"
+
+namespace kiln::ops {
+class CallRecorder;
+}  // namespace kiln::ops
 
 namespace kiln::cuda {
 
@@ -167,7 +171,7 @@ private:
     cudaStream_t copy_stream_ = nullptr;  // made on the first upload_ahead
     cudaEvent_t copy_after_ = nullptr, copied_ = nullptr;
     bool copies_pending_ = false;
-    ops::CallRecorder recorder_;  // after allocator_: its tensors go back there
+    std::unique_ptr<ops::CallRecorder> recorder_;  // after allocator_: its tensors go back there
     void carry_layout(const void* src, void* dst, const DType* type);
     std::unordered_map<const void*, ChannelsLastFilter> channels_last_;
 };
