@@ -57,26 +57,14 @@ uint quotient(uint a, uint d) {
     else if (r >= int(d)) ++q;
     return q;
 }
-float load_b(uint k, uint n) {
-    const uint taps = p.ks * p.ks, ci = quotient(k, taps), tap = k - ci * taps, ky = quotient(tap, p.ks),
-               kx = tap - ky * p.ks;
-    const uint oy = quotient(n, p.ow), ox = n - oy * p.ow;
-    const int iy = int(oy * p.stride + ky) - int(p.pad), ix = int(ox * p.stride + kx) - int(p.pad);
-    if (iy < 0 || ix < 0 || iy >= int(p.h) || ix >= int(p.wd)) return 0.0;
-    const uint up = (p.flags >> 5) & 1u;  // x's row (iy >> 1) and column of an upsampled input's pixel
-    float v = ld(p.x, ((batch * p.cin + ci) * (p.h >> up) + (uint(iy) >> up)) * (p.wd >> up) + (uint(ix) >> up));
-    if ((p.flags & 2u) != 0u) {
-        const uint s = (batch * p.groups + quotient(ci, p.cin / p.groups)) * 2u;
-        v = (v - p.stats.v[s]) * p.stats.v[s + 1u] * ld(p.gamma, ci) + ld(p.beta, ci);
-        v = v / (1.0 + exp(-v));
-    }
-    return v;
-}
-// Pixels n, n + 1, ... of input row k where they lie in one output row (flags & 256: the host found ow a multiple
-// of 8 and the tiles ask at multiples of 4 or 8): load_b's index arithmetic and GroupNorm terms once for the
-// group (row_read), then each value (row_value), where load_b would repeat them per value.
+// B(k, n): input row k's pixel for output pixel n, through the im2col index arithmetic (zero in the padding),
+// group-normalised and passed through SiLU with flags & 2, read at (iy/2, ix/2) with flags & 32. row_read does the
+// arithmetic shared by the pixels n, n + 1, ... of one output row, norm_terms loads the channel's GroupNorm terms,
+// row_value gives pixel n + i: load_b takes one pixel; where ow is a multiple of 8 (flags & 256) the tiles take
+// 4 or 8 at once (load_b4, load_b8) and pay the arithmetic once for them.
 struct RowRead {
-    int row;  // x's index of the input row's first value, or -1 where the row is padding
+    uint row;     // x's index of the input row's first value
+    bool inside;  // false where the input row is padding
     uint ox, kx, ci;
 };
 RowRead row_read(uint k, uint n) {
@@ -84,27 +72,30 @@ RowRead row_read(uint k, uint n) {
                kx = tap - ky * p.ks;
     const uint oy = quotient(n, p.ow), ox = n - oy * p.ow;
     const int iy = int(oy * p.stride + ky) - int(p.pad);
-    const uint up = (p.flags >> 5) & 1u;
-    const int row = iy < 0 || iy >= int(p.h)
-                        ? -1
-                        : int(((batch * p.cin + ci) * (p.h >> up) + (uint(iy) >> up)) * (p.wd >> up));
-    return RowRead(row, ox, kx, ci);
+    const bool inside = iy >= 0 && iy < int(p.h);
+    const uint up = (p.flags >> 5) & 1u;  // x's row (iy >> 1) and column of an upsampled input's pixel
+    const uint row = inside ? ((batch * p.cin + ci) * (p.h >> up) + (uint(iy) >> up)) * (p.wd >> up) : 0u;
+    return RowRead(row, inside, ox, kx, ci);
 }
 // mean, 1/std, gamma, beta of the read's channel (flags & 2).
 vec4 norm_terms(RowRead r) {
-    if ((p.flags & 2u) == 0u) return vec4(0.0, 1.0, 1.0, 0.0);
+    if ((p.flags & 2u) == 0u || !r.inside) return vec4(0.0, 1.0, 1.0, 0.0);
     const uint s = (batch * p.groups + quotient(r.ci, p.cin / p.groups)) * 2u;
     return vec4(p.stats.v[s], p.stats.v[s + 1u], ld(p.gamma, r.ci), ld(p.beta, r.ci));
 }
 float row_value(RowRead r, vec4 norm, uint i) {
     const int ix = int((r.ox + i) * p.stride + r.kx) - int(p.pad);
-    if (r.row < 0 || ix < 0 || ix >= int(p.wd)) return 0.0;
-    float v = ld(p.x, uint(r.row) + (uint(ix) >> ((p.flags >> 5) & 1u)));
+    if (!r.inside || ix < 0 || ix >= int(p.wd)) return 0.0;
+    float v = ld(p.x, r.row + (uint(ix) >> ((p.flags >> 5) & 1u)));
     if ((p.flags & 2u) != 0u) {
         v = (v - norm.x) * norm.y * norm.z + norm.w;
         v = v / (1.0 + exp(-v));
     }
     return v;
+}
+float load_b(uint k, uint n) {
+    const RowRead r = row_read(k, n);
+    return row_value(r, norm_terms(r), 0u);
 }
 #if !defined(COOP) && !defined(DIRECT) && !defined(SMALL)
 // The 128x128 FMA tiles' 4 values along n at once (gemm_tile.glsl), false where they are not in one row.
