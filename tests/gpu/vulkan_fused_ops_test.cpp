@@ -184,5 +184,18 @@ TEST(VulkanFusedOps, SettingFromTheEnvironment) {
             EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_FUSED"), std::string::npos) << e.what();
         }
     }
+    // The convolutions' row reads (conv2d.comp, row_read): the same form.
+    EXPECT_TRUE(vulkan::conv_rows_from_env(nullptr));
+    EXPECT_TRUE(vulkan::conv_rows_from_env("1"));
+    EXPECT_FALSE(vulkan::conv_rows_from_env("0"));
+    for (const char* bad : {"no", "8", "0 "}) {
+        try {
+            vulkan::conv_rows_from_env(bad);
+            ADD_FAILURE() << bad;
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_CONV_ROWS8"), std::string::npos) << e.what();
+        }
+    }
 }
 #endif

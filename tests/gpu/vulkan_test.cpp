@@ -558,14 +558,15 @@ TEST(VulkanSettings, ProductBuildsAndSplitKFromTheEnvironment) {
         }
     }
     using A = vulkan::VulkanBackend::Attention;
-    EXPECT_EQ(vulkan::attention_from_env(nullptr), A::Matrix);
-    EXPECT_EQ(vulkan::attention_from_env(""), A::Matrix);
-    EXPECT_EQ(vulkan::attention_from_env("matrix"), A::Matrix);
-    EXPECT_EQ(vulkan::attention_from_env("flash"), A::Flash);
-    EXPECT_EQ(vulkan::attention_from_env("products"), A::Products);
+    EXPECT_EQ(vulkan::attention_from_env(nullptr, false), A::Matrix);
+    EXPECT_EQ(vulkan::attention_from_env("", false), A::Matrix);
+    EXPECT_EQ(vulkan::attention_from_env(nullptr, true), A::Products);  // a device that runs on the CPU
+    EXPECT_EQ(vulkan::attention_from_env("matrix", true), A::Matrix);
+    EXPECT_EQ(vulkan::attention_from_env("flash", false), A::Flash);
+    EXPECT_EQ(vulkan::attention_from_env("products", false), A::Products);
     for (const char* bad : {"Flash", "Matrix", "flash "}) {
         try {
-            vulkan::attention_from_env(bad);
+            vulkan::attention_from_env(bad, false);
             ADD_FAILURE() << bad << " was taken";
         } catch (const Error& e) {
             EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);

@@ -49,10 +49,13 @@ int split_k_from_env(const char* value) {
     return int(n);
 }
 
-VulkanBackend::Attention attention_from_env(const char* value) {
+VulkanBackend::Attention attention_from_env(const char* value, bool runs_on_cpu) {
     using A = VulkanBackend::Attention;
     const std::string v = value ? value : "";
-    if (v.empty() || v == "matrix") return A::Matrix;
+    // On a device that runs on the CPU (lavapipe) the flash kernels' barriers are coroutine switches and the
+    // products 20x faster.
+    if (v.empty()) return runs_on_cpu ? A::Products : A::Matrix;
+    if (v == "matrix") return A::Matrix;
     if (v == "flash") return A::Flash;
     if (v == "products") return A::Products;
     fail(ErrorKind::InvalidArgument, "KILN_VULKAN_ATTENTION=" + v + ": expected matrix, flash or products");
@@ -94,10 +97,10 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index)
     sync_ops_ = sync && std::string(sync) == "1";
     const char* record = std::getenv("KILN_VULKAN_RECORD");
     recording_enabled_ = !(record && std::string(record) == "0") && !sync_ops_;
-    products_ = products_from_env(std::getenv("KILN_VULKAN_GEMM"),
-                                  physical_.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU);
+    const bool runs_on_cpu = physical_.properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    products_ = products_from_env(std::getenv("KILN_VULKAN_GEMM"), runs_on_cpu);
     split_k_ = split_k_from_env(std::getenv("KILN_VULKAN_SPLIT_K"));
-    attention_ = attention_from_env(std::getenv("KILN_VULKAN_ATTENTION"));
+    attention_ = attention_from_env(std::getenv("KILN_VULKAN_ATTENTION"), runs_on_cpu);
     q8_products_ = q8_products_from_env(std::getenv("KILN_VULKAN_Q8"));
     // The matrix kernel: sg32's 32x32 blocks a subgroup where the KHR kernels run (session 19, H200: SD 1.5 UNet
     // call 101.6 ms against base's 125.8, docs/VULKAN.md), unless KILN_VULKAN_COOP names another.

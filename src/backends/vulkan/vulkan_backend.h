@@ -116,8 +116,8 @@ public:
     // and no score traffic; on the H200 since session 20 as fast as the products in float32 and 3% faster in
     // float16 over a whole UNet call; 20x slower on lavapipe, whose barriers are coroutine switches). Flash takes
     // heads of up to 256 dimensions on devices with its shared memory; other attentions take the products either
-    // way. Matrix (the default) is flash attention on the matrix units (flash_attention_coop.comp) where the KHR
-    // matrix kernels run, for float16 heads of up to 160 dimensions; elsewhere Flash, but Products on a device
+    // way. Matrix is flash attention on the matrix units (flash_attention_coop.comp) where the KHR matrix kernels
+    // run, for float16 heads of up to 160 dimensions, else Flash. The default: Matrix, but Products on a device
     // that runs on the CPU. KILN_VULKAN_ATTENTION=matrix|products|flash chooses; tests switch with set_attention.
     enum class Attention { Flash, Products, Matrix };
     Attention attention() const { return attention_; }
@@ -229,7 +229,7 @@ BackendFactory vulkan_backend_factory();
 // KILN_VULKAN_SPLIT_K (unset: 0, automatic) and KILN_VULKAN_ATTENTION; a value they do not take is an InvalidArgument naming it.
 VulkanBackend::Products products_from_env(const char* value, bool runs_on_cpu);
 // KILN_VULKAN_ATTENTION (unset: Products).
-VulkanBackend::Attention attention_from_env(const char* value);
+VulkanBackend::Attention attention_from_env(const char* value, bool runs_on_cpu);
 VulkanBackend::Q8Products q8_products_from_env(const char* value);
 // The variants' names, as kernels.cmake builds them (not "base").
 const std::vector<std::string>& matrix_variants();

@@ -166,26 +166,36 @@ int matrix_flash_tiles(int64_t head_dim) {
     return 0;
 }
 
-// KILN_VULKAN_CONV_ROWS8=0 turns the convolutions' reads of 4 or 8 pixels at once off (for comparisons, issue 23).
-bool conv_rows8() {
-    static const bool on = [] {
-        const char* v = std::getenv("KILN_VULKAN_CONV_ROWS8");
-        return !v || std::string(v) != "0";
-    }();
-    return on;
+}  // namespace
+
+namespace {
+
+// An on/off setting: unset, "" or "1" on, "0" off, anything else an InvalidArgument naming it and its values.
+bool on_off_from_env(const char* name, const char* value, const char* on_means, const char* off_means) {
+    const std::string v = value ? value : "";
+    if (v.empty() || v == "1") return true;
+    if (v == "0") return false;
+    fail(ErrorKind::InvalidArgument,
+         std::string(name) + "=" + v + ": expected 1 (" + on_means + ") or 0 (" + off_means + ")");
 }
 
 }  // namespace
 
 bool fused_from_env(const char* value) {
-    const std::string v = value ? value : "";
-    if (v.empty() || v == "1") return true;
-    if (v == "0") return false;
-    fail(ErrorKind::InvalidArgument, "KILN_VULKAN_FUSED=" + v + ": expected 1 (fused ops as one kernel) or 0 (composed)");
+    return on_off_from_env("KILN_VULKAN_FUSED", value, "fused ops as one kernel", "composed");
+}
+
+bool conv_rows_from_env(const char* value) {
+    return on_off_from_env("KILN_VULKAN_CONV_ROWS8", value, "convolutions read 4 or 8 pixels of a row at once",
+                           "one at a time");
 }
 
 VulkanDeviceOps::VulkanDeviceOps(VulkanBackend& backend)
-    : backend_(backend), fused_(fused_from_env(std::getenv("KILN_VULKAN_FUSED"))) {}
+    : backend_(backend),
+      fused_(fused_from_env(std::getenv("KILN_VULKAN_FUSED"))),
+      conv_rows_(conv_rows_from_env(std::getenv("KILN_VULKAN_CONV_ROWS8"))),
+      matrix_flash_device_(backend.physical().matrix_khr && embedded_kernel("flash_attention_coopk_3_f16") &&
+                           backend.physical().properties.limits.maxComputeSharedMemorySize >= kMatrixFlashSharedBytes) {}
 
 uint64_t VulkanDeviceOps::bind(const Tensor& t, int64_t elements) const {
     // A kernel reads the operand from this address to the tensor's end: that span must be within what one
@@ -492,7 +502,7 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
     if (p.w % 16 == 0 && (cin * kk * kk) % 8 == 0) p.flags |= 4;
     if (p.x % 16 == 0 && kk == 1 && stride == 1 && padding == 0 && !stats && !f.upsampled && (h * wd) % 8 == 0)
         p.flags |= 8;
-    else if (ow % 8 == 0 && conv_rows8())
+    else if (ow % 8 == 0 && conv_rows_)
         p.flags |= 256;  // the 128x128 and matrix tiles read 4 or 8 pixels of a row at once (conv2d.comp: row_read)
     require(n <= 65535 && (cout + 31) / 32 <= 65535 && (oh * ow + 31) / 32 <= 65535, ErrorKind::Unsupported,
             "vulkan: conv2d of " + device_operand("x", x) + " exceeds the workgroup grid");
@@ -623,20 +633,14 @@ Tensor VulkanDeviceOps::softmax_lastdim(const Tensor& x) const {
 }
 
 bool VulkanDeviceOps::matrix_flash_runs(int64_t head_dim, DType dtype) const {
-    const PhysicalDevice& d = backend_.physical();
-    return backend_.attention() == VulkanBackend::Attention::Matrix && dtype == DType::F16 && d.matrix_khr &&
-           head_dim <= kMatrixFlashMaxHead && embedded_kernel("flash_attention_coopk_3_f16") &&
-           d.properties.limits.maxComputeSharedMemorySize >= kMatrixFlashSharedBytes;
+    return matrix_flash_device_ && backend_.attention() == VulkanBackend::Attention::Matrix && dtype == DType::F16 &&
+           head_dim <= kMatrixFlashMaxHead;
 }
 
 bool VulkanDeviceOps::flash_attention_fits(int64_t head_dim, DType dtype) const {
     if (matrix_flash_runs(head_dim, dtype)) return true;
-    // The default (Matrix) takes the FMA flash kernel where the matrix one does not run, but on a device that runs
-    // on the CPU (lavapipe), where its barriers are coroutine switches and the products are 20x faster.
-    using A = VulkanBackend::Attention;
-    const A form = backend_.attention();
-    const bool on_cpu = backend_.physical().properties.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
-    return (form == A::Flash || (form == A::Matrix && !on_cpu)) && head_dim <= kFlashMaxHead &&
+    using A = VulkanBackend::Attention;  // Matrix takes the FMA flash kernel where the matrix one does not run
+    return backend_.attention() != A::Products && head_dim <= kFlashMaxHead &&
            backend_.physical().properties.limits.maxComputeSharedMemorySize >=
                kFlashSharedBytes + (head_dim <= 64 ? kFlashQueriesBytes : 0);
 }

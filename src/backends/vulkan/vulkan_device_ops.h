@@ -19,6 +19,9 @@ struct MatmulParams;  // matmul.comp's push constants (vulkan_device_ops.cpp)
 // KILN_VULKAN_FUSED: unset or 1 runs the fused ops below as one kernel each, 0 composes them as DeviceOps does
 // (for before/after comparisons); another value is an InvalidArgument error naming the setting.
 bool fused_from_env(const char* value);
+// KILN_VULKAN_CONV_ROWS8: 1 (the default) or 0: convolutions read input pixels 4 or 8 of a row at once or one
+// at a time (for comparisons, docs/VULKAN.md); another value is an InvalidArgument naming the setting.
+bool conv_rows_from_env(const char* value);
 
 class VulkanDeviceOps final : public ops::DeviceOps {
 public:
@@ -135,7 +138,10 @@ private:
     void matmul(const MatmulParams& p, const char* base, const char* suffix, uint32_t batch) const;
 
     VulkanBackend& backend_;
-    const bool fused_;  // KILN_VULKAN_FUSED
+    const bool fused_;      // KILN_VULKAN_FUSED
+    const bool conv_rows_;  // KILN_VULKAN_CONV_ROWS8
+    // This device runs flash_attention_coop.comp: KHR matrix units, the kernels in this build, their shared memory.
+    const bool matrix_flash_device_;
     // The embedding's frequencies per (half, shift, max_period), uploaded by the first call: a recorded call
     // (run_recorded) may not upload.
     mutable std::map<std::tuple<int, float, float>, Tensor> frequencies_;
