@@ -10,20 +10,34 @@
 #include "plan_command.h"
 #include "prompt_command.h"
 #include "kiln/error.h"
+#include "runtime/openblas_core.h"
 
 int main(int argc, char** argv) {
-    // libgomp reads OMP_WAIT_POLICY once, when it loads. Its default busy-waiting costs milliseconds
-    // per parallel region whenever another process shares the cores, so run again with passive
-    // waiting unless the user chose a policy.
-    // glibc likewise reads its malloc tunables at start: by default every large tensor is mapped
-    // fresh and unmapped on free, which costs millions of page faults per image (13% of a VAE
-    // decode); keeping freed memory in the heap avoids that.
+    // Settings that libraries read once, when they load, so the program starts again with them set
+    // (execv returns only on failure; then it carries on as it is). Each is set only where the user
+    // has not chosen, so the second start changes nothing and runs on.
+    // libgomp's OMP_WAIT_POLICY: its default busy-waiting costs milliseconds per parallel region
+    // whenever another process shares the cores.
+    // glibc's malloc tunables: by default every large tensor is mapped fresh and unmapped on free,
+    // which costs millions of page faults per image (13% of a VAE decode); keeping freed memory in
+    // the heap avoids that.
+    // OpenBLAS's OPENBLAS_CORETYPE, where it took its generic kernels on a CPU it does not know
+    // (runtime/openblas_core.h).
+    bool restart = false;
     if (!std::getenv("OMP_WAIT_POLICY")) {
         setenv("OMP_WAIT_POLICY", "passive", 1);
         if (!std::getenv("GLIBC_TUNABLES"))
             setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=17179869184", 1);
-        execv("/proc/self/exe", argv);  // returns only on failure; then carry on as we are
+        restart = true;
     }
+    if (!std::getenv("OPENBLAS_CORETYPE")) {
+        const std::string core = kiln::better_openblas_core();
+        if (!core.empty()) {
+            setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+            restart = true;
+        }
+    }
+    if (restart) execv("/proc/self/exe", argv);
     CLI::App app{"kiln: Stable Diffusion inference (SD 1.x, SD 2.x, SDXL) that matches diffusers"};
     app.require_subcommand(1);
     app.set_version_flag("--version", kiln::cli::kVersion);

@@ -9,9 +9,12 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
+
+extern "C" char* openblas_get_corename(void) __attribute__((weak));  // as in runtime/openblas_core.cpp
 
 namespace kiln::test {
 
@@ -125,6 +128,13 @@ inline ProcessResult run_process(const std::string& program, const std::vector<s
 
 inline ProcessResult run_kiln(const std::vector<std::string>& args,
                               std::chrono::seconds timeout = std::chrono::seconds(300)) {
+    // The program would ask OpenBLAS for other kernels than this test runs where OpenBLAS took its
+    // generic ones (runtime/openblas_core.h); the tests that compare its images with the library's
+    // want the same float rounding, so it gets the kernels this process has.
+    if (!std::getenv("OPENBLAS_CORETYPE") && openblas_get_corename) {
+        const char* core = openblas_get_corename();
+        if (core) setenv("OPENBLAS_CORETYPE", core, 0);
+    }
     return run_process(KILN_CLI, args, timeout);
 }
 
