@@ -41,6 +41,7 @@ set(KILN_VULKAN_KERNELS
   "matmul_scores_coopk_f16|matmul.comp|COOP,COOP_KHR,A_F16,B_F16"
   "matmul_pv_coopk_f16|matmul.comp|COOP,COOP_KHR,B_F16,C_F16"
   "conv2d_coopk_f16|conv2d.comp|COOP,COOP_KHR,T_F16"
+  "conv_columns_f16|conv_columns.comp|T_F16"
   "matmul_q8_f32|matmul.comp|B_Q8"
   "matmul_q8_f16|matmul.comp|A_F16,B_Q8,C_F16"
   "matmul_q8_small_f32|matmul.comp|SMALL,B_Q8"

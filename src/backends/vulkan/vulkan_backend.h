@@ -111,6 +111,10 @@ public:
     // KILN_VULKAN_SPLIT_K=N sets it; tests switch with set_split_k.
     int split_k() const { return split_k_; }
     void set_split_k(int slices) { split_k_ = slices; }
+    // The matrix units' convolutions write their input out as columns in chunks of at most this many bytes
+    // (VulkanDeviceOps::conv_from_columns; 0: its own sizing). Tests set it small to cut a convolution into chunks.
+    int64_t columns_chunk_bytes() const { return columns_chunk_bytes_; }
+    void set_columns_chunk_bytes(int64_t bytes) { columns_chunk_bytes_ = bytes; }
     // Attention as two products and a softmax over blocks of queries whose float32 scores stay under 64 MiB
     // (Products), or in one kernel with no score matrix in memory (Flash, flash_attention.comp: the least memory
     // and no score traffic; on the H200 since session 20 as fast as the products in float32 and 3% faster in
@@ -198,6 +202,7 @@ private:
     bool sync_ops_ = false;
     Products products_ = Products::Measured;
     int split_k_ = 0;
+    int64_t columns_chunk_bytes_ = 0;
     Attention attention_ = Attention::Products;
     Q8Products q8_products_ = Q8Products::Transient;
     std::string matrix_variant_;

@@ -46,6 +46,19 @@ private:
     bool gpu_;
 };
 
+struct ConvParams {
+    uint64_t x, w, bias, y, stats, gamma, beta, ws, bias2;
+    uint32_t cin, h, wd, cout, oh, ow, ks, stride, pad, groups;  // h, wd: the input's size, upsampled or not
+    // 1: bias, 2: GroupNorm + SiLU, 4 / 8: weights / input read 8 at a time (the matrix-unit build),
+    // 16: split-K's second pass, 32: x upsampled 2x, 64: y += the result, 128: + bias2 per image and channel,
+    // 256: input pixels read 4 or 8 of a row at once, 512: x is conv_columns.comp's columns for the batch's
+    // pixels h .. h + wd - 1 (conv2d.comp)
+    uint32_t flags;
+    uint32_t slices, kslice;  // split-K
+    uint32_t bias2_stride;    // bias2's values per image (0: the same for every image)
+};
+static_assert(sizeof(ConvParams) == kPushConstantBytes, "ConvParams fills the push constants exactly");
+
 namespace {
 
 using ops::bad_device_operands;
@@ -87,16 +100,13 @@ RowGrid row_grid(int64_t rows) {
 }
 
 // Push constants, laid out as the shaders declare them (device addresses first).
-struct ConvParams {
-    uint64_t x, w, bias, y, stats, gamma, beta, ws, bias2;
-    uint32_t cin, h, wd, cout, oh, ow, ks, stride, pad, groups;  // h, wd: the input's size, upsampled or not
-    // 1: bias, 2: GroupNorm + SiLU, 4 / 8: weights / input read 8 at a time (the matrix-unit build),
-    // 16: split-K's second pass, 32: x upsampled 2x, 64: y += the result, 128: + bias2 per image and channel
-    uint32_t flags;
-    uint32_t slices, kslice;  // split-K
-    uint32_t bias2_stride;    // bias2's values per image (0: the same for every image)
+// conv_columns.comp's: a convolution's input written out as columns for the pixels first .. first + count - 1.
+struct ColumnsParams {
+    uint64_t x, cols, stats, gamma, beta;
+    uint32_t cin, h, wd, oh, ow, ks, stride, pad, groups;
+    uint32_t flags;  // ConvParams' 2 (GroupNorm + SiLU) and 32 (upsampled)
+    uint32_t first, count;
 };
-static_assert(sizeof(ConvParams) == kPushConstantBytes, "ConvParams fills the push constants exactly");
 struct NormStatsParams {
     uint64_t x, stats, ws;
     uint32_t count;
@@ -185,6 +195,11 @@ bool fused_from_env(const char* value) {
     return on_off_from_env("KILN_VULKAN_FUSED", value, "fused ops as one kernel", "composed");
 }
 
+bool conv_columns_from_env(const char* value) {
+    return on_off_from_env("KILN_VULKAN_CONV_COLUMNS", value, "the matrix units' convolutions read columns written first",
+                           "computed as the tiles load them");
+}
+
 bool conv_rows_from_env(const char* value) {
     return on_off_from_env("KILN_VULKAN_CONV_ROWS8", value, "convolutions read 4 or 8 pixels of a row at once",
                            "one at a time");
@@ -194,6 +209,7 @@ VulkanDeviceOps::VulkanDeviceOps(VulkanBackend& backend)
     : backend_(backend),
       fused_(fused_from_env(std::getenv("KILN_VULKAN_FUSED"))),
       conv_rows_(conv_rows_from_env(std::getenv("KILN_VULKAN_CONV_ROWS8"))),
+      conv_columns_(conv_columns_from_env(std::getenv("KILN_VULKAN_CONV_COLUMNS")) && embedded_kernel("conv_columns_f16")),
       matrix_flash_device_(backend.physical().matrix_khr && embedded_kernel("flash_attention_coopk_3_f16") &&
                            backend.physical().properties.limits.maxComputeSharedMemorySize >= kMatrixFlashSharedBytes) {}
 
@@ -507,10 +523,18 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
     require(n <= 65535 && (cout + 31) / 32 <= 65535 && (oh * ow + 31) / 32 <= 65535, ErrorKind::Unsupported,
             "vulkan: conv2d of " + device_operand("x", x) + " exceeds the workgroup grid");
     const std::string suffix = x.dtype() == DType::F16 ? "_f16" : "_f32", base = q8 ? "conv2d_q8" : "conv2d";
+    // The matrix units' builds read the input as columns written by a pass before them (conv_columns.comp) where
+    // whole 16-byte groups of 8 pixels line up; a 1x1 convolution read straight (flags & 8) needs none.
+    const bool columns = conv_columns_ && x.dtype() == DType::F16 && (p.flags & 8) == 0 && ow % 8 == 0;
     const auto run_into = [&](const ConvParams& q) {
         return [&, q](const char* variant, uint32_t tile_m, uint32_t tile_n) {
-            dispatch_product(base + std::string(variant) + suffix, q, uint32_t((oh * ow + tile_n - 1) / tile_n),
-                             uint32_t((cout + tile_m - 1) / tile_m), uint32_t(n), cin * kk * kk, out.numel(), 16);
+            const std::string name = base + std::string(variant) + suffix;
+            // Columns pay where two or more tiles of output channels read each value (H200: 1 x 128 x 512^2 -> 128
+            // 57 -> 52 TFLOP/s through columns, 2 x 320 x 64^2 -> 320 38 -> 51; docs/VULKAN.md).
+            if (columns && cout > tile_m && std::string(variant).rfind("_coop", 0) == 0)
+                return conv_from_columns(name, q, n, tile_m, tile_n);
+            dispatch_product(name, q, uint32_t((oh * ow + tile_n - 1) / tile_n), uint32_t((cout + tile_m - 1) / tile_m),
+                             uint32_t(n), cin * kk * kk, out.numel(), 16);
         };
     };
     const ProductKey key{base + suffix, cout, oh * ow, cin * kk * kk, n};
@@ -530,6 +554,28 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
     };
     run_product(key, matrix, run, &trial);
     return y;
+}
+
+void VulkanDeviceOps::conv_from_columns(const std::string& name, const ConvParams& p, int64_t images, uint32_t tile_m,
+                                        uint32_t tile_n) const {
+    const int64_t k = int64_t(p.cin) * p.ks * p.ks, total = images * p.oh * p.ow;
+    // Chunks of at most 64 MiB of columns (an eighth of a --vram cap, at least 16 MiB), whole tiles of pixels.
+    const int64_t limit = backend_.memory().limit();
+    int64_t bytes = limit > 0 ? std::clamp<int64_t>(limit / 8, 16 << 20, 64 << 20) : int64_t(64) << 20;
+    if (backend_.columns_chunk_bytes() > 0) bytes = backend_.columns_chunk_bytes();
+    bytes = std::min(bytes, backend_.memory().max_binding(2));
+    const int64_t count = std::min(total, std::max<int64_t>(128, bytes / (2 * k) / 128 * 128));
+    const Tensor cols = Tensor::empty_on(backend_, {k * count}, DType::F16);
+    for (int64_t first = 0; first < total; first += count) {
+        const uint32_t c = uint32_t(std::min(count, total - first));  // a multiple of 8: ow is
+        const ColumnsParams cp{p.x,  bind(cols), p.stats, p.gamma, p.beta,   p.cin, p.h,           p.wd, p.oh,
+                               p.ow, p.ks,       p.stride, p.pad,  p.groups, p.flags & (2u | 32u), uint32_t(first), c};
+        backend_.dispatch("conv_columns_f16", cp, element_groups(k * c / 8));
+        ConvParams q = p;
+        q.x = cp.cols, q.h = uint32_t(first), q.wd = c;
+        q.flags = (p.flags & ~(2u | 32u | 256u)) | 512u;
+        dispatch_product(name, q, (c + tile_n - 1) / tile_n, (p.cout + tile_m - 1) / tile_m, 1, k, int64_t(p.cout) * c, 16);
+    }
 }
 
 Tensor VulkanDeviceOps::conv2d(const Tensor& x, const Tensor& w, const Tensor* b, int stride, int padding) const {

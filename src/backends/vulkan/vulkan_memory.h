@@ -50,6 +50,7 @@ public:
     // Caps what is held from the device, slabs and cache included (--vram; 0: no cap): past it the cached
     // dedicated allocations go back to the driver first, then the request is OutOfMemory naming the cap.
     void set_limit(int64_t bytes) { limit_ = bytes; }
+    int64_t limit() const { return limit_; }
     // Dedicated allocations no block uses go back to the driver (slabs stay: their blocks are cached).
     void release_cached() noexcept { release_free_chunks(); }
     // The largest allocation (0: none stated); the bytes of `elem`-byte values one kernel operand may span.

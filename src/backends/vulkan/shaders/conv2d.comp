@@ -8,6 +8,10 @@
 // upsampled size): the 4x tensor is never made. The epilogue may add the output's old value (flags & 64: y +=
 // the convolution) and a per-channel term bias2[batch * bias2_stride + m] (flags & 128: a shortcut's bias with
 // stride 0, a time embedding's columns with the row width), in float32 before the one rounding to y's type.
+// With flags & 512 (the matrix-unit build) the input was written out as columns first (conv_columns.comp: the
+// index arithmetic and GroupNorm paid once a value, not once a tile that reads it): x is then that buffer,
+// cin x ks x ks rows of wd values, for the pixels h .. h + wd - 1 of the whole batch counted as one row of
+// N x oh x ow (the columns of one chunk).
 #version 450
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
@@ -35,7 +39,7 @@ layout(push_constant) uniform Params {
     Ts bias2;  // read when flags & 128
     uint cin, h, wd, cout, oh, ow, ks, stride, pad, groups;
     // 1: bias, 2: GroupNorm + SiLU, 4 / 8 / 256: see load_a8, 16: the split-K pass that adds the slices, 32: x
-    // upsampled 2x, 64: y += the result, 128: + bias2
+    // upsampled 2x, 64: y += the result, 128: + bias2, 512: x is columns (above; h and wd then say which)
     uint flags;
     uint slices, kslice;  // split-K: slices of kslice k each (1: none)
     uint bias2_stride;    // bias2's values per batch entry (0: one row for all)
@@ -47,53 +51,10 @@ float load_a(uint m, uint k) { return q8_0_value(p.w, m * (p.cin * p.ks * p.ks) 
 #else
 float load_a(uint m, uint k) { return ld(p.w, m * (p.cin * p.ks * p.ks) + k); }
 #endif
-// a / d for the index arithmetic of every operand read, where an integer division by a value known only at
-// run time costs tens of instructions: a float32 estimate (off by less than 1 for a < 2^22 d) and one
-// correction step, exact for every a and d a convolution here has.
-uint quotient(uint a, uint d) {
-    uint q = uint(float(a) * (1.0 / float(d)));
-    const int r = int(a) - int(q * d);
-    if (r < 0) --q;
-    else if (r >= int(d)) ++q;
-    return q;
-}
-// B(k, n): input row k's pixel for output pixel n, through the im2col index arithmetic (zero in the padding),
-// group-normalised and passed through SiLU with flags & 2, read at (iy/2, ix/2) with flags & 32. row_read does the
-// arithmetic shared by the pixels n, n + 1, ... of one output row, norm_terms loads the channel's GroupNorm terms,
-// row_value gives pixel n + i: load_b takes one pixel; where ow is a multiple of 8 (flags & 256) the tiles take
-// 4 or 8 at once (load_b4, load_b8) and pay the arithmetic once for them.
-struct RowRead {
-    uint row;     // x's index of the input row's first value
-    bool inside;  // false where the input row is padding
-    uint ox, kx, ci;
-};
-RowRead row_read(uint k, uint n) {
-    const uint taps = p.ks * p.ks, ci = quotient(k, taps), tap = k - ci * taps, ky = quotient(tap, p.ks),
-               kx = tap - ky * p.ks;
-    const uint oy = quotient(n, p.ow), ox = n - oy * p.ow;
-    const int iy = int(oy * p.stride + ky) - int(p.pad);
-    const bool inside = iy >= 0 && iy < int(p.h);
-    const uint up = (p.flags >> 5) & 1u;  // x's row (iy >> 1) and column of an upsampled input's pixel
-    const uint row = inside ? ((batch * p.cin + ci) * (p.h >> up) + (uint(iy) >> up)) * (p.wd >> up) : 0u;
-    return RowRead(row, inside, ox, kx, ci);
-}
-// mean, 1/std, gamma, beta of the read's channel (flags & 2).
-vec4 norm_terms(RowRead r) {
-    if ((p.flags & 2u) == 0u || !r.inside) return vec4(0.0, 1.0, 1.0, 0.0);
-    const uint s = (batch * p.groups + quotient(r.ci, p.cin / p.groups)) * 2u;
-    return vec4(p.stats.v[s], p.stats.v[s + 1u], ld(p.gamma, r.ci), ld(p.beta, r.ci));
-}
-float row_value(RowRead r, vec4 norm, uint i) {
-    const int ix = int((r.ox + i) * p.stride + r.kx) - int(p.pad);
-    if (!r.inside || ix < 0 || ix >= int(p.wd)) return 0.0;
-    float v = ld(p.x, r.row + (uint(ix) >> ((p.flags >> 5) & 1u)));
-    if ((p.flags & 2u) != 0u) {
-        v = (v - norm.x) * norm.y * norm.z + norm.w;
-        v = v / (1.0 + exp(-v));
-    }
-    return v;
-}
+#include "conv_input.glsl"
+bool columns() { return (p.flags & 512u) != 0u; }
 float load_b(uint k, uint n) {
+    if (columns()) return ld(p.x, k * p.wd + n);
     const RowRead r = row_read(k, n);
     return row_value(r, norm_terms(r), 0u);
 }
@@ -108,21 +69,28 @@ bool load_b4(uint k, uint n, inout vec4 v) {
     return true;
 }
 #endif
+// Pixels a workgroup's product spans: one image's, or one chunk of columns.
+uint product_pixels() { return columns() ? p.wd : p.oh * p.ow; }
 void store_c(uint m, uint n, float sum) {
     if (p.slices > 1u && (p.flags & 16u) == 0u) {
-        p.ws.v[((batch * p.slices + slice) * p.cout + m) * (p.oh * p.ow) + n] = sum;
+        p.ws.v[((batch * p.slices + slice) * p.cout + m) * product_pixels() + n] = sum;
         return;
     }
+    uint image = batch;
+    if (columns()) {  // the chunk's pixel n is pixel h + n of the batch
+        image = quotient(p.h + n, p.oh * p.ow);
+        n = p.h + n - image * (p.oh * p.ow);
+    }
     if ((p.flags & 1u) != 0u) sum += ld(p.bias, m);
-    const uint at = (batch * p.cout + m) * (p.oh * p.ow) + n;
+    const uint at = (image * p.cout + m) * (p.oh * p.ow) + n;
     if ((p.flags & (64u | 128u)) != 0u) {  // (y + bias2) + sum: the composition's order, without its roundings
         float extra = (p.flags & 64u) != 0u ? ld(p.y, at) : 0.0;
-        if ((p.flags & 128u) != 0u) extra += ld(p.bias2, batch * p.bias2_stride + m);
+        if ((p.flags & 128u) != 0u) extra += ld(p.bias2, image * p.bias2_stride + m);
         sum = extra + sum;
     }
     st(p.y, at, sum);
 }
-float partial(uint m, uint n, uint s) { return p.ws.v[((batch * p.slices + s) * p.cout + m) * (p.oh * p.ow) + n]; }
+float partial(uint m, uint n, uint s) { return p.ws.v[((batch * p.slices + s) * p.cout + m) * product_pixels() + n]; }
 #if defined(COOP)
 // 16-byte loads of 8 float16 values for the matrix-unit build, where the host found them aligned: weights
 // along k (flags & 4), and the input along pixels for a plain 1x1 convolution (flags & 8); or 8 input values
@@ -141,6 +109,11 @@ bool load_a8(uint m, uint k, inout uvec4 v) {
 }
 uvec4 pack8(float v[8]);  // gemm_coop.glsl
 bool load_b8(uint k, uint n, bool k_fast, inout uvec4 v) {
+    if (columns()) {  // wd is a multiple of 8 (VulkanDeviceOps::conv)
+        if (k >= p.cin * p.ks * p.ks || n + 8u > p.wd) return false;
+        v = U128s(p.x).v[(k * p.wd + n) >> 3];
+        return true;
+    }
     if (k >= p.cin * p.ks * p.ks || n + 8u > p.oh * p.ow) return false;
     if ((p.flags & 8u) != 0u) {
         v = U128s(p.x).v[((batch * p.cin + k) * p.h * p.wd + n) >> 3];
@@ -159,13 +132,13 @@ bool load_b8(uint k, uint n, bool k_fast, inout uvec4 v) {
 
 void main() {
     const uint m0 = gl_WorkGroupID.y * TILE_M, n0 = gl_WorkGroupID.x * TILE_N, slices = max(p.slices, 1u);
-    const uint M = p.cout, N = p.oh * p.ow, K = p.cin * p.ks * p.ks;
+    const uint M = p.cout, N = product_pixels(), K = p.cin * p.ks * p.ks;
     if ((p.flags & 16u) != 0u) {
-        batch = gl_WorkGroupID.z;
+        batch = columns() ? 0u : gl_WorkGroupID.z;
         sum_slices(m0, n0, M, N, slices);
         return;
     }
-    batch = gl_WorkGroupID.z / slices;
+    batch = columns() ? 0u : gl_WorkGroupID.z / slices;
     slice = gl_WorkGroupID.z % slices;
     const uint k_begin = slice * p.kslice, k_end = slices > 1u ? min(K, k_begin + p.kslice) : K;
     gemm(m0, n0, M, N, k_begin, k_end, true, false);
