@@ -21,6 +21,8 @@ set(KILN_VULKAN_KERNELS
   "matmul_pv_f16|matmul.comp|B_F16,C_F16"
   "conv2d_f32|conv2d.comp"
   "conv2d_f16|conv2d.comp|T_F16"
+  "conv_columns_f32|conv_columns.comp"
+  "conv_columns_f16|conv_columns.comp|T_F16"
   "matmul_small_f32|matmul.comp|SMALL"
   "matmul_small_f16|matmul.comp|SMALL,A_F16,B_F16,C_F16"
   "matmul_scores_small_f16|matmul.comp|SMALL,A_F16,B_F16"
@@ -41,7 +43,6 @@ set(KILN_VULKAN_KERNELS
   "matmul_scores_coopk_f16|matmul.comp|COOP,COOP_KHR,A_F16,B_F16"
   "matmul_pv_coopk_f16|matmul.comp|COOP,COOP_KHR,B_F16,C_F16"
   "conv2d_coopk_f16|conv2d.comp|COOP,COOP_KHR,T_F16"
-  "conv_columns_f16|conv_columns.comp|T_F16"
   "matmul_q8_f32|matmul.comp|B_Q8"
   "matmul_q8_f16|matmul.comp|A_F16,B_Q8,C_F16"
   "matmul_q8_small_f32|matmul.comp|SMALL,B_Q8"
@@ -87,7 +88,8 @@ set(KILN_VULKAN_KERNELS
   "timestep_embedding_f16|timestep_embedding.comp|T_F16"
 )
 # Issue 23's other matrix tiles (gemm_coop.glsl's geometries; vulkan_backend.cpp lists the names): four kernels each.
-foreach(variant "sg32|COOP_SG32" "f16acc|COOP_F16_SUMS")
+# sg32w is also the measured choice's second matrix build (vulkan_device_ops.cpp, kMatrixWide).
+foreach(variant "sg32|COOP_SG32" "f16acc|COOP_F16_SUMS" "sg32w|COOP_SG32,COOP_WIDE")
   string(REPLACE "|" ";" variant "${variant}")
   list(GET variant 0 v)
   list(GET variant 1 d)

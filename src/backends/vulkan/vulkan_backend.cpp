@@ -70,7 +70,7 @@ VulkanBackend::Q8Products q8_products_from_env(const char* value) {
 }
 
 const std::vector<std::string>& matrix_variants() {
-    static const std::vector<std::string> names{"sg32", "f16acc"};
+    static const std::vector<std::string> names{"sg32", "f16acc", "sg32w"};
     return names;
 }
 

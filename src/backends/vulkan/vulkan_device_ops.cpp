@@ -209,7 +209,7 @@ VulkanDeviceOps::VulkanDeviceOps(VulkanBackend& backend)
     : backend_(backend),
       fused_(fused_from_env(std::getenv("KILN_VULKAN_FUSED"))),
       conv_rows_(conv_rows_from_env(std::getenv("KILN_VULKAN_CONV_ROWS8"))),
-      conv_columns_(conv_columns_from_env(std::getenv("KILN_VULKAN_CONV_COLUMNS")) && embedded_kernel("conv_columns_f16")),
+      conv_columns_(conv_columns_from_env(std::getenv("KILN_VULKAN_CONV_COLUMNS"))),
       matrix_flash_device_(backend.physical().matrix_khr && embedded_kernel("flash_attention_coopk_3_f16") &&
                            backend.physical().properties.limits.maxComputeSharedMemorySize >= kMatrixFlashSharedBytes) {}
 
@@ -232,8 +232,12 @@ struct ProductBuild {
     const char* variant;
     uint32_t tile;
 };
-constexpr ProductBuild kBuilds[] = {{"", 128}, {"_small", 64}, {"_coop", 128}, {"_direct", 32}};
-constexpr int kLarge = 0, kSmall = 1, kMatrix = 2, kDirect = 3;
+// kMatrixWide: sg32's 32x32 blocks in 128x128 tiles of 16 subgroups (gemm_coop.glsl, COOP_WIDE), a second matrix
+// build the measured choice times beside the default one where the default is sg32 (session 21, H200: the UNet's
+// convolutions 3-25% faster, some linears 24% slower; docs/VULKAN.md).
+constexpr ProductBuild kBuilds[] = {{"", 128}, {"_small", 64}, {"_coop", 128}, {"_direct", 32}, {"_coopk_sg32w", 128}};
+constexpr int kLarge = 0, kSmall = 1, kMatrix = 2, kDirect = 3, kMatrixWide = 4;
+bool is_matrix(int build) { return build == kMatrix || build == kMatrixWide; }
 }  // namespace
 
 void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const ProductRun& run,
@@ -258,15 +262,21 @@ void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const Prod
     }
     // The choice is kept per shape, not per matrix kernel: where the kernel selected now cannot take this product
     // (KILN_VULKAN_COOP changed to one without q8_0 kernels), the 128x128 tiles do.
-    if (auto it = builds_.find(key); it != builds_.end()) return go(it->second == kMatrix && !matrix ? kLarge : it->second);
+    if (auto it = builds_.find(key); it != builds_.end()) return go(is_matrix(it->second) && !matrix ? kLarge : it->second);
     if (backend_.recording_call()) return go(matrix ? kMatrix : kSmall);  // no timing inside a recording
     // Each build once untimed (its pipeline is made, its caches warm), then once timed on the host clock
     // around a submit: the products that matter take milliseconds, the submit tens of microseconds.
     int best = -1, last = -1;
     double best_seconds = 0;
     const ProductRun& timed = trial ? *trial : run;
-    for (int b : {kLarge, kSmall, kMatrix}) {
-        if (b == kMatrix && !matrix) continue;
+    // The wide matrix tiles where the default matrix kernel is sg32 and this product has a wide build (q8_0 has none).
+    const std::string& name = std::get<0>(key);
+    const bool wide = matrix && backend_.physical().matrix_khr && backend_.matrix_variant() == "_sg32" &&
+                      name.size() > 4 &&
+                      embedded_kernel((name.substr(0, name.size() - 4) + kBuilds[kMatrixWide].variant +
+                                       name.substr(name.size() - 4)).c_str());
+    for (int b : {kLarge, kSmall, kMatrix, kMatrixWide}) {
+        if ((b == kMatrix && !matrix) || (b == kMatrixWide && !wide)) continue;
         last = b;
         go_with(timed, b);
         backend_.finish();
@@ -523,16 +533,17 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
     require(n <= 65535 && (cout + 31) / 32 <= 65535 && (oh * ow + 31) / 32 <= 65535, ErrorKind::Unsupported,
             "vulkan: conv2d of " + device_operand("x", x) + " exceeds the workgroup grid");
     const std::string suffix = x.dtype() == DType::F16 ? "_f16" : "_f32", base = q8 ? "conv2d_q8" : "conv2d";
-    // The matrix units' builds read the input as columns written by a pass before them (conv_columns.comp) where
-    // whole 16-byte groups of 8 pixels line up; a 1x1 convolution read straight (flags & 8) needs none.
-    const bool columns = conv_columns_ && x.dtype() == DType::F16 && (p.flags & 8) == 0 && ow % 8 == 0;
+    // The tiled builds read the input as columns written by a pass before them (conv_columns.comp) where whole
+    // groups of 8 pixels line up; a 1x1 convolution read straight (flags & 8) needs none.
+    const bool columns = conv_columns_ && (p.flags & 8) == 0 && ow % 8 == 0;
     const auto run_into = [&](const ConvParams& q) {
         return [&, q](const char* variant, uint32_t tile_m, uint32_t tile_n) {
             const std::string name = base + std::string(variant) + suffix;
             // Columns pay where two or more tiles of output channels read each value (H200: 1 x 128 x 512^2 -> 128
-            // 57 -> 52 TFLOP/s through columns, 2 x 320 x 64^2 -> 320 38 -> 51; docs/VULKAN.md).
-            if (columns && cout > tile_m && std::string(variant).rfind("_coop", 0) == 0)
-                return conv_from_columns(name, q, n, tile_m, tile_n);
+            // 57 -> 52 TFLOP/s through columns, 2 x 320 x 64^2 -> 320 38 -> 51; docs/VULKAN.md); not in the direct
+            // build, which reads each value once a thread (devices that run on the CPU).
+            if (columns && cout > tile_m && std::string(variant) != kBuilds[kDirect].variant)
+                return conv_from_columns(name, q, x.dtype() == DType::F16, n, tile_m, tile_n);
             dispatch_product(name, q, uint32_t((oh * ow + tile_n - 1) / tile_n), uint32_t((cout + tile_m - 1) / tile_m),
                              uint32_t(n), cin * kk * kk, out.numel(), 16);
         };
@@ -556,21 +567,21 @@ Tensor VulkanDeviceOps::conv(const Tensor& x, const Tensor& w, const Tensor* b, 
     return y;
 }
 
-void VulkanDeviceOps::conv_from_columns(const std::string& name, const ConvParams& p, int64_t images, uint32_t tile_m,
-                                        uint32_t tile_n) const {
-    const int64_t k = int64_t(p.cin) * p.ks * p.ks, total = images * p.oh * p.ow;
+void VulkanDeviceOps::conv_from_columns(const std::string& name, const ConvParams& p, bool f16, int64_t images,
+                                        uint32_t tile_m, uint32_t tile_n) const {
+    const int64_t k = int64_t(p.cin) * p.ks * p.ks, total = images * p.oh * p.ow, elem = f16 ? 2 : 4;
     // Chunks of at most 64 MiB of columns (an eighth of a --vram cap, at least 16 MiB), whole tiles of pixels.
     const int64_t limit = backend_.memory().limit();
     int64_t bytes = limit > 0 ? std::clamp<int64_t>(limit / 8, 16 << 20, 64 << 20) : int64_t(64) << 20;
     if (backend_.columns_chunk_bytes() > 0) bytes = backend_.columns_chunk_bytes();
-    bytes = std::min(bytes, backend_.memory().max_binding(2));
-    const int64_t count = std::min(total, std::max<int64_t>(128, bytes / (2 * k) / 128 * 128));
-    const Tensor cols = Tensor::empty_on(backend_, {k * count}, DType::F16);
+    bytes = std::min(bytes, backend_.memory().max_binding(elem));
+    const int64_t count = std::min(total, std::max<int64_t>(128, bytes / (elem * k) / 128 * 128));
+    const Tensor cols = Tensor::empty_on(backend_, {k * count}, f16 ? DType::F16 : DType::F32);
     for (int64_t first = 0; first < total; first += count) {
         const uint32_t c = uint32_t(std::min(count, total - first));  // a multiple of 8: ow is
         const ColumnsParams cp{p.x,  bind(cols), p.stats, p.gamma, p.beta,   p.cin, p.h,           p.wd, p.oh,
                                p.ow, p.ks,       p.stride, p.pad,  p.groups, p.flags & (2u | 32u), uint32_t(first), c};
-        backend_.dispatch("conv_columns_f16", cp, element_groups(k * c / 8));
+        backend_.dispatch(f16 ? "conv_columns_f16" : "conv_columns_f32", cp, element_groups(k * c / 8));
         ConvParams q = p;
         q.x = cp.cols, q.h = uint32_t(first), q.wd = c;
         q.flags = (p.flags & ~(2u | 32u | 256u)) | 512u;

@@ -23,7 +23,7 @@ bool fused_from_env(const char* value);
 // KILN_VULKAN_CONV_ROWS8: 1 (the default) or 0: convolutions read input pixels 4 or 8 of a row at once or one
 // at a time (for comparisons, docs/VULKAN.md); another value is an InvalidArgument naming the setting.
 bool conv_rows_from_env(const char* value);
-// KILN_VULKAN_CONV_COLUMNS: 1 (the default) or 0: the matrix units' convolutions read their input from columns a
+// KILN_VULKAN_CONV_COLUMNS: 1 (the default) or 0: the tiled builds' convolutions read their input from columns a
 // pass writes first (conv_columns.comp), or compute each value as their tiles load it (comparisons).
 bool conv_columns_from_env(const char* value);
 
@@ -140,15 +140,15 @@ private:
     // matmul.comp (`base`: matmul, matmul_scores or matmul_pv; `suffix`: _f32 or _f16) over `batch` z's.
     // C's old value is added where p.flags has 64 (its measuring runs then write to scratch memory).
     void matmul(const MatmulParams& p, const char* base, const char* suffix, uint32_t batch) const;
-    // A convolution on the matrix units (`name`: its build) over `images` images, through columns written in
-    // chunks by conv_columns.comp (ConvParams' flags & 512).
-    void conv_from_columns(const std::string& name, const ConvParams& p, int64_t images, uint32_t tile_m,
+    // A convolution in a tiled build (`name`) over `images` images of float16 or float32, through columns written
+    // in chunks by conv_columns.comp (ConvParams' flags & 512).
+    void conv_from_columns(const std::string& name, const ConvParams& p, bool f16, int64_t images, uint32_t tile_m,
                            uint32_t tile_n) const;
 
     VulkanBackend& backend_;
     const bool fused_;      // KILN_VULKAN_FUSED
     const bool conv_rows_;  // KILN_VULKAN_CONV_ROWS8
-    const bool conv_columns_;  // KILN_VULKAN_CONV_COLUMNS, where this build has the columns kernel
+    const bool conv_columns_;  // KILN_VULKAN_CONV_COLUMNS
     // This device runs flash_attention_coop.comp: KHR matrix units, the kernels in this build, their shared memory.
     const bool matrix_flash_device_;
     // The embedding's frequencies per (half, shift, max_period), uploaded by the first call: a recorded call

@@ -8,7 +8,7 @@
 // upsampled size): the 4x tensor is never made. The epilogue may add the output's old value (flags & 64: y +=
 // the convolution) and a per-channel term bias2[batch * bias2_stride + m] (flags & 128: a shortcut's bias with
 // stride 0, a time embedding's columns with the row width), in float32 before the one rounding to y's type.
-// With flags & 512 (the matrix-unit build) the input was written out as columns first (conv_columns.comp: the
+// With flags & 512 (the tiled builds) the input was written out as columns first (conv_columns.comp: the
 // index arithmetic and GroupNorm paid once a value, not once a tile that reads it): x is then that buffer,
 // cin x ks x ks rows of wd values, for the pixels h .. h + wd - 1 of the whole batch counted as one row of
 // N x oh x ow (the columns of one chunk).
@@ -17,6 +17,8 @@
 #extension GL_EXT_control_flow_attributes : require
 #ifdef DIRECT
 layout(local_size_x = 8, local_size_y = 8) in;
+#elif defined(COOP_WIDE)
+layout(local_size_x = 16, local_size_y = 32) in;  // gemm_coop.glsl's 128x128 tiles of 32x32 blocks: 16 subgroups
 #else
 layout(local_size_x = 16, local_size_y = 16) in;
 #endif
@@ -62,6 +64,15 @@ float load_b(uint k, uint n) {
 // The 128x128 FMA tiles' 4 values along n at once (gemm_tile.glsl), false where they are not in one row.
 #define HAS_LOAD_B4
 bool load_b4(uint k, uint n, inout vec4 v) {
+    if (columns()) {  // wd is a multiple of 8, n of 4: aligned
+        if (k >= p.cin * p.ks * p.ks || n + 4u > p.wd) return false;
+#ifdef T_F16
+        v = ld4_f16(p.x, k * p.wd + n);
+#else
+        v = ld4_f32(p.x, k * p.wd + n);
+#endif
+        return true;
+    }
     if ((p.flags & 256u) == 0u || k >= p.cin * p.ks * p.ks || n + 4u > p.oh * p.ow) return false;
     const RowRead r = row_read(k, n);
     const vec4 norm = norm_terms(r);

@@ -15,6 +15,9 @@
 //                   default on KHR builds (docs/VULKAN.md).
 //   COOP_F16_SUMS   base with float16 accumulators (KHR only), measurement only, never a default: 2^-11 per
 //                   addition, overflow past 65504.
+//   COOP_SG32 + COOP_WIDE  128x128 tiles, 16 subgroups (4 x 4) of 32x32 (512 threads): half the device-memory
+//                   traffic a product of sg32's tiles, the same registers; the measured choice times it beside sg32
+//                   per shape (VulkanDeviceOps::run_product; session 21: UNet call 35.9-37.3 -> 34.2-34.6 ms).
 // Sessions 18-19 measured and removed others (k steps of 64, 4 subgroups of 64x64, 128x256 tiles, two shared
 // stages, float16 shared memory, a packed-only prefetch, and sg32 with each): none faster (docs/VULKAN.md).
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -22,7 +25,11 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_control_flow_attributes : require
 #define TILE_M 128u  // gemm_build.glsl and the kernels' main() take TILE_M x TILE_N tiles
-#ifdef COOP_SG32
+#if defined(COOP_SG32) && defined(COOP_WIDE)  // 128x128 tiles of 32x32 blocks, 16 subgroups
+#define TILE_N 128u
+#define NG_SHIFT 4u
+#define ACC_M 2u
+#elif defined(COOP_SG32)
 #define TILE_N 64u
 #define NG_SHIFT 3u  // groups of 8 n per row of a row-major B
 #define ACC_M 2u     // accumulators down m per subgroup

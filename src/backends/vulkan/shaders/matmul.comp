@@ -6,6 +6,8 @@
 #include "common.glsl"
 #ifdef DIRECT
 layout(local_size_x = 8, local_size_y = 8) in;
+#elif defined(COOP_WIDE)
+layout(local_size_x = 16, local_size_y = 32) in;  // gemm_coop.glsl's 128x128 tiles of 32x32 blocks: 16 subgroups
 #else
 layout(local_size_x = 16, local_size_y = 16) in;
 #endif
