@@ -99,10 +99,12 @@ foreach(variant "sg32|COOP_SG32" "f16acc|COOP_F16_SUMS" "sg32w|COOP_SG32,COOP_WI
     "matmul_pv_coopk_${v}_f16|matmul.comp|COOP,COOP_KHR,${d},B_F16,C_F16"
     "conv2d_coopk_${v}_f16|conv2d.comp|COOP,COOP_KHR,${d},T_F16")
 endforeach()
-# q8_0 weights read as blocks by the default matrix kernel (KILN_VULKAN_Q8=fused; docs/VULKAN.md).
+# q8_0 weights read as blocks by the default matrix kernel and its wide tiles (KILN_VULKAN_Q8=fused; docs/VULKAN.md).
 list(APPEND KILN_VULKAN_KERNELS
   "matmul_q8_coopk_sg32_f16|matmul.comp|COOP,COOP_KHR,COOP_SG32,A_F16,B_Q8,C_F16"
-  "conv2d_q8_coopk_sg32_f16|conv2d.comp|COOP,COOP_KHR,COOP_SG32,T_F16,W_Q8")
+  "conv2d_q8_coopk_sg32_f16|conv2d.comp|COOP,COOP_KHR,COOP_SG32,T_F16,W_Q8"
+  "matmul_q8_coopk_sg32w_f16|matmul.comp|COOP,COOP_KHR,COOP_SG32,COOP_WIDE,A_F16,B_Q8,C_F16"
+  "conv2d_q8_coopk_sg32w_f16|conv2d.comp|COOP,COOP_KHR,COOP_SG32,COOP_WIDE,T_F16,W_Q8")
 # Measurement only (issue 23): the matrix units' multiply-add rate by itself (bench/vulkan/coop_peak_bench.cpp).
 list(APPEND KILN_VULKAN_KERNELS "peak_coopk_f32acc|coop_peak.comp" "peak_coopk_f16acc|coop_peak.comp|ACC_F16"
      "peak_coopk_f32glob|coop_peak.comp|GLOBAL_FETCH")

@@ -269,7 +269,7 @@ void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const Prod
     int best = -1, last = -1;
     double best_seconds = 0;
     const ProductRun& timed = trial ? *trial : run;
-    // The wide matrix tiles where the default matrix kernel is sg32 and this product has a wide build (q8_0 has none).
+    // The wide matrix tiles where the default matrix kernel is sg32 and this product has a wide build.
     const std::string& name = std::get<0>(key);
     const bool wide = matrix && backend_.physical().matrix_khr && backend_.matrix_variant() == "_sg32" &&
                       name.size() > 4 &&
