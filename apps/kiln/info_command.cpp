@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "commands.h"
+#include "runtime/openblas_core.h"
 #include "image/infotext.h"
 #include "kiln/error.h"
 #include "models/model_info.h"
@@ -44,6 +45,8 @@ int run_info_devices() {
         if (!d.device.is_cpu())
             std::printf(", %.1f GiB (%.1f GiB free), %s", double(d.memory.total) / (1 << 30),
                         double(d.memory.free) / (1 << 30), d.detail.c_str());
+        else if (const std::string blas = openblas_core_name(); !blas.empty())
+            std::printf(", OpenBLAS's %s kernels", blas.c_str());  // README, "CPU speed"
         std::printf("\n");
     }
     // Each backend that found nothing (or skipped a device) says why, e.g. "cuda: this build has no CUDA backend".

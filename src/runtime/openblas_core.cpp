@@ -9,12 +9,17 @@ char* openblas_get_corename(void) __attribute__((weak));
 
 namespace kiln {
 
+std::string openblas_core_name() {
+    const char* core = openblas_get_corename ? openblas_get_corename() : nullptr;
+    return core ? core : "";
+}
+
 std::string better_openblas_core() {
-    if (!openblas_get_corename) return "";
-    const char* core = openblas_get_corename();
+    const std::string name = openblas_core_name();
+    const char* core = name.c_str();
     // The cores OpenBLAS falls back to: SSE3 kernels on a CPU it cannot place.
-    const bool generic = core && (strcasecmp(core, "Prescott") == 0 || strcasecmp(core, "Core2") == 0 ||
-                                  strcasecmp(core, "Nehalem") == 0);
+    const bool generic = strcasecmp(core, "Prescott") == 0 || strcasecmp(core, "Core2") == 0 ||
+                         strcasecmp(core, "Nehalem") == 0;
     if (!generic) return "";
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

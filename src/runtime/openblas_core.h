@@ -14,4 +14,7 @@ namespace kiln {
 // its generic kernels, or the CPU has neither.
 std::string better_openblas_core();
 
+// The kernels OpenBLAS runs ("SkylakeX", "Haswell", "Prescott", ...), or "" when the BLAS is not OpenBLAS.
+std::string openblas_core_name();
+
 }  // namespace kiln
