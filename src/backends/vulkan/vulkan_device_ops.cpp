@@ -238,6 +238,10 @@ struct ProductBuild {
 constexpr ProductBuild kBuilds[] = {{"", 128}, {"_small", 64}, {"_coop", 128}, {"_direct", 32}, {"_coopk_sg32w", 128}};
 constexpr int kLarge = 0, kSmall = 1, kMatrix = 2, kDirect = 3, kMatrixWide = 4;
 bool is_matrix(int build) { return build == kMatrix || build == kMatrixWide; }
+// Its workgroup: 512 threads and 36 KiB of shared memory (A's and B's 128 x 32 float16 operands in padded rows of
+// 5 x 16 bytes, a 16x16 float32 staging for each of 16 subgroups), more than Vulkan's guaranteed minimums (128
+// threads, 16 KiB).
+constexpr uint32_t kWideThreads = 512, kWideSharedBytes = 2 * 128 * 5 * 16 + 16 * 256 * 4;
 }  // namespace
 
 void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const ProductRun& run,
@@ -271,8 +275,10 @@ void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const Prod
     const ProductRun& timed = trial ? *trial : run;
     // The wide matrix tiles where the default matrix kernel is sg32 and this product has a wide build.
     const std::string& name = std::get<0>(key);
+    const VkPhysicalDeviceLimits& limits = backend_.physical().properties.limits;
     const bool wide = matrix && backend_.physical().matrix_khr && backend_.matrix_variant() == "_sg32" &&
-                      name.size() > 4 &&
+                      limits.maxComputeWorkGroupInvocations >= kWideThreads &&
+                      limits.maxComputeSharedMemorySize >= kWideSharedBytes && name.size() > 4 &&
                       embedded_kernel((name.substr(0, name.size() - 4) + kBuilds[kMatrixWide].variant +
                                        name.substr(name.size() - 4)).c_str());
     for (int b : {kLarge, kSmall, kMatrix, kMatrixWide}) {
