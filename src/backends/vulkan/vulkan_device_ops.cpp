@@ -196,7 +196,7 @@ bool fused_from_env(const char* value) {
 }
 
 bool conv_columns_from_env(const char* value) {
-    return on_off_from_env("KILN_VULKAN_CONV_COLUMNS", value, "the matrix units' convolutions read columns written first",
+    return on_off_from_env("KILN_VULKAN_CONV_COLUMNS", value, "the tiled builds' convolutions read columns written first",
                            "computed as the tiles load them");
 }
 
