@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/op_bounds.h"
@@ -89,10 +90,15 @@ TEST(VulkanFusedOps, EveryBuildAndSplitK) {
         // The convolutions: 16 channels in 4 groups, 3x3 (k = 144), 33 outputs; the upsampled one with stride 2.
         // Three image sizes: 5x7, where no output row holds 8 pixels; 6x16, where the plain convolutions' (16 wide)
         // do; 3x17, where the upsampled one's (16 wide) does: the tiles then read input pixels 4 or 8 at a
-        // time (conv2d.comp, row_read).
-        const int n = 2, cin = 16, cout = 33, groups = 4;
-        for (const auto& [h, wd] : {std::pair{5, 7}, std::pair{6, 16}, std::pair{3, 17}}) {
-            const std::string size = std::string(" ").append(std::to_string(h)).append("x").append(std::to_string(wd));
+        // time (conv2d.comp, row_read). The last two again with 131 outputs (two tiles of 128, three of 64): the
+        // tiled builds then read the input from columns written first (VulkanDeviceOps::conv_from_columns), here in
+        // chunks of 128 pixels (the 6x16 images' 192 in two, the last partial).
+        const int n = 2, cin = 16, groups = 4;
+        const int64_t was_chunk = vk->columns_chunk_bytes();
+        vk->set_columns_chunk_bytes(144 * int64_t(dtype_size(t)) * 128);
+        for (const auto& [h, wd, cout] : {std::tuple{5, 7, 33}, std::tuple{6, 16, 33}, std::tuple{3, 17, 33},
+                                          std::tuple{6, 16, 131}, std::tuple{3, 17, 131}}) {
+            const std::string size = " " + std::to_string(h) + "x" + std::to_string(wd) + " -> " + std::to_string(cout);
             const Tensor img = random({n, cin, h, wd}, 5), filt = random({cout, cin, 3, 3}, 6), fb = random({cout}, 7);
             const Tensor gamma = random({cin}, 8, 0.5f, 1.5f), beta = random({cin}, 9), yb = random({cout}, 10);
             const Tensor image_bias = random({n, cout + 3}, 11), fbabs = test::abs_of(fb);
@@ -133,59 +139,6 @@ TEST(VulkanFusedOps, EveryBuildAndSplitK) {
                                    "conv2d_upsample2x" + what);
             });
         }
-    }
-}
-
-// The tiled builds' convolutions with two or more tiles of output channels read their input from columns written
-// first, in chunks (VulkanDeviceOps::conv_from_columns): 131 outputs (two tiles of 128, three of 64), GroupNorm +
-// SiLU, an image bias, adding onto y, and an upsampled input, cut into chunks of 128 pixels (192 and 768 in all: the
-// last chunk partial), with and without split-K, under EveryBuildAndSplitK's bounds: the 128x128 and 64x64 tiles in
-// float32 (lavapipe runs them), the matrix units in float16 where the device has them.
-TEST(VulkanFusedOps, ConvolutionsReadColumnsInChunks) {
-    vulkan::VulkanBackend* vk = first_vulkan();
-    if (!vk) GTEST_SKIP() << "no Vulkan device";
-    const int n = 2, cin = 16, cout = 131, groups = 4, h = 6, wd = 16;
-    for (DType t : {DType::F32, DType::F16}) {
-        const bool matrix = t == DType::F16;
-        if (!vk->supports(t) || (matrix && !vk->physical().matrix_products)) continue;
-        const std::vector<P> builds = matrix ? std::vector<P>{P::Matrix} : std::vector<P>{P::Large, P::Small};
-        const auto sums = [matrix](double k) { return matrix ? 1.5 * k + 1 : k; };
-        const auto random = [t](Shape s, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-            return test::random_in(std::move(s), seed, t, lo, hi);
-        };
-        const Tensor img = random({n, cin, h, wd}, 41), filt = random({cout, cin, 3, 3}, 42), fb = random({cout}, 43);
-        const Tensor gamma = random({cin}, 44, 0.5f, 1.5f), beta = random({cin}, 45), image_bias = random({n, cout}, 46);
-        const Tensor y0 = random({n, cout, h, wd}, 47, -2.0f, 2.0f), fbabs = test::abs_of(fb);
-        Tensor add_ref = y0;
-        ops::conv2d_group_norm_silu_add_(add_ref, img, groups, gamma, beta, 1e-5f, filt, &fb, 1, 1);
-        const Tensor plus_ref =
-            ops::conv2d_group_norm_silu_plus(img, groups, gamma, beta, 1e-5f, filt, &fb, image_bias, 0, 1, 1);
-        Tensor normed = ops::group_norm(img, groups, gamma, beta, 1e-5f);
-        ops::silu_(normed);
-        const Tensor conv_scale = ops::conv2d(test::abs_of(normed), test::abs_of(filt), &fbabs, 1, 1);
-        Tensor add_scale = conv_scale, plus_scale = conv_scale;
-        ops::add_(add_scale, test::abs_of(y0));
-        ops::add_channel_bias_(plus_scale, test::abs_of(image_bias));
-        const Tensor up = ops::upsample_nearest2x(img);
-        const Tensor up_ref = ops::conv2d(up, filt, &fb, 1, 1);
-        const Tensor up_scale = ops::conv2d(test::abs_of(up), test::abs_of(filt), &fbabs, 1, 1);
-        const double kn = 144.0 + double(h) * wd * cin / groups;
-
-        const Tensor imgd = img.to_device(*vk, t), filtd = filt.to_device(*vk, t), fbd = fb.to_device(*vk, t);
-        const Tensor gd = gamma.to_device(*vk, t), betad = beta.to_device(*vk, t), ibd = image_bias.to_device(*vk, t);
-        const int64_t was_chunk = vk->columns_chunk_bytes();
-        vk->set_columns_chunk_bytes(144 * int64_t(dtype_size(t)) * 128);  // 128 pixels of 144 values
-        for_each_build(*vk, builds, [&](P build, int slices) {
-            const std::string what = tag(build, slices, t) + ", columns in chunks";
-            Tensor yd = y0.to_device(*vk, t);
-            ops::conv2d_group_norm_silu_add_(yd, imgd, groups, gd, betad, 1e-5f, filtd, &fbd, 1, 1);
-            test::expect_close(yd.to_host(), add_ref, add_scale, sums(kn), t, 5, "conv2d_group_norm_silu_add_" + what);
-            test::expect_close(
-                ops::conv2d_group_norm_silu_plus(imgd, groups, gd, betad, 1e-5f, filtd, &fbd, ibd, 0, 1, 1).to_host(),
-                plus_ref, plus_scale, sums(kn), t, 4, "conv2d_group_norm_silu_plus" + what);
-            test::expect_close(ops::conv2d_upsample2x(imgd, filtd, &fbd, 1, 1).to_host(), up_ref, up_scale, sums(144), t,
-                               1, "conv2d_upsample2x" + what);
-        });
         vk->set_columns_chunk_bytes(was_chunk);
     }
 }
@@ -238,7 +191,7 @@ TEST(VulkanFusedOps, SettingFromTheEnvironment) {
             EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_FUSED"), std::string::npos) << e.what();
         }
     }
-    // The matrix units' convolutions through columns (conv_columns.comp): the same form.
+    // The tiled builds' convolutions through columns (conv_columns.comp): the same form.
     EXPECT_TRUE(vulkan::conv_columns_from_env(nullptr));
     EXPECT_FALSE(vulkan::conv_columns_from_env("0"));
     EXPECT_THROW(vulkan::conv_columns_from_env("on"), Error);
