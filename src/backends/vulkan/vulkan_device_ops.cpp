@@ -169,6 +169,10 @@ constexpr uint32_t kFlashSharedBytes = 1600 * 16 + 1024 * 4, kFlashQueriesBytes 
 // the most shared memory one declares (5 tiles: K and V 2 x 64 x 11 uvec4, scratch 4 x 16 x 17 uvec4, 128 floats).
 constexpr int kMatrixFlashTiles[] = {3, 4, 5, 8, 10};
 constexpr int64_t kMatrixFlashMaxHead = 160;
+// The wide matrix tiles' workgroup (kMatrixWide below): 512 threads and 36 KiB of shared memory (A's and B's
+// 128 x 32 float16 operands in padded rows of 5 x 16 bytes, a 16x16 float32 staging for each of 16 subgroups),
+// more than Vulkan's guaranteed minimums (128 threads, 16 KiB).
+constexpr uint32_t kWideThreads = 512, kWideSharedBytes = 2 * 128 * 5 * 16 + 16 * 256 * 4;
 constexpr uint32_t kMatrixFlashSharedBytes = 2 * 64 * 11 * 16 + 4 * 16 * 17 * 16 + 128 * 4;
 int matrix_flash_tiles(int64_t head_dim) {
     for (int t : kMatrixFlashTiles)
@@ -210,6 +214,9 @@ VulkanDeviceOps::VulkanDeviceOps(VulkanBackend& backend)
       fused_(fused_from_env(std::getenv("KILN_VULKAN_FUSED"))),
       conv_rows_(conv_rows_from_env(std::getenv("KILN_VULKAN_CONV_ROWS8"))),
       conv_columns_(conv_columns_from_env(std::getenv("KILN_VULKAN_CONV_COLUMNS"))),
+      wide_matrix_device_(backend.physical().matrix_khr &&
+                          backend.physical().properties.limits.maxComputeWorkGroupInvocations >= kWideThreads &&
+                          backend.physical().properties.limits.maxComputeSharedMemorySize >= kWideSharedBytes),
       matrix_flash_device_(backend.physical().matrix_khr && embedded_kernel("flash_attention_coopk_3_f16") &&
                            backend.physical().properties.limits.maxComputeSharedMemorySize >= kMatrixFlashSharedBytes) {}
 
@@ -238,10 +245,6 @@ struct ProductBuild {
 constexpr ProductBuild kBuilds[] = {{"", 128}, {"_small", 64}, {"_coop", 128}, {"_direct", 32}, {"_coopk_sg32w", 128}};
 constexpr int kLarge = 0, kSmall = 1, kMatrix = 2, kDirect = 3, kMatrixWide = 4;
 bool is_matrix(int build) { return build == kMatrix || build == kMatrixWide; }
-// Its workgroup: 512 threads and 36 KiB of shared memory (A's and B's 128 x 32 float16 operands in padded rows of
-// 5 x 16 bytes, a 16x16 float32 staging for each of 16 subgroups), more than Vulkan's guaranteed minimums (128
-// threads, 16 KiB).
-constexpr uint32_t kWideThreads = 512, kWideSharedBytes = 2 * 128 * 5 * 16 + 16 * 256 * 4;
 }  // namespace
 
 void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const ProductRun& run,
@@ -275,10 +278,7 @@ void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const Prod
     const ProductRun& timed = trial ? *trial : run;
     // The wide matrix tiles where the default matrix kernel is sg32 and this product has a wide build.
     const std::string& name = std::get<0>(key);
-    const VkPhysicalDeviceLimits& limits = backend_.physical().properties.limits;
-    const bool wide = matrix && backend_.physical().matrix_khr && backend_.matrix_variant() == "_sg32" &&
-                      limits.maxComputeWorkGroupInvocations >= kWideThreads &&
-                      limits.maxComputeSharedMemorySize >= kWideSharedBytes && name.size() > 4 &&
+    const bool wide = matrix && wide_matrix_device_ && backend_.matrix_variant() == "_sg32" && name.size() > 4 &&
                       embedded_kernel((name.substr(0, name.size() - 4) + kBuilds[kMatrixWide].variant +
                                        name.substr(name.size() - 4)).c_str());
     for (int b : {kLarge, kSmall, kMatrix, kMatrixWide}) {
