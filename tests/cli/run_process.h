@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-extern "C" char* openblas_get_corename(void) __attribute__((weak));  // as in runtime/openblas_core.cpp
+#include "runtime/openblas_core.h"
 
 namespace kiln::test {
 
@@ -131,10 +131,8 @@ inline ProcessResult run_kiln(const std::vector<std::string>& args,
     // The program would ask OpenBLAS for other kernels than this test runs where OpenBLAS took its
     // generic ones (runtime/openblas_core.h); the tests that compare its images with the library's
     // want the same float rounding, so it gets the kernels this process has.
-    if (!std::getenv("OPENBLAS_CORETYPE") && openblas_get_corename) {
-        const char* core = openblas_get_corename();
-        if (core) setenv("OPENBLAS_CORETYPE", core, 0);
-    }
+    if (!std::getenv("OPENBLAS_CORETYPE"))
+        if (const std::string core = openblas_core_name(); !core.empty()) setenv("OPENBLAS_CORETYPE", core.c_str(), 0);
     return run_process(KILN_CLI, args, timeout);
 }
 

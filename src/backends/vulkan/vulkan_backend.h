@@ -111,7 +111,7 @@ public:
     // KILN_VULKAN_SPLIT_K=N sets it; tests switch with set_split_k.
     int split_k() const { return split_k_; }
     void set_split_k(int slices) { split_k_ = slices; }
-    // The matrix units' convolutions write their input out as columns in chunks of at most this many bytes
+    // The tiled builds' convolutions write their input out as columns in chunks of at most this many bytes
     // (VulkanDeviceOps::conv_from_columns; 0: its own sizing). Tests set it small to cut a convolution into chunks.
     int64_t columns_chunk_bytes() const { return columns_chunk_bytes_; }
     void set_columns_chunk_bytes(int64_t bytes) { columns_chunk_bytes_ = bytes; }

@@ -17,7 +17,7 @@
 //                   addition, overflow past 65504.
 //   COOP_SG32 + COOP_WIDE  128x128 tiles, 16 subgroups (4 x 4) of 32x32 (512 threads): half the device-memory
 //                   traffic a product of sg32's tiles, the same registers; the measured choice times it beside sg32
-//                   per shape (VulkanDeviceOps::run_product; session 21: UNet call 35.9-37.3 -> 34.2-34.6 ms).
+//                   per shape (VulkanDeviceOps::run_product; session 21, H200: UNet call 35.6-36.8 -> 33.6-33.8 ms).
 // Sessions 18-19 measured and removed others (k steps of 64, 4 subgroups of 64x64, 128x256 tiles, two shared
 // stages, float16 shared memory, a packed-only prefetch, and sg32 with each): none faster (docs/VULKAN.md).
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
