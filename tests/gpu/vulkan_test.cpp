@@ -402,6 +402,42 @@ TEST(VulkanAttention, FlashKernelAndProductsAgreeWithTheHost) {
     }
     vk.set_attention(was);
 }
+
+// Scores that grow from one block of keys to the next (key j's row of k times 1 + j / 8, up to 26x): the matrix flash
+// kernel moves a row's reference maximum only when it grows past 2^8 (flash_attention_coop.comp), so these rows take
+// its rescaling path several times, where the cases above (scores within a few units) never do. Each form against
+// the host, the scores' error bound grown by the same factor.
+TEST(VulkanAttention, ScoresGrowingAcrossKeyBlocksAgreeWithTheHost) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    using A = vulkan::VulkanBackend::Attention;
+    const A was = vk.attention();
+    const int b = 1, lq = 70, lk = 200, heads = 2, d = 40, hd = heads * d;
+    const double grows = 1.0 + (lk - 1) / 8.0;
+    for (DType t : {DType::F32, DType::F16}) {
+        if (t == DType::F16 && !vk.supports(DType::F16)) continue;
+        const Tensor q = kiln::test::random_in({b, lq, hd}, 4, t), v = kiln::test::random_in({b, lk, hd}, 6, t);
+        Tensor k = kiln::test::random_in({b, lk, hd}, 5, DType::F32);
+        for (int64_t j = 0; j < lk; ++j)
+            for (int64_t c = 0; c < hd; ++c) k.data()[j * hd + c] *= float(1.0 + j / 8.0);
+        k = k.converted(t).to_f32();  // values the device's dtype holds, so that the host multiplies the same ones
+        for (bool causal : {false, true}) {
+            const Tensor ref = ops::attention(q, k, v, heads, causal);
+            const Tensor scale = ops::attention(q, k, kiln::test::abs_of(v), heads, causal);
+            const double k_len = (d + 2) * std::sqrt(double(d)) * grows + lk;
+            for (A form : {A::Flash, A::Products, A::Matrix}) {
+                if (form == A::Matrix && !vk.physical().matrix_khr) continue;
+                vk.set_attention(form);
+                const std::string what = std::string(form == A::Flash ? "flash " : form == A::Matrix ? "matrix " : "products ") +
+                                         "growing scores" + (causal ? " causal" : "");
+                kiln::test::expect_close(
+                    ops::attention(q.to_device(vk, t), k.to_device(vk, t), v.to_device(vk, t), heads, causal).to_host(), ref,
+                    scale, k_len, t, 2, what);
+            }
+        }
+    }
+    vk.set_attention(was);
+}
 #endif
 
 #if KILN_HAS_VULKAN

@@ -8,13 +8,13 @@
 //      during the previous block;
 //   2. each subgroup: its 16 x BC scores on the matrix units (Q held in registers as D_TILES A matrices for the
 //      whole kernel), float32 sums, stored to its own shared scratch;
-//   3. the online softmax in float32 by thread pairs (thread 2r + h: row r, half h of the keys), the running row
-//      maximum and sum rescaling the output; the probabilities written back over the scores as float16 (as the
-//      products' path rounds them);
-//   4. out += P V on the matrix units, one 16-column tile of the head at a time, each tile staged through the
-//      scratch and added into the pair's float32 registers (thread 2r + h: row r, columns 8h .. 8h + 7 of a tile).
-// Registers (not a matrix) hold the output because its rows need the softmax's rescaling, and which element of
-// a cooperative matrix a thread holds is the driver's choice.
+//   3. the online softmax in float32 by thread pairs (thread 2r + h: row r, half h of the keys), in base 2, relative
+//      to a row maximum that moves only when it grows by more than 2^LAZY (below); the probabilities written back
+//      over the scores as float16 (as the products' path rounds them);
+//   4. out += P V on the matrix units, into one float32 accumulator matrix per 16-column tile of the head, kept
+//      across key blocks; each tile goes through the scratch once at the end, divided by its row's sum.
+// A row's sums need rescaling when its maximum moves, and which element of a cooperative matrix a thread holds is
+// the driver's choice, so a rescale stages the tiles through the scratch (rare after the first block: LAZY).
 //
 // D_TILES: 16-column tiles of the head dimension (d <= 16 D_TILES; columns past d are zeros). Heads past 80
 // dimensions take blocks of 32 keys so that K, V and the scratch stay within 32 KiB of shared memory.
@@ -23,6 +23,7 @@
 #include "common.glsl"
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_vote : require
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_KHR_cooperative_matrix : require
 layout(local_size_x = 128) in;
@@ -106,6 +107,75 @@ void subgroup_sync() {
     subgroupBarrier();
 }
 
+// The matrices are named one by one, never held in arrays (NVIDIA's driver runs arrays of cooperative matrices far
+// slower: gemm_coop.glsl). FOR_D spells out the head's 16-column tiles, FOR_KT the block's 16-key tiles.
+#if D_TILES == 3
+#define FOR_D(X) X(0) X(1) X(2)
+#elif D_TILES == 4
+#define FOR_D(X) X(0) X(1) X(2) X(3)
+#elif D_TILES == 5
+#define FOR_D(X) X(0) X(1) X(2) X(3) X(4)
+#elif D_TILES == 8
+#define FOR_D(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#elif D_TILES == 10
+#define FOR_D(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9)
+#else
+#error "flash_attention_coop.comp: D_TILES is one of 3, 4, 5, 8, 10 (kernels.cmake)"
+#endif
+#if D_TILES <= 5  // BC 64: 4 tiles of 16 keys
+#define FOR_KT(X) X(0) X(1) X(2) X(3)
+#else
+#define FOR_KT(X) X(0) X(1)
+#endif
+#define DECLARE_Q(j) MatA qm##j;
+#define LOAD_Q(j) coopMatLoad(qm##j, sh_kv, 16u * sg * ROW + 2u * j, ROW, ROW_MAJOR);
+#define DECLARE_O(j) MatC om##j = MatC(0.0);
+#define SCORE(j) coopMatLoad(kt, sh_kv, 16u * c * ROW + 2u * j, ROW, gl_CooperativeMatrixLayoutColumnMajor); \
+                 s = coopMatMulAdd(qm##j, kt, s);
+#define DECLARE_P(c) MatA pm##c;
+#define LOAD_P(c) coopMatLoad(pm##c, sh_sg, own + 2u * c, PROW, ROW_MAJOR);
+#define PV(c, j) coopMatLoad(vt, sh_kv, (BC + 16u * c) * ROW + 2u * j, ROW, ROW_MAJOR); om##j = coopMatMulAdd(pm##c, vt, om##j);
+#define PV_ALL_KEYS(j) FOR_KT(PV_KEYS_##j)
+#define STAGE_O(j) subgroup_sync(); coopMatStore(om##j, sh_sg, own, SROW, ROW_MAJOR); subgroup_sync();
+
+// The pair's 8 columns of tile j (columns 8h .. 8h + 7 of row r) out of the scratch, times f, and back.
+void rescale_staged(float f) {
+    const uint at = gl_SubgroupID * 16u * SROW + (gl_SubgroupInvocationID >> 1) * SROW + 2u * (gl_SubgroupInvocationID & 1u);
+    sh_sg[at] = floatBitsToUint(uintBitsToFloat(sh_sg[at]) * f);
+    sh_sg[at + 1u] = floatBitsToUint(uintBitsToFloat(sh_sg[at + 1u]) * f);
+}
+#define RESCALE_O(j) STAGE_O(j) rescale_staged(rescale); subgroup_sync(); coopMatLoad(om##j, sh_sg, own, SROW, ROW_MAJOR);
+
+#define PV_KEYS_0(c) PV(c, 0)
+#define PV_KEYS_1(c) PV(c, 1)
+#define PV_KEYS_2(c) PV(c, 2)
+#define PV_KEYS_3(c) PV(c, 3)
+#define PV_KEYS_4(c) PV(c, 4)
+#define PV_KEYS_5(c) PV(c, 5)
+#define PV_KEYS_6(c) PV(c, 6)
+#define PV_KEYS_7(c) PV(c, 7)
+#define PV_KEYS_8(c) PV(c, 8)
+#define PV_KEYS_9(c) PV(c, 9)
+
+// Row qi's columns 16 j + 8h .. + 7 of the output from the staged tile at uvec4 `at`, times inv.
+void store_row(uint j, float inv, uint qi, uint ob, uint at) {
+    if (qi >= p.lq) return;
+    const uvec4 lo = sh_sg[at], hi = sh_sg[at + 1u];
+    const uint col0 = 16u * j + 8u * (gl_SubgroupInvocationID & 1u);
+    [[unroll]] for (uint e = 0u; e < 8u; ++e) {
+        const uint col = col0 + e;
+        if (col < p.d) st(p.o, ob + qi * p.so + col, uintBitsToFloat(e < 4u ? lo[e] : hi[e - 4u]) * inv);
+    }
+}
+
+// Scores are kept in base-2 units (scale log2(e) folded in) so that the probabilities are exp2 of them.
+#define LOG2E 1.4426950408889634
+// The output's sums stay in matrices across key blocks: their rows are rescaled only when a row's maximum grows by
+// more than 2^LAZY over the one its probabilities are relative to, so probabilities stay below 2^LAZY (float16 holds
+// them with its 11 bits as it holds values below 1; the float32 sums cannot overflow). Such a rescale stages the
+// subgroup's sums through its scratch; after a first block it is rare.
+#define LAZY 8.0
+
 void main() {
     const uint t = gl_LocalInvocationIndex, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
     const uint r = lane >> 1, h = lane & 1u;  // this thread's row of the subgroup's 16, and its half
@@ -114,20 +184,20 @@ void main() {
     const uint vb = b * p.lk * p.sv + head * p.d, ob = b * p.lq * p.so + head * p.d;
     const uint qi = q0 + 16u * sg + r;
     const uint own = sg * 16u * SROW;  // the subgroup's scratch
+    const float scale2 = p.scale * LOG2E;
     // Keys past the last query of the block are all masked when causal: their blocks are skipped.
     const uint keys = p.causal != 0u ? min(p.lk, q0 + BR) : p.lk;
 
     load_rows(p.q, qb, p.sq, q0, p.lq, BR, 0u);
     barrier();
-    MatA qm[D_TILES];
-    [[unroll]] for (uint j = 0u; j < D_TILES; ++j)
-        coopMatLoad(qm[j], sh_kv, 16u * sg * ROW + 2u * j, ROW, ROW_MAJOR);
+    FOR_D(DECLARE_Q)
+    FOR_D(LOAD_Q)
     barrier();  // before K overwrites Q
 
-    float o[D_TILES][8];
-    [[unroll]] for (uint j = 0u; j < D_TILES; ++j)
-        [[unroll]] for (uint e = 0u; e < 8u; ++e) o[j][e] = 0.0;
+    FOR_D(DECLARE_O)
     float row_max = NEG_MAX, row_sum = 0.0;
+    MatB kt;  // one declaration each: glslang 13.1 gives a second declarator in one statement no matrix use (invalid SPIR-V)
+    MatB vt;
 
     fetch_kv(0u, kb, vb);
     for (uint j0 = 0u; j0 < keys; j0 += BC) {
@@ -138,11 +208,7 @@ void main() {
         // Scores: Q (16 x DP) times K^T (DP x 16) per tile of keys; K's rows are B's columns.
         [[unroll]] for (uint c = 0u; c < KT; ++c) {
             MatC s = MatC(0.0);
-            [[unroll]] for (uint j = 0u; j < D_TILES; ++j) {
-                MatB kt;
-                coopMatLoad(kt, sh_kv, 16u * c * ROW + 2u * j, ROW, gl_CooperativeMatrixLayoutColumnMajor);
-                s = coopMatMulAdd(qm[j], kt, s);
-            }
+            FOR_D(SCORE)
             coopMatStore(s, sh_sg, own + 4u * c, SROW, ROW_MAJOR);
         }
         subgroup_sync();
@@ -155,20 +221,30 @@ void main() {
             [[unroll]] for (uint e = 0u; e < 4u; ++e) {
                 const uint key = j0 + 8u * i + 4u * h + e;
                 const bool masked = key >= p.lk || (p.causal != 0u && key > qi);
-                x[4u * i + e] = masked ? NEG_MAX : p.scale * uintBitsToFloat(w[e]);
+                x[4u * i + e] = masked ? NEG_MAX : scale2 * uintBitsToFloat(w[e]);
                 pair_max = max(pair_max, x[4u * i + e]);
             }
         }
         sh_pair[t] = pair_max;
         subgroup_sync();
-        const float new_max = max(row_max, max(pair_max, sh_pair[t ^ 1u]));
-        const float rescale = exp(row_max - new_max);
+        const float block_max = max(pair_max, sh_pair[t ^ 1u]);
+        // The first block sets each row's reference (the sums are zero); later ones move it only past LAZY, and then
+        // every row of the subgroup takes its own maximum so far.
+        float rescale = 1.0;
+        if (j0 == 0u) {
+            row_max = block_max;
+        } else if (subgroupAny(block_max > row_max + LAZY)) {
+            const float new_max = max(row_max, block_max);
+            rescale = exp2(row_max - new_max);
+            row_max = new_max;
+            FOR_D(RESCALE_O)
+        }
         float pair_sum = 0.0;
         [[unroll]] for (uint i = 0u; i < BC / 2u; ++i) {
-            x[i] = x[i] > -3.0e38 ? exp(x[i] - new_max) : 0.0;
+            x[i] = x[i] > -3.0e38 ? exp2(x[i] - row_max) : 0.0;
             pair_sum += x[i];
         }
-        subgroup_sync();  // both halves have read the maxima, and every score is read
+        subgroup_sync();  // both halves have read the maxima, and every score (or staged sum) is read
         sh_pair[t] = pair_sum;
         // The probabilities over the scores: chunk 2i + h is keys 8i + 4h .. + 3, half of uvec4 i of row r.
         [[unroll]] for (uint i = 0u; i < BC / 8u; ++i) {
@@ -181,37 +257,16 @@ void main() {
         }
         subgroup_sync();
         row_sum = row_sum * rescale + pair_sum + sh_pair[t ^ 1u];
-        row_max = new_max;
-        [[unroll]] for (uint j = 0u; j < D_TILES; ++j)
-            [[unroll]] for (uint e = 0u; e < 8u; ++e) o[j][e] *= rescale;
 
         // out += P V: P (16 x BC) from the scratch, V's rows are B's rows.
-        MatA pm[KT];
-        [[unroll]] for (uint c = 0u; c < KT; ++c) coopMatLoad(pm[c], sh_sg, own + 2u * c, PROW, ROW_MAJOR);
-        [[unroll]] for (uint j = 0u; j < D_TILES; ++j) {
-            MatC acc = MatC(0.0);
-            [[unroll]] for (uint c = 0u; c < KT; ++c) {
-                MatB vt;
-                coopMatLoad(vt, sh_kv, (BC + 16u * c) * ROW + 2u * j, ROW, ROW_MAJOR);
-                acc = coopMatMulAdd(pm[c], vt, acc);
-            }
-            subgroup_sync();  // P is loaded, and the previous tile read, before this one is staged
-            coopMatStore(acc, sh_sg, own, SROW, ROW_MAJOR);
-            subgroup_sync();
-            const uvec4 lo = sh_sg[own + r * SROW + 2u * h], hi = sh_sg[own + r * SROW + 2u * h + 1u];
-            [[unroll]] for (uint e = 0u; e < 4u; ++e) {
-                o[j][e] += uintBitsToFloat(lo[e]);
-                o[j][4u + e] += uintBitsToFloat(hi[e]);
-            }
-        }
+        FOR_KT(DECLARE_P)
+        FOR_KT(LOAD_P)
+        FOR_D(PV_ALL_KEYS)
         barrier();  // K, V and every scratch read before the next block overwrites them
     }
 
-    if (qi >= p.lq) return;
+    // Each tile of the sums through the scratch, divided by the row's sum, to the output.
     const float inv = 1.0 / row_sum;
-    [[unroll]] for (uint j = 0u; j < D_TILES; ++j)
-        [[unroll]] for (uint e = 0u; e < 8u; ++e) {
-            const uint col = 16u * j + 8u * h + e;
-            if (col < p.d) st(p.o, ob + qi * p.so + col, o[j][e] * inv);
-        }
+#define STORE_O(j) STAGE_O(j) store_row(j, inv, qi, ob, own + r * SROW + 2u * h);
+    FOR_D(STORE_O)
 }
