@@ -36,4 +36,13 @@ void count_allocation(const std::string& where, int64_t bytes) {
                                          std::to_string(bytes) + " bytes) failed as KILN_FAIL_ALLOCATION_AT asked");
 }
 
+void fail_allocation_at(const std::string& device, int64_t n) {
+    std::call_once(g_once, read_environment);  // so that the environment is not read over these settings later
+    g_device = device;
+    g_fail_at = n;
+    g_count = 0;
+}
+
+int64_t allocations_counted() { return g_count.load(std::memory_order_relaxed); }
+
 }  // namespace kiln

@@ -9,4 +9,10 @@ namespace kiln {
 
 void count_allocation(const std::string& where, int64_t bytes);
 
+// Tests, in one process: from now on the nth counted allocation whose name starts with `device` fails, counting
+// from zero again (n = 0: none), in place of what KILN_FAIL_ALLOCATION_AT said; and how many such allocations
+// were counted since. Call it while nothing allocates on other threads.
+void fail_allocation_at(const std::string& device, int64_t n);
+int64_t allocations_counted();
+
 }  // namespace kiln
