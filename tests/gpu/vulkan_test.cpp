@@ -358,9 +358,9 @@ TEST(VulkanProducts, SplitKAgreesWithOneSlice) {
 // tests/gpu/device_ops_test.cpp derives (scores summed over d, weights over lk keys). The products are the
 // default where there are no matrix units, so each form is forced here (Matrix, flash attention on the matrix
 // units, runs only for float16 on devices with the KHR matrix kernels, else it is the products again):
-// shapes that cut the flash kernels' 64-query blocks, 64- and 32-key tiles and 64- or 16-column chunks (d 40, 80,
-// 160; 64, 120 and 35 for each build of the matrix kernel, 35 without the kernels' wide loads), causal masks across
-// tiles, and packed q | k | v read in place.
+// shapes that cut the flash kernels' 128- and 64-query blocks, 64- and 32-key tiles and 64- or 16-column chunks (d 40,
+// 80, 160; 64, 120 and 35 for each build of the matrix kernel, 35 without the kernels' wide loads), causal masks
+// across tiles and query blocks, and packed q | k | v read in place.
 TEST(VulkanAttention, FlashKernelAndProductsAgreeWithTheHost) {
     KILN_VULKAN_OR_SKIP(gpu);
     auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
@@ -373,7 +373,8 @@ TEST(VulkanAttention, FlashKernelAndProductsAgreeWithTheHost) {
     for (DType t : {DType::F32, DType::F16}) {
         if (t == DType::F16 && !vk.supports(DType::F16)) continue;
         for (Case c : {Case{2, 70, 129, 2, 40, false}, Case{1, 65, 65, 1, 80, true}, Case{1, 66, 70, 1, 160, false},
-                       Case{1, 33, 77, 2, 64, false}, Case{1, 17, 100, 1, 120, true}, Case{2, 40, 50, 3, 35, false}}) {
+                       Case{1, 33, 77, 2, 64, false}, Case{1, 17, 100, 1, 120, true}, Case{2, 40, 50, 3, 35, false},
+                       Case{1, 200, 200, 2, 64, true}, Case{2, 150, 90, 1, 40, false}}) {
             const int hd = c.heads * c.d;
             const Tensor q = kiln::test::random_in({c.b, c.lq, hd}, 1, t), k = kiln::test::random_in({c.b, c.lk, hd}, 2, t),
                          v = kiln::test::random_in({c.b, c.lk, hd}, 3, t);

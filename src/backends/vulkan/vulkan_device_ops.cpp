@@ -160,10 +160,10 @@ struct LayoutParams {
 // 2536 / 2418 / 2300 MiB: 64 MiB gives back 366 MiB for 1.2% of the time.
 constexpr int64_t kScoreBudgetBytes = int64_t(64) << 20;
 
-// flash_attention.comp: 64 queries per workgroup, heads of up to 4 x 64 dimensions, and the shared memory it
-// declares (1600 vec4 and 1024 floats; heads of up to 64 dimensions also keep the queries, 1024 vec4).
-constexpr int64_t kFlashQueries = 64, kFlashMaxHead = 256;
-constexpr uint32_t kFlashSharedBytes = 1600 * 16 + 1024 * 4, kFlashQueriesBytes = 1024 * 16;
+// flash_attention.comp: 128 queries per workgroup, heads of up to 4 x 64 dimensions, and the shared memory it
+// declares (2624 vec4). flash_attention_coop.comp takes 64 queries per workgroup.
+constexpr int64_t kFlashQueries = 128, kMatrixFlashQueries = 64, kFlashMaxHead = 256;
+constexpr uint32_t kFlashSharedBytes = 2624 * 16;
 
 // flash_attention_coop.comp, on the matrix units: builds for heads of up to 16 x 3, 4, 5, 8 and 10 dimensions, and
 // the most shared memory one declares (5 tiles: K and V 2 x 64 x 11 uvec4, scratch 4 x 16 x 17 uvec4, 128 floats).
@@ -704,8 +704,7 @@ bool VulkanDeviceOps::flash_attention_fits(int64_t head_dim, DType dtype) const 
     if (matrix_flash_runs(head_dim, dtype)) return true;
     using A = VulkanBackend::Attention;  // Matrix takes the FMA flash kernel where the matrix one does not run
     return backend_.attention() != A::Products && head_dim <= kFlashMaxHead &&
-           backend_.physical().properties.limits.maxComputeSharedMemorySize >=
-               kFlashSharedBytes + (head_dim <= 64 ? kFlashQueriesBytes : 0);
+           backend_.physical().properties.limits.maxComputeSharedMemorySize >= kFlashSharedBytes;
 }
 
 void VulkanDeviceOps::flash_attention(const AttentionOperands& a, Tensor& out, int heads, bool causal) const {
@@ -722,11 +721,12 @@ void VulkanDeviceOps::flash_attention(const AttentionOperands& a, Tensor& out, i
                a.sv % n == 0;
     };
     p.loads = out.dtype() == DType::F16 && rows_start_on(8) ? 8u : rows_start_on(4) ? 4u : 1u;
-    const uint32_t groups = uint32_t((lq + kFlashQueries - 1) / kFlashQueries);
-    const std::string name = matrix_flash_runs(d, out.dtype())
-                                 ? "flash_attention_coopk_" + std::to_string(matrix_flash_tiles(d)) + "_f16"
-                                 : "flash_attention_" + std::to_string((d + 63) / 64) +
-                                       (out.dtype() == DType::F16 ? "_f16" : "_f32");
+    const bool matrix = matrix_flash_runs(d, out.dtype());
+    const int64_t per_group = matrix ? kMatrixFlashQueries : kFlashQueries;
+    const uint32_t groups = uint32_t((lq + per_group - 1) / per_group);
+    const std::string name = matrix ? "flash_attention_coopk_" + std::to_string(matrix_flash_tiles(d)) + "_f16"
+                                    : "flash_attention_" + std::to_string((d + 63) / 64) +
+                                          (out.dtype() == DType::F16 ? "_f16" : "_f32");
     backend_.dispatch(name.c_str(), p, groups, uint32_t(heads), uint32_t(out.dim(0)));
 }
 

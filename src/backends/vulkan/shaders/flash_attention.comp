@@ -1,5 +1,5 @@
 // Attention without a score matrix in memory (the "flash" form): out = softmax(scale Q K^T) V for one head
-// of one batch entry per workgroup column, 64 queries per workgroup. Keys are taken 64 at a time; each tile's
+// of one batch entry per workgroup column, 128 queries per workgroup. Keys are taken 64 at a time; each tile's
 // scores live in registers, the running row maxima and sums rescale the output as a larger maximum arrives,
 // and the probabilities pass through shared memory into the product with V. Float32 arithmetic throughout,
 // plain FMAs (so it runs on GPUs without matrix units, the RX 580 among them), shared memory for every
@@ -9,10 +9,11 @@
 // packed q|k|v of self-attention and k|v of cross-attention are read in place. D_CHUNKS (1-4) is how many
 // 64-column chunks of the head dimension a thread's accumulators cover (d <= 64 D_CHUNKS).
 //
-// 256 threads: ty = t / 16 owns rows 4 ty .. 4 ty + 3 of the query block; tx = t % 16 owns keys tx + 16 j of
-// each key tile (j = 0..3; interleaved so the probabilities' stores spread over the banks) and output columns
-// 4 tx .. 4 tx + 3 of each 64-column chunk. Operands are read 4 values at a time where the host found them aligned
-// (p.loads); heads of up to 64 dimensions keep the block's queries in shared memory (sh_q).
+// 256 threads: ty = t / 16 owns rows 4 ty .. 4 ty + 3 and 64 + 4 ty .. 64 + 4 ty + 3 of the query block (two row
+// groups g), tx = t % 16 owns keys tx + 16 j of each key tile (j = 0..3; interleaved so the probabilities' stores
+// spread over the banks) and output columns 4 tx .. 4 tx + 3 of each 64-column chunk. Two row groups a thread
+// (session 22; one before) give each shared-memory read of K or V twice the multiply-adds and halve the barriers a
+// query meets. Operands are read 4 values at a time where the host found them aligned (p.loads).
 #version 450
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
@@ -28,10 +29,11 @@ layout(push_constant) uniform Params {
     uint loads;  // values one load may take: 4 or 8 where every head's rows start aligned for them, else 1
 } p;
 
-#define BR 64u   // queries per workgroup
+#define BR 128u  // queries per workgroup
 #define BC 64u   // keys per tile
 #define DK 32u   // head dimensions per step of the scores' product
-#define P_ROW 17u  // vec4 per key row of the probabilities (16 + 1 of padding against bank conflicts)
+#define Q_ROW 32u  // vec4 per column of Q^T (BR / 4)
+#define P_ROW 33u  // vec4 per key row of the probabilities (BR / 4, + 1 of padding against bank conflicts)
 
 // Columns col .. col + 3 of a row (zeros past d and past the operand's rows): one load where p.loads allows.
 vec4 ld4_row(Ts t, uint at, bool in_rows, uint col) {
@@ -49,39 +51,34 @@ vec4 ld4_row(Ts t, uint at, bool in_rows, uint col) {
     return x;
 }
 
-#if D_CHUNKS == 1
-// Heads of up to 64 dimensions keep the block's queries in shared memory for the whole kernel (Q^T, [c][row / 4]),
-// instead of loading them again with every key tile.
-shared vec4 sh_q[64u * 16u];
-#endif
+// One shared array, used in three phases of each key tile:
+//   scores:  [0, 1024) Q^T, [c][row / 4] (4 rows of column c per vec4); [1024, 1536) K^T, [c][key % 16] (keys
+//            key % 16 + 16 j as component j);
+//   softmax: [0, 512) the row reductions' partial values (row_reduce);
+//   output:  [0, 2112) probabilities^T, [key][row / 4], P_ROW per key; [2112, 2624) V, [key][col / 4], 32 keys.
+shared vec4 sh[2624];
+#define SH_K 1024u
+#define SH_V 2112u
 
-// One shared array, used in two phases of each key tile:
-//   scores: [0, 512) Q^T, [c][row / 4] (4 rows of column c per vec4); [512, 1024) K^T, [c][key % 16] (keys
-//           key % 16 + 16 j as component j);
-//   output: [0, 1088) probabilities^T, [key][row / 4], P_ROW per key; [1088, 1600) V, [key][col / 4], 32 keys.
-shared vec4 sh[1600];
-#define SH_K 512u
-#define SH_V 1088u
-shared vec4 sh_red[BR * 4u];  // per row, the partial maxima or sums of its row group's 16 threads, 4 per vec4
-
-// The maximum (max_not_sum) or sum over a row group's 16 threads of each of this thread's 4 rows.
-vec4 row_reduce(vec4 x, uint ty, uint tx, bool max_not_sum) {
-    [[unroll]] for (uint r = 0u; r < 4u; ++r) sh_red[(4u * ty + r) * 4u + (tx >> 2)][tx & 3u] = x[r];
+// The maximum (max_not_sum) or sum over a row group's 16 threads of each of this thread's 8 rows (x[g][r]: row
+// 64 g + 4 ty + r). The caller's barrier before it ends the phase that used sh.
+void row_reduce(inout vec4 x[2], uint ty, uint tx, bool max_not_sum) {
+    [[unroll]] for (uint g = 0u; g < 2u; ++g)
+        [[unroll]] for (uint r = 0u; r < 4u; ++r) sh[(64u * g + 4u * ty + r) * 4u + (tx >> 2)][tx & 3u] = x[g][r];
     barrier();
-    vec4 y;
-    [[unroll]] for (uint r = 0u; r < 4u; ++r) {
-        const uint row = (4u * ty + r) * 4u;
-        const vec4 a = sh_red[row], b = sh_red[row + 1u], c = sh_red[row + 2u], d = sh_red[row + 3u];
-        if (max_not_sum) {
-            const vec4 m = max(max(a, b), max(c, d));
-            y[r] = max(max(m.x, m.y), max(m.z, m.w));
-        } else {
-            const vec4 t = (a + b) + (c + d);
-            y[r] = (t.x + t.y) + (t.z + t.w);
+    [[unroll]] for (uint g = 0u; g < 2u; ++g)
+        [[unroll]] for (uint r = 0u; r < 4u; ++r) {
+            const uint row = (64u * g + 4u * ty + r) * 4u;
+            const vec4 a = sh[row], b = sh[row + 1u], c = sh[row + 2u], d = sh[row + 3u];
+            if (max_not_sum) {
+                const vec4 m = max(max(a, b), max(c, d));
+                x[g][r] = max(max(m.x, m.y), max(m.z, m.w));
+            } else {
+                const vec4 t = (a + b) + (c + d);
+                x[g][r] = (t.x + t.y) + (t.z + t.w);
+            }
         }
-    }
     barrier();
-    return y;
 }
 
 void main() {
@@ -92,33 +89,30 @@ void main() {
     // Keys past the last query of the block are all masked when causal: their tiles are skipped.
     const uint keys = p.causal != 0u ? min(p.lk, q0 + BR) : p.lk;
 
-#if D_CHUNKS == 1
-    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
-        const uint e = t + 256u * i, row = e & 63u, cg = (e >> 6) * 4u, qi = q0 + row;
-        const vec4 x = ld4_row(p.q, qb + qi * p.sq + cg, qi < p.lq, cg);
-        [[unroll]] for (uint c = 0u; c < 4u; ++c) sh_q[(cg + c) * 16u + (row >> 2)][row & 3u] = x[c];
+    vec4 row_max[2], row_sum[2];
+    vec4 acc[D_CHUNKS][2][4];
+    [[unroll]] for (uint g = 0u; g < 2u; ++g) {
+        row_max[g] = vec4(-3.402823466e38), row_sum[g] = vec4(0.0);
+        [[unroll]] for (uint cc = 0u; cc < D_CHUNKS; ++cc)
+            [[unroll]] for (uint r = 0u; r < 4u; ++r) acc[cc][g][r] = vec4(0.0);
     }
-    barrier();
-#endif
-    vec4 row_max = vec4(-3.402823466e38), row_sum = vec4(0.0);
-    vec4 acc[D_CHUNKS][4];
-    [[unroll]] for (uint cc = 0u; cc < D_CHUNKS; ++cc)
-        [[unroll]] for (uint r = 0u; r < 4u; ++r) acc[cc][r] = vec4(0.0);
 
     for (uint j0 = 0u; j0 < keys; j0 += BC) {
-        // Scores of this thread's 4 rows x 4 keys, over the head dimension DK at a time.
-        vec4 s[4];
-        [[unroll]] for (uint r = 0u; r < 4u; ++r) s[r] = vec4(0.0);
+        // Scores of this thread's 8 rows x 4 keys, over the head dimension DK at a time.
+        vec4 s[2][4];
+        [[unroll]] for (uint g = 0u; g < 2u; ++g)
+            [[unroll]] for (uint r = 0u; r < 4u; ++r) s[g][r] = vec4(0.0);
         for (uint c0 = 0u; c0 < p.d; c0 += DK) {
-            // 64 rows x 32 columns of Q and of K: each thread reads 4 columns of one row, twice per operand;
-            // consecutive threads take consecutive rows, so the transposed stores hit distinct banks.
-            [[unroll]] for (uint i = 0u; i < 2u; ++i) {
-                const uint e = t + 256u * i, row = e & 63u, cg = (e >> 6) * 4u;
-                const uint qi = q0 + row, kj = j0 + row, col = c0 + cg;
-#if D_CHUNKS != 1
+            // 128 rows x 32 columns of Q and 64 rows x 32 columns of K: each thread reads 4 columns of one row,
+            // four times for Q and twice for K; consecutive threads take consecutive rows, so the transposed
+            // stores hit distinct banks.
+            [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+                const uint e = t + 256u * i, row = e & 127u, cg = (e >> 7) * 4u, qi = q0 + row, col = c0 + cg;
                 const vec4 qx = ld4_row(p.q, qb + qi * p.sq + col, qi < p.lq, col);
-                [[unroll]] for (uint c = 0u; c < 4u; ++c) sh[(cg + c) * 16u + (row >> 2)][row & 3u] = qx[c];
-#endif
+                [[unroll]] for (uint c = 0u; c < 4u; ++c) sh[(cg + c) * Q_ROW + (row >> 2)][row & 3u] = qx[c];
+            }
+            [[unroll]] for (uint i = 0u; i < 2u; ++i) {
+                const uint e = t + 256u * i, row = e & 63u, cg = (e >> 6) * 4u, kj = j0 + row, col = c0 + cg;
                 const vec4 kx = ld4_row(p.k, kb + kj * p.sk + col, kj < p.lk, col);
                 [[unroll]] for (uint c = 0u; c < 4u; ++c) sh[SH_K + (cg + c) * 16u + (row & 15u)][row >> 4] = kx[c];
             }
@@ -127,43 +121,51 @@ void main() {
             const uint cn = min(DK, p.d - c0);
             for (uint c8 = 0u; c8 < cn; c8 += 8u)
                 [[unroll]] for (uint c = c8; c < c8 + 8u; ++c) {
-#if D_CHUNKS == 1
-                    const vec4 qv = sh_q[(c0 + c) * 16u + ty], kv = sh[SH_K + c * 16u + tx];
-#else
-                    const vec4 qv = sh[c * 16u + ty], kv = sh[SH_K + c * 16u + tx];
-#endif
-                    [[unroll]] for (uint r = 0u; r < 4u; ++r) s[r] += qv[r] * kv;
+                    const vec4 q0v = sh[c * Q_ROW + ty], q1v = sh[c * Q_ROW + 16u + ty], kv = sh[SH_K + c * 16u + tx];
+                    [[unroll]] for (uint r = 0u; r < 4u; ++r) {
+                        s[0][r] += q0v[r] * kv;
+                        s[1][r] += q1v[r] * kv;
+                    }
                 }
             barrier();
         }
 
         // Scale, mask (keys past lk; with causal, keys after the query), and the online softmax update.
-        vec4 tile_max = vec4(-3.402823466e38);
-        [[unroll]] for (uint r = 0u; r < 4u; ++r) {
-            const uint qi = q0 + 4u * ty + r;
-            [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-                const uint kj = j0 + tx + 16u * j;
-                const bool masked = kj >= p.lk || (p.causal != 0u && kj > qi);
-                s[r][j] = masked ? -3.402823466e38 : p.scale * s[r][j];
-                tile_max[r] = max(tile_max[r], s[r][j]);
+        vec4 m[2];
+        [[unroll]] for (uint g = 0u; g < 2u; ++g) {
+            m[g] = vec4(-3.402823466e38);
+            [[unroll]] for (uint r = 0u; r < 4u; ++r) {
+                const uint qi = q0 + 64u * g + 4u * ty + r;
+                [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                    const uint kj = j0 + tx + 16u * j;
+                    const bool masked = kj >= p.lk || (p.causal != 0u && kj > qi);
+                    s[g][r][j] = masked ? -3.402823466e38 : p.scale * s[g][r][j];
+                    m[g][r] = max(m[g][r], s[g][r][j]);
+                }
             }
         }
-        const vec4 new_max = max(row_max, row_reduce(tile_max, ty, tx, true));
-        const vec4 rescale = exp(row_max - new_max);
-        vec4 tile_sum = vec4(0.0);
-        [[unroll]] for (uint r = 0u; r < 4u; ++r)
-            [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-                s[r][j] = s[r][j] > -3.0e38 ? exp(s[r][j] - new_max[r]) : 0.0;
-                tile_sum[r] += s[r][j];
-            }
-        row_sum = row_sum * rescale + row_reduce(tile_sum, ty, tx, false);
-        row_max = new_max;
-        [[unroll]] for (uint cc = 0u; cc < D_CHUNKS; ++cc)
-            [[unroll]] for (uint r = 0u; r < 4u; ++r) acc[cc][r] *= rescale[r];
-
-        // The probabilities, transposed: key tx + 16 j's 4 rows of row group ty as one vec4.
-        [[unroll]] for (uint j = 0u; j < 4u; ++j)
-            sh[(tx + 16u * j) * P_ROW + ty] = vec4(s[0][j], s[1][j], s[2][j], s[3][j]);
+        row_reduce(m, ty, tx, true);
+        vec4 rescale[2], tile_sum[2];
+        [[unroll]] for (uint g = 0u; g < 2u; ++g) {
+            const vec4 new_max = max(row_max[g], m[g]);
+            rescale[g] = exp(row_max[g] - new_max);
+            row_max[g] = new_max;
+            tile_sum[g] = vec4(0.0);
+            [[unroll]] for (uint r = 0u; r < 4u; ++r)
+                [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                    s[g][r][j] = s[g][r][j] > -3.0e38 ? exp(s[g][r][j] - new_max[r]) : 0.0;
+                    tile_sum[g][r] += s[g][r][j];
+                }
+        }
+        row_reduce(tile_sum, ty, tx, false);
+        [[unroll]] for (uint g = 0u; g < 2u; ++g) {
+            row_sum[g] = row_sum[g] * rescale[g] + tile_sum[g];
+            [[unroll]] for (uint cc = 0u; cc < D_CHUNKS; ++cc)
+                [[unroll]] for (uint r = 0u; r < 4u; ++r) acc[cc][g][r] *= rescale[g][r];
+            // The probabilities, transposed: key tx + 16 j's 4 rows of row group (g, ty) as one vec4.
+            [[unroll]] for (uint j = 0u; j < 4u; ++j)
+                sh[(tx + 16u * j) * P_ROW + 16u * g + ty] = vec4(s[g][0][j], s[g][1][j], s[g][2][j], s[g][3][j]);
+        }
 
         // out += P V, 32 keys x one 64-column chunk of V at a time.
         const uint kn = min(BC, keys - j0);
@@ -179,21 +181,26 @@ void main() {
                 const uint n = min(32u, kn - k0);
                 for (uint k8 = 0u; k8 < n; k8 += 8u)
                     [[unroll]] for (uint key = k8; key < k8 + 8u; ++key) {
-                        const vec4 pv = sh[(k0 + key) * P_ROW + ty], vv = sh[SH_V + key * 16u + tx];
-                        [[unroll]] for (uint r = 0u; r < 4u; ++r) acc[cc][r] += pv[r] * vv;
+                        const vec4 p0 = sh[(k0 + key) * P_ROW + ty], p1 = sh[(k0 + key) * P_ROW + 16u + ty];
+                        const vec4 vv = sh[SH_V + key * 16u + tx];
+                        [[unroll]] for (uint r = 0u; r < 4u; ++r) {
+                            acc[cc][0][r] += p0[r] * vv;
+                            acc[cc][1][r] += p1[r] * vv;
+                        }
                     }
             }
         barrier();  // before the next tile's Q and K overwrite the probabilities
     }
 
-    [[unroll]] for (uint r = 0u; r < 4u; ++r) {
-        const uint qi = q0 + 4u * ty + r;
-        if (qi >= p.lq) continue;
-        const float inv = 1.0 / row_sum[r];
-        [[unroll]] for (uint cc = 0u; cc < D_CHUNKS; ++cc)
-            [[unroll]] for (uint c = 0u; c < 4u; ++c) {
-                const uint col = cc * 64u + 4u * tx + c;
-                if (col < p.d) st(p.o, ob + qi * p.so + col, acc[cc][r][c] * inv);
-            }
-    }
+    [[unroll]] for (uint g = 0u; g < 2u; ++g)
+        [[unroll]] for (uint r = 0u; r < 4u; ++r) {
+            const uint qi = q0 + 64u * g + 4u * ty + r;
+            if (qi >= p.lq) continue;
+            const float inv = 1.0 / row_sum[g][r];
+            [[unroll]] for (uint cc = 0u; cc < D_CHUNKS; ++cc)
+                [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+                    const uint col = cc * 64u + 4u * tx + c;
+                    if (col < p.d) st(p.o, ob + qi * p.so + col, acc[cc][g][r][c] * inv);
+                }
+        }
 }

@@ -6,7 +6,7 @@
 // that neighbouring threads load neighbouring addresses when filling the shared tiles.
 #extension GL_EXT_control_flow_attributes : require
 #define TILE 128u
-#define TILE_K 8u
+#define TILE_K 16u  // k per step between barriers (8 before session 22)
 #define MICRO 8u
 #define THREADS 16u
 shared vec4 tile_a[TILE_K][TILE / 4u];
@@ -25,7 +25,7 @@ void gemm_tile(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_
     const bool b_by_4 = false;
 #endif
     for (uint k0 = k_begin; k0 < K; k0 += TILE_K) {
-        [[unroll]] for (uint r = 0u; r < 4u; ++r) {
+        [[unroll]] for (uint r = 0u; r < TILE * TILE_K / 256u; ++r) {
             const uint e = tid + 256u * r;
             uint kk = a_k_fast ? e % TILE_K : e / TILE;
             const uint mm = a_k_fast ? e / TILE_K : e % TILE;
@@ -37,14 +37,15 @@ void gemm_tile(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_
         }
 #ifdef HAS_LOAD_B4
         // The including shader's 4 values along n at once (a convolution's shared index arithmetic): thread t
-        // takes row t / 32 of k and columns 4 (t % 32) .. + 3, one vec4 of the shared tile.
-        if (b_by_4) {
-            const uint kk = tid / 32u, n4 = tid % 32u, n = n0 + 4u * n4, k = k0 + kk;
-            vec4 v = vec4(0.0);
-            if (k < K && !load_b4(k, n, v))
-                [[unroll]] for (uint i = 0u; i < 4u; ++i) v[i] = n + i < N ? load_b(k, n + i) : 0.0;
-            tile_b[kk][n4] = v;
-        }
+        // takes rows t / 32 + 8 r of k and columns 4 (t % 32) .. + 3, one vec4 of the shared tile each.
+        if (b_by_4)
+            [[unroll]] for (uint r = 0u; r < TILE_K / 8u; ++r) {
+                const uint kk = tid / 32u + 8u * r, n4 = tid % 32u, n = n0 + 4u * n4, k = k0 + kk;
+                vec4 v = vec4(0.0);
+                if (k < K && !load_b4(k, n, v))
+                    [[unroll]] for (uint i = 0u; i < 4u; ++i) v[i] = n + i < N ? load_b(k, n + i) : 0.0;
+                tile_b[kk][n4] = v;
+            }
 #endif
         barrier();
         [[unroll]] for (uint kk = 0u; kk < TILE_K; ++kk) {
