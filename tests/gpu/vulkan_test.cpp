@@ -383,11 +383,15 @@ TEST(VulkanAttention, FlashKernelAndProductsAgreeWithTheHost) {
             const double k_len = (c.d + 2) * std::sqrt(double(c.d)) + c.lk;
             const std::string tag = std::to_string(c.lq) + "x" + std::to_string(c.lk) + " d" + std::to_string(c.d) +
                                     (c.causal ? " causal" : "");
-            for (A form : {A::Flash, A::Products, A::Matrix}) {
+            // Flash twice: 64 queries a workgroup, then 128 (two row groups, where the head has up to 64 dimensions)
+            for (auto [form, queries] : {std::pair{A::Flash, 64}, {A::Flash, 128}, {A::Products, 0}, {A::Matrix, 0}}) {
                 if (form == A::Matrix && !vk.physical().matrix_khr) continue;  // there it is the products again
+                vk.set_flash_queries(queries);
                 vk.set_attention(form);
                 const std::string what =
-                    std::string(form == A::Flash ? "flash " : form == A::Matrix ? "matrix " : "products ") + tag;
+                    std::string(form == A::Flash ? (queries == 128 ? "flash128 " : "flash ")
+                                                 : form == A::Matrix ? "matrix " : "products ") +
+                    tag;
                 kiln::test::expect_close(
                     ops::attention(q.to_device(vk, t), k.to_device(vk, t), v.to_device(vk, t), c.heads, c.causal).to_host(),
                     ref, scale, k_len, t, 2, what);
@@ -402,6 +406,7 @@ TEST(VulkanAttention, FlashKernelAndProductsAgreeWithTheHost) {
         }
     }
     vk.set_attention(was);
+    vk.set_flash_queries(0);
 }
 
 // Scores that grow from one block of keys to the next (key j's row of k times 1 + j / 8, up to 26x): the matrix flash

@@ -8,7 +8,8 @@
 # the "_coopk_" kernels are that build through VK_KHR_cooperative_matrix (COOP_KHR), compiled by glslangValidator
 # 13+ (CMakeLists.txt: KILN_GLSLANG) and left out of builds without one. The "_q8" products read a q8_0 weight
 # as blocks (B_Q8, W_Q8: blocks.glsl), in the FMA builds only (KILN_VULKAN_Q8=fused, docs/VULKAN.md). The
-# "flash_attention_coopk_<D>" kernels are attention on the matrix units for heads of up to 16 D dimensions.
+# "flash_attention_coopk_<D>" kernels are attention on the matrix units for heads of up to 16 D dimensions; the
+# "_rg2" flash kernels take two row groups (128 queries) a workgroup (VulkanDeviceOps::flash_attention).
 set(KILN_VULKAN_KERNELS
   "convert_f32_f16|convert.comp|DST_F16"
   "convert_f16_f32|convert.comp|SRC_F16"
@@ -66,6 +67,8 @@ set(KILN_VULKAN_KERNELS
   "flash_attention_3_f32|flash_attention.comp|D_CHUNKS=3"
   "flash_attention_4_f32|flash_attention.comp|D_CHUNKS=4"
   "flash_attention_1_f16|flash_attention.comp|D_CHUNKS=1,T_F16"
+  "flash_attention_1_rg2_f32|flash_attention.comp|D_CHUNKS=1,RG=2u"
+  "flash_attention_1_rg2_f16|flash_attention.comp|D_CHUNKS=1,RG=2u,T_F16"
   "flash_attention_2_f16|flash_attention.comp|D_CHUNKS=2,T_F16"
   "flash_attention_3_f16|flash_attention.comp|D_CHUNKS=3,T_F16"
   "flash_attention_4_f16|flash_attention.comp|D_CHUNKS=4,T_F16"

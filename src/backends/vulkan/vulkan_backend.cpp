@@ -61,6 +61,13 @@ VulkanBackend::Attention attention_from_env(const char* value, bool runs_on_cpu)
     fail(ErrorKind::InvalidArgument, "KILN_VULKAN_ATTENTION=" + v + ": expected matrix, flash or products");
 }
 
+int flash_queries_from_env(const char* value) {
+    const std::string v = value ? value : "";
+    if (v.empty()) return 0;
+    if (v == "64" || v == "128") return std::stoi(v);
+    fail(ErrorKind::InvalidArgument, "KILN_VULKAN_FLASH_QUERIES=" + v + ": expected 64 or 128");
+}
+
 VulkanBackend::Q8Products q8_products_from_env(const char* value) {
     using Q = VulkanBackend::Q8Products;
     const std::string v = value ? value : "";
@@ -101,6 +108,7 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index)
     products_ = products_from_env(std::getenv("KILN_VULKAN_GEMM"), runs_on_cpu);
     split_k_ = split_k_from_env(std::getenv("KILN_VULKAN_SPLIT_K"));
     attention_ = attention_from_env(std::getenv("KILN_VULKAN_ATTENTION"), runs_on_cpu);
+    flash_queries_ = flash_queries_from_env(std::getenv("KILN_VULKAN_FLASH_QUERIES"));
     q8_products_ = q8_products_from_env(std::getenv("KILN_VULKAN_Q8"));
     // The matrix kernel: sg32's 32x32 blocks a subgroup where the KHR kernels run (session 19, H200: SD 1.5 UNet
     // call 101.6 ms against base's 125.8, docs/VULKAN.md), unless KILN_VULKAN_COOP names another.

@@ -115,6 +115,11 @@ public:
     // (VulkanDeviceOps::conv_from_columns; 0: its own sizing). Tests set it small to cut a convolution into chunks.
     int64_t columns_chunk_bytes() const { return columns_chunk_bytes_; }
     void set_columns_chunk_bytes(int64_t bytes) { columns_chunk_bytes_ = bytes; }
+    // Queries a workgroup of the FMA flash kernel takes: 64, 128 (two row groups a thread, heads of up to 64
+    // dimensions), or 0: 128 where that still makes enough workgroups (VulkanDeviceOps::flash_attention).
+    // KILN_VULKAN_FLASH_QUERIES=64|128 chooses; tests switch with set_flash_queries.
+    int flash_queries() const { return flash_queries_; }
+    void set_flash_queries(int queries) { flash_queries_ = queries; }
     // Attention as two products and a softmax over blocks of queries whose float32 scores stay under 64 MiB
     // (Products), or in one kernel with no score matrix in memory (Flash, flash_attention.comp: the least memory
     // and no score traffic; on the H200 since session 20 as fast as the products in float32 and 3% faster in
@@ -203,6 +208,7 @@ private:
     Products products_ = Products::Measured;
     int split_k_ = 0;
     int64_t columns_chunk_bytes_ = 0;
+    int flash_queries_ = 0;
     Attention attention_ = Attention::Products;
     Q8Products q8_products_ = Q8Products::Transient;
     std::string matrix_variant_;
@@ -235,6 +241,7 @@ BackendFactory vulkan_backend_factory();
 VulkanBackend::Products products_from_env(const char* value, bool runs_on_cpu);
 // KILN_VULKAN_ATTENTION (unset: Products).
 VulkanBackend::Attention attention_from_env(const char* value, bool runs_on_cpu);
+int flash_queries_from_env(const char* value);
 VulkanBackend::Q8Products q8_products_from_env(const char* value);
 // The variants' names, as kernels.cmake builds them (not "base").
 const std::vector<std::string>& matrix_variants();

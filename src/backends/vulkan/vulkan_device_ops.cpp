@@ -160,10 +160,16 @@ struct LayoutParams {
 // 2536 / 2418 / 2300 MiB: 64 MiB gives back 366 MiB for 1.2% of the time.
 constexpr int64_t kScoreBudgetBytes = int64_t(64) << 20;
 
-// flash_attention.comp: 128 queries per workgroup, heads of up to 4 x 64 dimensions, and the shared memory it
-// declares (2624 vec4). flash_attention_coop.comp takes 64 queries per workgroup.
-constexpr int64_t kFlashQueries = 128, kMatrixFlashQueries = 64, kFlashMaxHead = 256;
-constexpr uint32_t kFlashSharedBytes = 2624 * 16;
+// flash_attention.comp: 64 queries per workgroup (or 128: its two-row-group builds, "_rg2", for heads of up to 64
+// dimensions), heads of up to 4 x 64 dimensions, and the shared memory it declares (1600 vec4; 2624 with two row
+// groups). flash_attention_coop.comp takes 64 queries per workgroup too.
+constexpr int64_t kFlashQueries = 64, kFlashMaxHead = 256;
+constexpr uint32_t kFlashSharedBytes = 1600 * 16, kWideFlashSharedBytes = 2624 * 16;
+// The two row groups hold twice the registers (168 a thread on NVIDIA's driver for 64-dimension heads: one
+// workgroup a multiprocessor) and make half the workgroups: H200, session 22, SD 1.5's first-level self-attention
+// (512 workgroups of 128 queries) ran 8% faster with them, while heads of 80 and 160 dimensions on grids of 128 and
+// 32 workgroups ran at 1-2 TFLOP/s. So they are taken where the grid still has this many workgroups.
+constexpr int64_t kEnoughFlashGroups = 256;
 
 // flash_attention_coop.comp, on the matrix units: builds for heads of up to 16 x 3, 4, 5, 8 and 10 dimensions, and
 // the most shared memory one declares (5 tiles: K and V 2 x 64 x 11 uvec4, scratch 4 x 16 x 17 uvec4, 128 floats).
@@ -217,6 +223,7 @@ VulkanDeviceOps::VulkanDeviceOps(VulkanBackend& backend)
       wide_matrix_device_(backend.physical().matrix_khr &&
                           backend.physical().properties.limits.maxComputeWorkGroupInvocations >= kWideThreads &&
                           backend.physical().properties.limits.maxComputeSharedMemorySize >= kWideSharedBytes),
+      wide_flash_device_(backend.physical().properties.limits.maxComputeSharedMemorySize >= kWideFlashSharedBytes),
       matrix_flash_device_(backend.physical().matrix_khr && embedded_kernel("flash_attention_coopk_3_f16") &&
                            backend.physical().properties.limits.maxComputeSharedMemorySize >= kMatrixFlashSharedBytes) {}
 
@@ -722,10 +729,16 @@ void VulkanDeviceOps::flash_attention(const AttentionOperands& a, Tensor& out, i
     };
     p.loads = out.dtype() == DType::F16 && rows_start_on(8) ? 8u : rows_start_on(4) ? 4u : 1u;
     const bool matrix = matrix_flash_runs(d, out.dtype());
-    const int64_t per_group = matrix ? kMatrixFlashQueries : kFlashQueries;
+    bool wide = false;  // the FMA kernel's two row groups (kEnoughFlashGroups says when)
+    if (!matrix && d <= 64 && wide_flash_device_) {
+        const int asked = backend_.flash_queries();
+        const int64_t wide_groups = (lq + 2 * kFlashQueries - 1) / (2 * kFlashQueries) * heads * out.dim(0);
+        wide = asked == 128 || (asked == 0 && wide_groups >= kEnoughFlashGroups);
+    }
+    const int64_t per_group = wide ? 2 * kFlashQueries : kFlashQueries;
     const uint32_t groups = uint32_t((lq + per_group - 1) / per_group);
     const std::string name = matrix ? "flash_attention_coopk_" + std::to_string(matrix_flash_tiles(d)) + "_f16"
-                                    : "flash_attention_" + std::to_string((d + 63) / 64) +
+                                    : "flash_attention_" + std::to_string((d + 63) / 64) + (wide ? "_rg2" : "") +
                                           (out.dtype() == DType::F16 ? "_f16" : "_f32");
     backend_.dispatch(name.c_str(), p, groups, uint32_t(heads), uint32_t(out.dim(0)));
 }

@@ -151,6 +151,8 @@ private:
     const bool conv_columns_;  // KILN_VULKAN_CONV_COLUMNS
     // This device holds the wide matrix tiles' workgroup (KHR matrix units, 512 threads, their shared memory).
     const bool wide_matrix_device_;
+    // This device holds flash_attention.comp's two-row-group builds (their shared memory).
+    const bool wide_flash_device_;
     // This device runs flash_attention_coop.comp: KHR matrix units, the kernels in this build, their shared memory.
     const bool matrix_flash_device_;
     // The embedding's frequencies per (half, shift, max_period), uploaded by the first call: a recorded call

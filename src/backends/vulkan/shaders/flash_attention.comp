@@ -1,5 +1,5 @@
 // Attention without a score matrix in memory (the "flash" form): out = softmax(scale Q K^T) V for one head
-// of one batch entry per workgroup column, 128 queries per workgroup. Keys are taken 64 at a time; each tile's
+// of one batch entry per workgroup column, 64 RG queries per workgroup. Keys are taken 64 at a time; each tile's
 // scores live in registers, the running row maxima and sums rescale the output as a larger maximum arrives,
 // and the probabilities pass through shared memory into the product with V. Float32 arithmetic throughout,
 // plain FMAs (so it runs on GPUs without matrix units, the RX 580 among them), shared memory for every
@@ -9,11 +9,12 @@
 // packed q|k|v of self-attention and k|v of cross-attention are read in place. D_CHUNKS (1-4) is how many
 // 64-column chunks of the head dimension a thread's accumulators cover (d <= 64 D_CHUNKS).
 //
-// 256 threads: ty = t / 16 owns rows 4 ty .. 4 ty + 3 and 64 + 4 ty .. 64 + 4 ty + 3 of the query block (two row
-// groups g), tx = t % 16 owns keys tx + 16 j of each key tile (j = 0..3; interleaved so the probabilities' stores
-// spread over the banks) and output columns 4 tx .. 4 tx + 3 of each 64-column chunk. Two row groups a thread
-// (session 22; one before) give each shared-memory read of K or V twice the multiply-adds and halve the barriers a
-// query meets. Operands are read 4 values at a time where the host found them aligned (p.loads).
+// 256 threads: ty = t / 16 owns rows 64 g + 4 ty .. + 3 of the query block for each of its RG row groups g (RG 1
+// or 2), tx = t % 16 owns keys tx + 16 j of each key tile (j = 0..3; interleaved so the probabilities' stores spread
+// over the banks) and output columns 4 tx .. 4 tx + 3 of each 64-column chunk. Two row groups a thread (session 22)
+// give each shared-memory read of K or V twice the multiply-adds and halve the barriers a query meets, but hold
+// twice the registers and make half the workgroups: the host takes them for 64-dimension heads on large grids
+// (VulkanDeviceOps::flash_attention). Operands are read 4 values at a time where the host found them aligned (p.loads).
 #version 450
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
@@ -29,11 +30,14 @@ layout(push_constant) uniform Params {
     uint loads;  // values one load may take: 4 or 8 where every head's rows start aligned for them, else 1
 } p;
 
-#define BR 128u  // queries per workgroup
+#ifndef RG
+#define RG 1u  // row groups of 64 queries a workgroup
+#endif
+#define BR (64u * RG)  // queries per workgroup
 #define BC 64u   // keys per tile
 #define DK 32u   // head dimensions per step of the scores' product
-#define Q_ROW 32u  // vec4 per column of Q^T (BR / 4)
-#define P_ROW 33u  // vec4 per key row of the probabilities (BR / 4, + 1 of padding against bank conflicts)
+#define Q_ROW (16u * RG)      // vec4 per column of Q^T (BR / 4)
+#define P_ROW (16u * RG + 1u)  // vec4 per key row of the probabilities (BR / 4, + 1 of padding against bank conflicts)
 
 // Columns col .. col + 3 of a row (zeros past d and past the operand's rows): one load where p.loads allows.
 vec4 ld4_row(Ts t, uint at, bool in_rows, uint col) {
@@ -51,22 +55,22 @@ vec4 ld4_row(Ts t, uint at, bool in_rows, uint col) {
     return x;
 }
 
-// One shared array, used in three phases of each key tile:
-//   scores:  [0, 1024) Q^T, [c][row / 4] (4 rows of column c per vec4); [1024, 1536) K^T, [c][key % 16] (keys
+// One shared array, used in three phases of each key tile (RG 1 / 2: 1600 / 2624 vec4, VulkanDeviceOps::flash_attention):
+//   scores:  [0, SH_K) Q^T, [c][row / 4] (4 rows of column c per vec4); [SH_K, SH_K + 512) K^T, [c][key % 16] (keys
 //            key % 16 + 16 j as component j);
-//   softmax: [0, 512) the row reductions' partial values (row_reduce);
-//   output:  [0, 2112) probabilities^T, [key][row / 4], P_ROW per key; [2112, 2624) V, [key][col / 4], 32 keys.
-shared vec4 sh[2624];
-#define SH_K 1024u
-#define SH_V 2112u
+//   softmax: [0, 4 BR) the row reductions' partial values (row_reduce);
+//   output:  [0, SH_V) probabilities^T, [key][row / 4], P_ROW per key; [SH_V, SH_V + 512) V, [key][col / 4], 32 keys.
+#define SH_K (DK * Q_ROW)
+#define SH_V (BC * P_ROW)
+shared vec4 sh[SH_V + 512u];
 
-// The maximum (max_not_sum) or sum over a row group's 16 threads of each of this thread's 8 rows (x[g][r]: row
+// The maximum (max_not_sum) or sum over a row group's 16 threads of each of this thread's 4 RG rows (x[g][r]: row
 // 64 g + 4 ty + r). The caller's barrier before it ends the phase that used sh.
-void row_reduce(inout vec4 x[2], uint ty, uint tx, bool max_not_sum) {
-    [[unroll]] for (uint g = 0u; g < 2u; ++g)
+void row_reduce(inout vec4 x[RG], uint ty, uint tx, bool max_not_sum) {
+    [[unroll]] for (uint g = 0u; g < RG; ++g)
         [[unroll]] for (uint r = 0u; r < 4u; ++r) sh[(64u * g + 4u * ty + r) * 4u + (tx >> 2)][tx & 3u] = x[g][r];
     barrier();
-    [[unroll]] for (uint g = 0u; g < 2u; ++g)
+    [[unroll]] for (uint g = 0u; g < RG; ++g)
         [[unroll]] for (uint r = 0u; r < 4u; ++r) {
             const uint row = (64u * g + 4u * ty + r) * 4u;
             const vec4 a = sh[row], b = sh[row + 1u], c = sh[row + 2u], d = sh[row + 3u];
@@ -89,25 +93,25 @@ void main() {
     // Keys past the last query of the block are all masked when causal: their tiles are skipped.
     const uint keys = p.causal != 0u ? min(p.lk, q0 + BR) : p.lk;
 
-    vec4 row_max[2], row_sum[2];
-    vec4 acc[D_CHUNKS][2][4];
-    [[unroll]] for (uint g = 0u; g < 2u; ++g) {
+    vec4 row_max[RG], row_sum[RG];
+    vec4 acc[D_CHUNKS][RG][4];
+    [[unroll]] for (uint g = 0u; g < RG; ++g) {
         row_max[g] = vec4(-3.402823466e38), row_sum[g] = vec4(0.0);
         [[unroll]] for (uint cc = 0u; cc < D_CHUNKS; ++cc)
             [[unroll]] for (uint r = 0u; r < 4u; ++r) acc[cc][g][r] = vec4(0.0);
     }
 
     for (uint j0 = 0u; j0 < keys; j0 += BC) {
-        // Scores of this thread's 8 rows x 4 keys, over the head dimension DK at a time.
-        vec4 s[2][4];
-        [[unroll]] for (uint g = 0u; g < 2u; ++g)
+        // Scores of this thread's 4 RG rows x 4 keys, over the head dimension DK at a time.
+        vec4 s[RG][4];
+        [[unroll]] for (uint g = 0u; g < RG; ++g)
             [[unroll]] for (uint r = 0u; r < 4u; ++r) s[g][r] = vec4(0.0);
         for (uint c0 = 0u; c0 < p.d; c0 += DK) {
-            // 128 rows x 32 columns of Q and 64 rows x 32 columns of K: each thread reads 4 columns of one row,
-            // four times for Q and twice for K; consecutive threads take consecutive rows, so the transposed
-            // stores hit distinct banks.
-            [[unroll]] for (uint i = 0u; i < 4u; ++i) {
-                const uint e = t + 256u * i, row = e & 127u, cg = (e >> 7) * 4u, qi = q0 + row, col = c0 + cg;
+            // BR rows x 32 columns of Q and 64 rows x 32 columns of K: each thread reads 4 columns of one row, 2 RG
+            // times for Q and twice for K; consecutive threads take consecutive rows, so the transposed stores hit
+            // distinct banks.
+            [[unroll]] for (uint i = 0u; i < 2u * RG; ++i) {
+                const uint e = t + 256u * i, row = e % BR, cg = e / BR * 4u, qi = q0 + row, col = c0 + cg;
                 const vec4 qx = ld4_row(p.q, qb + qi * p.sq + col, qi < p.lq, col);
                 [[unroll]] for (uint c = 0u; c < 4u; ++c) sh[(cg + c) * Q_ROW + (row >> 2)][row & 3u] = qx[c];
             }
@@ -121,18 +125,18 @@ void main() {
             const uint cn = min(DK, p.d - c0);
             for (uint c8 = 0u; c8 < cn; c8 += 8u)
                 [[unroll]] for (uint c = c8; c < c8 + 8u; ++c) {
-                    const vec4 q0v = sh[c * Q_ROW + ty], q1v = sh[c * Q_ROW + 16u + ty], kv = sh[SH_K + c * 16u + tx];
-                    [[unroll]] for (uint r = 0u; r < 4u; ++r) {
-                        s[0][r] += q0v[r] * kv;
-                        s[1][r] += q1v[r] * kv;
+                    const vec4 kv = sh[SH_K + c * 16u + tx];
+                    [[unroll]] for (uint g = 0u; g < RG; ++g) {
+                        const vec4 qv = sh[c * Q_ROW + 16u * g + ty];
+                        [[unroll]] for (uint r = 0u; r < 4u; ++r) s[g][r] += qv[r] * kv;
                     }
                 }
             barrier();
         }
 
         // Scale, mask (keys past lk; with causal, keys after the query), and the online softmax update.
-        vec4 m[2];
-        [[unroll]] for (uint g = 0u; g < 2u; ++g) {
+        vec4 m[RG];
+        [[unroll]] for (uint g = 0u; g < RG; ++g) {
             m[g] = vec4(-3.402823466e38);
             [[unroll]] for (uint r = 0u; r < 4u; ++r) {
                 const uint qi = q0 + 64u * g + 4u * ty + r;
@@ -145,8 +149,8 @@ void main() {
             }
         }
         row_reduce(m, ty, tx, true);
-        vec4 rescale[2], tile_sum[2];
-        [[unroll]] for (uint g = 0u; g < 2u; ++g) {
+        vec4 rescale[RG], tile_sum[RG];
+        [[unroll]] for (uint g = 0u; g < RG; ++g) {
             const vec4 new_max = max(row_max[g], m[g]);
             rescale[g] = exp(row_max[g] - new_max);
             row_max[g] = new_max;
@@ -158,7 +162,7 @@ void main() {
                 }
         }
         row_reduce(tile_sum, ty, tx, false);
-        [[unroll]] for (uint g = 0u; g < 2u; ++g) {
+        [[unroll]] for (uint g = 0u; g < RG; ++g) {
             row_sum[g] = row_sum[g] * rescale[g] + tile_sum[g];
             [[unroll]] for (uint cc = 0u; cc < D_CHUNKS; ++cc)
                 [[unroll]] for (uint r = 0u; r < 4u; ++r) acc[cc][g][r] *= rescale[g][r];
@@ -181,18 +185,17 @@ void main() {
                 const uint n = min(32u, kn - k0);
                 for (uint k8 = 0u; k8 < n; k8 += 8u)
                     [[unroll]] for (uint key = k8; key < k8 + 8u; ++key) {
-                        const vec4 p0 = sh[(k0 + key) * P_ROW + ty], p1 = sh[(k0 + key) * P_ROW + 16u + ty];
                         const vec4 vv = sh[SH_V + key * 16u + tx];
-                        [[unroll]] for (uint r = 0u; r < 4u; ++r) {
-                            acc[cc][0][r] += p0[r] * vv;
-                            acc[cc][1][r] += p1[r] * vv;
+                        [[unroll]] for (uint g = 0u; g < RG; ++g) {
+                            const vec4 pg = sh[(k0 + key) * P_ROW + 16u * g + ty];
+                            [[unroll]] for (uint r = 0u; r < 4u; ++r) acc[cc][g][r] += pg[r] * vv;
                         }
                     }
             }
         barrier();  // before the next tile's Q and K overwrite the probabilities
     }
 
-    [[unroll]] for (uint g = 0u; g < 2u; ++g)
+    [[unroll]] for (uint g = 0u; g < RG; ++g)
         [[unroll]] for (uint r = 0u; r < 4u; ++r) {
             const uint qi = q0 + 64u * g + 4u * ty + r;
             if (qi >= p.lq) continue;
