@@ -40,6 +40,7 @@ struct GenerateOptions {
     std::vector<std::string> loras;       // --lora FILE[:WEIGHT], repeatable
     std::string lora_dir;                 // --lora-dir DIR: where the prompt's <lora:NAME:W> tags are found
     std::string embeddings_dir;  // --embeddings-dir DIR: textual-inversion embeddings named by file
+    std::string unet;            // --unet FILE: the UNet from this file (LoadOptions::unet_path)
 };
 
 struct BenchOptions {

@@ -158,6 +158,7 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     if (req.prompt_syntax == PromptSyntax::A1111) load.loras = loras_from_prompt(req.prompt, o.lora_dir);
     for (const std::string& arg : o.loras) load.loras.push_back(lora_from_argument(arg));
     load.notice = req.notice;
+    load.unet_path = o.unet;
     StableDiffusionModel model;
     {
         StageScope zone(Stage::Load);

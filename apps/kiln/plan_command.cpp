@@ -41,6 +41,7 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
         ->capture_default_str();
     cmd->add_option("--lora", o.loras, "FILE[:WEIGHT]: a LoRA file to count (repeatable)");
     cmd->add_option("--lora-dir", o.lora_dir, "where the prompt's <lora:NAME:W> tags find NAME.safetensors");
+    cmd->add_option("--unet", o.unet, "FILE: the UNet from this file, as txt2img takes it");
     return cmd;
 }
 
@@ -61,6 +62,7 @@ int run_plan(const PlanOptions& o) {
     load.device = placement.device;
     load.precision = placement.precision;
     load.offload_weights = gpu;  // only their sizes are needed: none stays on the device
+    load.unet_path = o.unet;
     // The LoRA files as txt2img finds them, not merged: the plan adds their copies (pipeline/lora_memory.h).
     GenerationRequest r;
     r.prompt = o.prompt;

@@ -22,6 +22,7 @@ struct PlanOptions {
     double cfg_scale = 7.5;
     std::string prompt_syntax = "a1111";
     std::vector<std::string> loras;  // --lora FILE[:WEIGHT]
+    std::string unet;                // --unet FILE, as txt2img's
     std::string lora_dir;
 };
 

@@ -53,6 +53,9 @@ struct LoadOptions {
     // which no module matches is InvalidArgument (a LoRA for another architecture).
     std::vector<LoraApplication> loras;
     std::function<void(const std::string&)> notice;
+    // --unet FILE: the UNet from this file instead of the model's own: a checkpoint in the original layout, or a
+    // UNet alone with unprefixed keys (ComfyUI-GGUF's quantized UNet files); checked against the text encoders.
+    std::string unet_path;
 };
 
 // The dtype a component's weights and activations have on options.device (SDXL's VAE: see above).

@@ -75,6 +75,8 @@ std::function<std::string(const std::string&)> ldm_alias(const UNetConfig& confi
     return [config](const std::string& name) { return unet_ldm_name(name, config, ""); };
 }
 
+void load_unet_file(StableDiffusionModel& m, const LoadOptions& options, std::vector<LoadedLora>& loras);
+
 void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const LoadOptions& options,
                            std::vector<LoadedLora>& loras) {
     const nlohmann::json index = read_json_file(dir / "model_index.json");
@@ -106,13 +108,17 @@ void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const L
     const std::string act = m.text_encoders[0].model.config().act;
     m.arch = xl ? Architecture::SDXL : (act == "gelu" ? Architecture::SD2 : Architecture::SD1);
 
-    auto unet_file = open_shared(component_weights(dir / "unet", "diffusion_pytorch_model"));
-    const fs::path unet_config_path = dir / "unet" / "config.json";
-    const UNetConfig unet_config = unet_config_from_json(read_json_file(unet_config_path), unet_config_path.string());
-    const FileSource unet_src = with_weights(FileSource(unet_file), options, options.precision);
-    m.unet = std::make_unique<UNet>(UNet::load(
-        LoraSource(unet_src, match_lora_modules(unet_src, LoraComponent::UNet, loras, ldm_alias(unet_config))),
-        unet_config));
+    if (!options.unet_path.empty()) {
+        load_unet_file(m, options, loras);
+    } else {
+        auto unet_file = open_shared(component_weights(dir / "unet", "diffusion_pytorch_model"));
+        const fs::path unet_config_path = dir / "unet" / "config.json";
+        const UNetConfig unet_config = unet_config_from_json(read_json_file(unet_config_path), unet_config_path.string());
+        const FileSource unet_src = with_weights(FileSource(unet_file), options, options.precision);
+        m.unet = std::make_unique<UNet>(UNet::load(
+            LoraSource(unet_src, match_lora_modules(unet_src, LoraComponent::UNet, loras, ldm_alias(unet_config))),
+            unet_config));
+    }
     auto vae_file = open_shared(component_weights(dir / "vae", "diffusion_pytorch_model"));
     VaeConfig vae_config = load_vae_config((dir / "vae" / "config.json").string());
     m.vae_scale = vae_config.scaling_factor;
@@ -126,6 +132,67 @@ void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const L
         m.scheduler_config = parse_scheduler_config_text(text, sched.string());  // may hold -Infinity
     }
     if (options.prediction) m.scheduler_config["prediction_type"] = *options.prediction;
+}
+
+// The UNet from `file`, its tensors in the original (LDM) layout under `prefix`: "model.diffusion_model." in a whole
+// checkpoint, "" in a file that holds the UNet alone (ComfyUI-GGUF's). `unknown` collects tensors under the prefix
+// that are no UNet tensor (null: not collected).
+void load_ldm_unet(StableDiffusionModel& m, const std::shared_ptr<const SafetensorsFile>& file, const std::string& prefix,
+                   const LoadOptions& options, std::vector<LoadedLora>& loras, std::vector<std::string>* unknown) {
+    auto unet_table = unet_table_from_ldm(*file, prefix, unknown);
+    const int pooled = m.arch == Architecture::SDXL ? m.text_encoders[1].model.config().projection_dim : 0;
+    const UNetConfig unet_config = unet_config_from_ldm(
+        MappedSource(file, unet_table, "UNet"), m.arch == Architecture::SD1 ? HeadRule::FixedCount : HeadRule::FixedWidth,
+        pooled);
+    // Loading again with the config known, so that a missing tensor is named as the file would name it.
+    const MappedSource unet_src = with_weights(
+        MappedSource(file, std::move(unet_table), "UNet",
+                     [&unet_config, &prefix](const std::string& name) { return unet_ldm_name(name, unet_config, prefix); }),
+        options, options.precision);
+    m.unet = std::make_unique<UNet>(UNet::load(
+        LoraSource(unet_src, match_lora_modules(unet_src, LoraComponent::UNet, loras, ldm_alias(unet_config))),
+        unet_config));
+}
+
+// --unet FILE: the UNet from another file than the model's text encoders and VAE (loaded first): a whole checkpoint
+// in the original layout, or a UNet alone with its keys unprefixed, as ComfyUI-GGUF's quantized UNet files hold it.
+void load_unet_file(StableDiffusionModel& m, const LoadOptions& options, std::vector<LoadedLora>& loras) {
+    const std::string& path = options.unet_path;
+    require(fs::exists(path), ErrorKind::IO, "no such file: " + path + " (--unet)");
+    require(!fs::is_directory(path), ErrorKind::InvalidArgument,
+            path + " (--unet) is a folder: --unet takes one file holding a UNet (a checkpoint, or a UNet alone)");
+    auto file = open_shared(path);
+    std::string prefix;
+    if (file->has("model.diffusion_model.input_blocks.0.0.weight")) {
+        prefix = "model.diffusion_model.";
+    } else if (file->has("input_blocks.0.0.weight")) {
+        prefix = "";
+    } else if (file->has("conv_in.weight") && file->has("time_embedding.linear_1.weight")) {
+        fail(ErrorKind::Unsupported, path + " (--unet) holds a UNet in diffusers' layout, which --unet does not read: "
+                                            "it takes the original layout, a whole checkpoint or a UNet alone (ComfyUI-GGUF's)");
+    } else {
+        fail(ErrorKind::InvalidModel, path + " (--unet) holds no UNet kiln knows (no input_blocks.0.0.weight, with or "
+                                             "without 'model.diffusion_model.')");
+    }
+    std::vector<std::string> unknown;  // a UNet alone holds nothing else
+    load_ldm_unet(m, file, prefix, options, loras, prefix.empty() ? &unknown : nullptr);
+    if (!unknown.empty()) {
+        std::string list;
+        for (size_t i = 0; i < unknown.size() && i < 8; ++i) list += (i ? ", " : "") + unknown[i];
+        if (unknown.size() > 8) list += ", ... (" + std::to_string(unknown.size()) + " in all)";
+        fail(ErrorKind::InvalidModel, "unexpected tensors in " + path + " (--unet): " + list);
+    }
+    // It must take what this model's text encoders give: their widths side by side (SDXL: both).
+    int context = 0;
+    for (const TextEncoder& e : m.text_encoders) context += e.model.config().hidden;
+    const UNetConfig& c = m.unet->config();
+    require(c.cross_attention_dim == context, ErrorKind::InvalidModel,
+            path + " (--unet): its UNet takes " + std::to_string(c.cross_attention_dim) + " values a token, but " +
+                m.path + "'s text encoders give " + std::to_string(context) + " (" + architecture_name(m.arch) +
+                "): a UNet for another architecture");
+    require((c.addition_time_embed_dim > 0) == (m.arch == Architecture::SDXL), ErrorKind::InvalidModel,
+            path + " (--unet): " + (c.addition_time_embed_dim > 0 ? "an SDXL UNet" : "not an SDXL UNet") + " beside " +
+                m.path + " (" + architecture_name(m.arch) + ")");
 }
 
 void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadOptions& options,
@@ -171,21 +238,12 @@ void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadO
     }
     if (options.prediction) m.scheduler_config["prediction_type"] = *options.prediction;
 
-    auto unet_table = unet_table_from_ldm(*file, "model.diffusion_model.", &unknown);
-    const int pooled = m.arch == Architecture::SDXL ? m.text_encoders[1].model.config().projection_dim : 0;
-    const UNetConfig unet_config = unet_config_from_ldm(
-        MappedSource(file, unet_table, "UNet"), m.arch == Architecture::SD1 ? HeadRule::FixedCount : HeadRule::FixedWidth,
-        pooled);
-    // Loading again with the config known, so that a missing tensor is named as the file would name it.
-    const MappedSource unet_src = with_weights(
-        MappedSource(file, std::move(unet_table), "UNet",
-                     [&unet_config](const std::string& name) {
-                         return unet_ldm_name(name, unet_config, "model.diffusion_model.");
-                     }),
-        options, options.precision);
-    m.unet = std::make_unique<UNet>(UNet::load(
-        LoraSource(unet_src, match_lora_modules(unet_src, LoraComponent::UNet, loras, ldm_alias(unet_config))),
-        unet_config));
+    if (options.unet_path.empty()) {
+        load_ldm_unet(m, file, "model.diffusion_model.", options, loras, &unknown);
+    } else {
+        unet_table_from_ldm(*file, "model.diffusion_model.", &unknown);  // the file's own UNet tensors are still checked
+        load_unet_file(m, options, loras);
+    }
 
     m.vae_scale = m.arch == Architecture::SDXL ? 0.13025f : 0.18215f;
     VaeSingleFile vae = ldm_vae_layout(*file, m.vae_scale);
@@ -280,9 +338,8 @@ Architecture detect_single_file_architecture(const SafetensorsFile& file) {
     // ComfyUI-GGUF's files hold the UNet alone, its keys without the "model.diffusion_model." prefix.
     if (file.has("input_blocks.0.0.weight") && file.has("out.2.weight"))
         fail(ErrorKind::Unsupported, file.path() + " holds a UNet alone (ComfyUI-GGUF's layout: UNet keys without "
-                                                   "'model.diffusion_model.'); kiln needs the whole checkpoint with "
-                                                   "its text encoders and VAE in one file (kiln convert makes one "
-                                                   "from a single-file checkpoint)");
+                                                   "'model.diffusion_model.'): pass it as --unet beside a checkpoint "
+                                                   "that has the text encoders and VAE (-m)");
     fail(ErrorKind::InvalidModel, file.path() + " is not a Stable Diffusion checkpoint (no UNet or text encoder tensors)");
 }
 
