@@ -39,6 +39,7 @@ int run_compare(const BenchOptions& o) {
 
 int run_bench(const BenchOptions& o) {
     if (!o.compare.empty()) return run_compare(o);
+    require(o.unet.empty() || !o.model.empty(), ErrorKind::InvalidArgument, "--unet takes a UNet beside -m MODEL");
     if (std::find(o.suites.begin(), o.suites.end(), "quality") != o.suites.end()) return run_quality_bench(o);
 
     const Placement placement = resolve_placement(o.device, o.precision);
@@ -83,6 +84,7 @@ int run_bench(const BenchOptions& o) {
             load.precision = placement.precision;
             load.vae_encoder = parts_for(suites).vae_encoder;
             load.offload_weights = offload;
+            load.unet_path = o.unet;
             model = load_model(o.model, load);
         }
     }

@@ -102,9 +102,9 @@ int run_quality_bench(const BenchOptions& o) {
             "give either --arch (synthetic weights) or -m MODEL, not both");
     require(o.reference.empty() || !o.model.empty(), ErrorKind::InvalidArgument,
             "--reference FILE needs -m MODEL, the model measured against it");
-    require(!o.weights.empty() || !o.reference.empty(), ErrorKind::InvalidArgument,
-            "the quality suite measures --weights W against the model's own weights, or -m MODEL against "
-            "--reference FILE: give one of them");
+    require(!o.weights.empty() || !o.reference.empty() || !o.unet.empty(), ErrorKind::InvalidArgument,
+            "the quality suite measures --weights W against the model's own weights, -m MODEL against "
+            "--reference FILE, or -m MODEL with --unet FILE against -m MODEL alone: give one of them");
     require(o.vram.empty(), ErrorKind::InvalidArgument, "--vram does not apply to the quality suite (it holds both models)");
     require(o.batch == 1, ErrorKind::InvalidArgument, "the quality suite makes one image per prompt and seed (--batch 1)");
     const Placement placement = resolve_placement(o.device, o.precision);
@@ -124,7 +124,7 @@ int run_quality_bench(const BenchOptions& o) {
     const bool synthetic = o.model.empty();
     const SyntheticArch arch = parse_synthetic_arch(o.arch.empty() ? "sd15" : o.arch);
     // Synthetic weights are made in float32; the reference holds them in fp16, as a released checkpoint does.
-    auto load = [&](const std::string& path, const std::string& weights) {
+    auto load = [&](const std::string& path, const std::string& weights, const std::string& unet) {
         StageScope zone(Stage::Load);
         if (synthetic) {
             SyntheticParts parts;
@@ -140,18 +140,20 @@ int run_quality_bench(const BenchOptions& o) {
         options.device = placement.device;
         options.precision = placement.precision;
         options.vae_encoder = false;
+        options.unet_path = unet;
         return load_model(path, options);
     };
     const std::string reference_path = o.reference.empty() ? o.model : o.reference;
     const std::string reference_weights = synthetic ? "f16" : "";
-    const StableDiffusionModel reference = load(reference_path, reference_weights);
-    const StableDiffusionModel measured = load(o.model, o.weights);
+    // --unet replaces the measured model's UNet only: a quantized UNet file against the model's own.
+    const StableDiffusionModel reference = load(reference_path, reference_weights, "");
+    const StableDiffusionModel measured = load(o.model, o.weights, o.unet);
 
     QualityReport report;
     report.machine.kiln_version = kVersion;
     describe_machine(report.machine);
     QualityConfig& c = report.config;
-    c.model = synthetic ? synthetic_arch_name(arch) : o.model;
+    c.model = synthetic ? synthetic_arch_name(arch) : o.unet.empty() ? o.model : o.model + " with --unet " + o.unet;
     c.reference = synthetic ? c.model : reference_path;
     c.synthetic = synthetic;
     c.weights = o.weights.empty() ? "stored" : o.weights;

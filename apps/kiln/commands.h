@@ -46,6 +46,7 @@ struct GenerateOptions {
 struct BenchOptions {
     std::vector<std::string> suites;  // unet | text | vae-decode | vae-decode-tiled | vae-encode | txt2img
     std::string arch, model, prediction;
+    std::string unet;     // --unet FILE: the UNet from this file, as txt2img's (with -m)
     std::string weights;  // --weights f32|f16|bf16; empty: the file's (synthetic: f32)
     int width = 512, height = 512, batch = 1, steps = 20, warmup = 2, repeats = 10, threads = 0;
     std::string vae_park = "auto";  // --vae-park auto|host|device (vae-decode-tiled)

@@ -133,6 +133,7 @@ int main(int argc, char** argv) {
         ->delimiter(',');
     bench->add_option("--arch", bench_opts.arch, "sd15 | sd21 | sdxl: deterministic random weights (default sd15)");
     bench->add_option("-m,--model", bench_opts.model, "a real checkpoint instead (.safetensors file or diffusers folder)");
+    bench->add_option("--unet", bench_opts.unet, "FILE: with -m, the UNet from this file, as txt2img takes it (quality: measured against -m's own UNet)");
     bench->add_option("--prediction", bench_opts.prediction, "eps | v: what an SD 2.x single file predicts")
         ->check(CLI::IsMember({"eps", "epsilon", "v", "v_prediction"}));
     bench->add_option("--weights", bench_opts.weights, kWeightsHelp)->check(CLI::IsMember(kWeightsChoices));
