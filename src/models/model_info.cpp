@@ -31,6 +31,23 @@ const std::pair<const char*, const char*> kPrefixes[] = {
     {"conditioner.embedders.1.", "text_encoder_2"},
 };
 
+// A UNet alone (ComfyUI-GGUF's layout: original-layout keys without "model.diffusion_model."), which `--unet` takes.
+bool is_unet_alone(const SafetensorsFile& f) { return f.has("input_blocks.0.0.weight") && f.has("out.2.weight"); }
+
+// Which architecture's UNet by its cross-attention's width (a key projection's input: [C, context]).
+std::string unet_alone_architecture(const SafetensorsFile& f) {
+    for (const std::string& n : f.names()) {
+        const std::string tail = "attn2.to_k.weight";
+        if (n.size() < tail.size() || n.compare(n.size() - tail.size(), tail.size(), tail) != 0) continue;
+        const Shape& shape = f.info(n).shape;
+        if (shape.size() != 2) break;
+        const int64_t context = shape[1];
+        const std::string name = context == 768 ? "SD 1.x" : context == 1024 ? "SD 2.x" : context == 2048 ? "SDXL" : "";
+        return (name.empty() ? "" : name + " ") + "UNet (cross-attention of " + std::to_string(context) + " values a token)";
+    }
+    return "UNet";
+}
+
 }  // namespace
 
 ModelInfo inspect_model(const std::string& path) {
@@ -71,6 +88,15 @@ ModelInfo inspect_model(const std::string& path) {
     } else {
         SafetensorsFile f = SafetensorsFile::open(path);
         info.bytes = f.file_size();
+        if (is_unet_alone(f)) {
+            info.layout = "a UNet alone (ComfyUI-GGUF's layout): use it as --unet beside a checkpoint (-m)";
+            info.architecture = unet_alone_architecture(f);
+            ComponentInfo c;
+            c.name = "unet";
+            for (const std::string& n : f.names()) count(c, f, n);
+            info.components.push_back(c);
+            return info;
+        }
         info.layout = layout_name(FileLayout::SingleFile);
         info.architecture = architecture_name(detect_single_file_architecture(f));
         std::map<std::string, ComponentInfo> by_name;

@@ -1,7 +1,7 @@
 // --unet FILE through the kiln program (the loader's side: tests/models/unet_file_test.cpp): txt2img with the model's
-// own UNet as a file alone gives the same PNG bytes as without it; a quantized UNet changes the image and the quality
-// suite measures it against the model's own UNet; --unet without -m, and the files the option names, are left as
-// they were.
+// own UNet as a file alone gives the same PNG bytes as without it, and the quality suite measures it against the
+// model's own UNet (no error at all); --unet without -m is an error; the file is left as it was, and `kiln info`
+// names it for what it is.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -53,4 +53,10 @@ TEST(UnetOption, TheModelsOwnUNetAloneGivesTheSameImage) {
     EXPECT_NE((q.out + q.err).find("PSNR mean inf dB"), std::string::npos) << q.out << q.err;
     EXPECT_TRUE(FileSnapshot::of(unet) == before) << "kiln modified the --unet file";
     expect_one_error_line(run_kiln({"bench", "--suite", "unet", "--unet", unet, "--device", "cpu"}), {"--unet", "-m"});
+    // kiln info names the file for what it is, with the UNet's parameters (sd15-mini's: 827,476).
+    const ProcessResult info = run_kiln({"info", unet});
+    expect_success(info);
+    EXPECT_NE(info.out.find("a UNet alone"), std::string::npos) << info.out;
+    EXPECT_NE(info.out.find("--unet"), std::string::npos) << info.out;
+    EXPECT_NE(info.out.find("unet            0.827476 M parameters in 684 tensors"), std::string::npos) << info.out;
 }
