@@ -89,5 +89,8 @@ StableDiffusionModel load_model(const std::string& path, const LoadOptions& opti
 
 // Which architecture a single-file checkpoint holds, from its tensor names.
 Architecture detect_single_file_architecture(const SafetensorsFile& file);
+// Whether the file holds a UNet alone in the original layout, its keys without "model.diffusion_model." (ComfyUI-GGUF's
+// UNet files), which --unet takes (LoadOptions::unet_path).
+bool holds_unet_alone(const SafetensorsFile& file);
 
 }  // namespace kiln

@@ -31,9 +31,6 @@ const std::pair<const char*, const char*> kPrefixes[] = {
     {"conditioner.embedders.1.", "text_encoder_2"},
 };
 
-// A UNet alone (ComfyUI-GGUF's layout: original-layout keys without "model.diffusion_model."), which `--unet` takes.
-bool is_unet_alone(const SafetensorsFile& f) { return f.has("input_blocks.0.0.weight") && f.has("out.2.weight"); }
-
 // Which architecture's UNet by its cross-attention's width (a key projection's input: [C, context]).
 std::string unet_alone_architecture(const SafetensorsFile& f) {
     for (const std::string& n : f.names()) {
@@ -88,7 +85,7 @@ ModelInfo inspect_model(const std::string& path) {
     } else {
         SafetensorsFile f = SafetensorsFile::open(path);
         info.bytes = f.file_size();
-        if (is_unet_alone(f)) {
+        if (holds_unet_alone(f)) {
             info.layout = "a UNet alone (ComfyUI-GGUF's layout): use it as --unet beside a checkpoint (-m)";
             info.architecture = unet_alone_architecture(f);
             ComponentInfo c;

@@ -165,7 +165,7 @@ void load_unet_file(StableDiffusionModel& m, const LoadOptions& options, std::ve
     std::string prefix;
     if (file->has("model.diffusion_model.input_blocks.0.0.weight")) {
         prefix = "model.diffusion_model.";
-    } else if (file->has("input_blocks.0.0.weight")) {
+    } else if (holds_unet_alone(*file)) {
         prefix = "";
     } else if (file->has("conv_in.weight") && file->has("time_embedding.linear_1.weight")) {
         fail(ErrorKind::Unsupported, path + " (--unet) holds a UNet in diffusers' layout, which --unet does not read: "
@@ -322,6 +322,10 @@ const char* layout_name(FileLayout l) {
     return l == FileLayout::DiffusersFolder ? "diffusers folder" : "single file (original layout)";
 }
 
+bool holds_unet_alone(const SafetensorsFile& file) {
+    return file.has("input_blocks.0.0.weight") && file.has("out.2.weight");
+}
+
 Architecture detect_single_file_architecture(const SafetensorsFile& file) {
     if (file.has("conditioner.embedders.1.model.ln_final.weight")) {
         require(file.has("conditioner.embedders.0.transformer.text_model.final_layer_norm.weight"),
@@ -335,8 +339,7 @@ Architecture detect_single_file_architecture(const SafetensorsFile& file) {
         return Architecture::SD1;
     if (file.has("model.diffusion_model.input_blocks.0.0.weight"))
         fail(ErrorKind::InvalidModel, file.path() + " has a UNet but no text encoder kiln knows");
-    // ComfyUI-GGUF's files hold the UNet alone, its keys without the "model.diffusion_model." prefix.
-    if (file.has("input_blocks.0.0.weight") && file.has("out.2.weight"))
+    if (holds_unet_alone(file))
         fail(ErrorKind::Unsupported, file.path() + " holds a UNet alone (ComfyUI-GGUF's layout: UNet keys without "
                                                    "'model.diffusion_model.'): pass it as --unet beside a checkpoint "
                                                    "that has the text encoders and VAE (-m)");

@@ -24,18 +24,6 @@ using namespace kiln;
 
 namespace {
 
-GenerationRequest small_request() {
-    GenerationRequest r;
-    r.prompt = "a red circle";
-    r.negative_prompt = "blue";
-    r.width = 64;
-    r.height = 48;
-    r.steps = 2;
-    r.seed = 5;
-    r.sampler = "euler";
-    return r;
-}
-
 // The largest difference between two images in levels of 255. In float32 a recovered run differs from the
 // uninjected one by rounding (another route, the decode in bands: 1.5 x 2e-5 of the image's scale at most,
 // model_conformance_test.cpp), so by at most one level where a value sits on a level's edge.
@@ -59,7 +47,7 @@ TEST_P(AllocationFailures, GenerationRecoversOrFailsAndTheBackendStaysUsable) {
     o.device = gpu.device();
     o.precision = DType::F32;
     const StableDiffusionModel model = load_model(kiln::test::data_path("sd15-mini/diffusers"), o);
-    const GenerationRequest r = small_request();
+    const GenerationRequest r = kiln::test::small_generation(2);
     generate(model, r);  // first calls: pipelines, routes and recordings made
     fail_allocation_at(device, std::numeric_limits<int64_t>::max());
     const GenerationResult want = generate(model, r);

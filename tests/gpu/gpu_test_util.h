@@ -9,6 +9,7 @@
 
 #include "core/backend.h"
 #include "gpu/linked_backends.h"
+#include "pipeline/generate.h"
 
 namespace kiln::test {
 
@@ -19,6 +20,19 @@ inline std::vector<std::string> gpu_device_names() {
     for (const DeviceDescription& d : list_devices())
         if (!d.device.is_cpu()) out.push_back(device_name(d.device));
     return out;
+}
+
+// A small generation for the fixture models (64x48 pixels, Euler, with guidance): quick on lavapipe too.
+inline GenerationRequest small_generation(int steps) {
+    GenerationRequest r;
+    r.prompt = "a red circle";
+    r.negative_prompt = "blue";
+    r.width = 64;
+    r.height = 48;
+    r.steps = steps;
+    r.seed = 11;
+    r.sampler = "euler";
+    return r;
 }
 
 // The dtypes a backend computes in, of F32, F16 and BF16 (Vulkan has no BF16).

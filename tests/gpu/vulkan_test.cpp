@@ -370,6 +370,7 @@ TEST(VulkanAttention, FlashKernelAndProductsAgreeWithTheHost) {
         int b, lq, lk, heads, d;
         bool causal;
     };
+    const int was_queries = vk.flash_queries();
     for (DType t : {DType::F32, DType::F16}) {
         if (t == DType::F16 && !vk.supports(DType::F16)) continue;
         for (Case c : {Case{2, 70, 129, 2, 40, false}, Case{1, 65, 65, 1, 80, true}, Case{1, 66, 70, 1, 160, false},
@@ -406,7 +407,7 @@ TEST(VulkanAttention, FlashKernelAndProductsAgreeWithTheHost) {
         }
     }
     vk.set_attention(was);
-    vk.set_flash_queries(0);
+    vk.set_flash_queries(was_queries);
 }
 
 // Scores that grow from one block of keys to the next (key j's row of k times 1 + j / 8, up to 26x): the matrix flash

@@ -37,17 +37,8 @@ bool same_bits(const Tensor& a, const Tensor& b) {
     return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), size_t(a.numel()) * 4) == 0;
 }
 
-GenerationRequest small_request() {
-    GenerationRequest r;
-    r.prompt = "a red circle";
-    r.negative_prompt = "blue";
-    r.width = 64;
-    r.height = 48;
-    r.steps = 3;
-    r.seed = 11;
-    r.sampler = "euler";
-    return r;
-}
+// Three steps: three UNet calls a generation (eager, recorded, replayed).
+GenerationRequest small_request() { return kiln::test::small_generation(3); }
 
 }  // namespace
 

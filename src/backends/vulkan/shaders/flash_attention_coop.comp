@@ -108,7 +108,8 @@ void subgroup_sync() {
 }
 
 // The matrices are named one by one, never held in arrays (NVIDIA's driver runs arrays of cooperative matrices far
-// slower: gemm_coop.glsl). FOR_D spells out the head's 16-column tiles, FOR_KT the block's 16-key tiles.
+// slower: gemm_coop.glsl). FOR_D spells out the head's 16-column tiles, FOR_KT the block's 16-key tiles (with a
+// second argument passed on, so that FOR_D's head tile can reach into it).
 #if D_TILES == 3
 #define FOR_D(X) X(0) X(1) X(2)
 #elif D_TILES == 4
@@ -123,19 +124,19 @@ void subgroup_sync() {
 #error "flash_attention_coop.comp: D_TILES is one of 3, 4, 5, 8, 10 (kernels.cmake)"
 #endif
 #if D_TILES <= 5  // BC 64: 4 tiles of 16 keys
-#define FOR_KT(X) X(0) X(1) X(2) X(3)
+#define FOR_KT(X, j) X(0, j) X(1, j) X(2, j) X(3, j)
 #else
-#define FOR_KT(X) X(0) X(1)
+#define FOR_KT(X, j) X(0, j) X(1, j)
 #endif
 #define DECLARE_Q(j) MatA qm##j;
 #define LOAD_Q(j) coopMatLoad(qm##j, sh_kv, 16u * sg * ROW + 2u * j, ROW, ROW_MAJOR);
 #define DECLARE_O(j) MatC om##j = MatC(0.0);
 #define SCORE(j) coopMatLoad(kt, sh_kv, 16u * c * ROW + 2u * j, ROW, gl_CooperativeMatrixLayoutColumnMajor); \
                  s = coopMatMulAdd(qm##j, kt, s);
-#define DECLARE_P(c) MatA pm##c;
-#define LOAD_P(c) coopMatLoad(pm##c, sh_sg, own + 2u * c, PROW, ROW_MAJOR);
+#define DECLARE_P(c, unused) MatA pm##c;
+#define LOAD_P(c, unused) coopMatLoad(pm##c, sh_sg, own + 2u * c, PROW, ROW_MAJOR);
 #define PV(c, j) coopMatLoad(vt, sh_kv, (BC + 16u * c) * ROW + 2u * j, ROW, ROW_MAJOR); om##j = coopMatMulAdd(pm##c, vt, om##j);
-#define PV_ALL_KEYS(j) FOR_KT(PV_KEYS_##j)
+#define PV_ALL_KEYS(j) FOR_KT(PV, j)
 #define STAGE_O(j) subgroup_sync(); coopMatStore(om##j, sh_sg, own, SROW, ROW_MAJOR); subgroup_sync();
 
 // The pair's 8 columns of tile j (columns 8h .. 8h + 7 of row r) out of the scratch, times f, and back.
@@ -145,17 +146,6 @@ void rescale_staged(float f) {
     sh_sg[at + 1u] = floatBitsToUint(uintBitsToFloat(sh_sg[at + 1u]) * f);
 }
 #define RESCALE_O(j) STAGE_O(j) rescale_staged(rescale); subgroup_sync(); coopMatLoad(om##j, sh_sg, own, SROW, ROW_MAJOR);
-
-#define PV_KEYS_0(c) PV(c, 0)
-#define PV_KEYS_1(c) PV(c, 1)
-#define PV_KEYS_2(c) PV(c, 2)
-#define PV_KEYS_3(c) PV(c, 3)
-#define PV_KEYS_4(c) PV(c, 4)
-#define PV_KEYS_5(c) PV(c, 5)
-#define PV_KEYS_6(c) PV(c, 6)
-#define PV_KEYS_7(c) PV(c, 7)
-#define PV_KEYS_8(c) PV(c, 8)
-#define PV_KEYS_9(c) PV(c, 9)
 
 // Row qi's columns 16 j + 8h .. + 7 of the output from the staged tile at uvec4 `at`, times inv.
 void store_row(uint j, float inv, uint qi, uint ob, uint at) {
@@ -259,8 +249,8 @@ void main() {
         row_sum = row_sum * rescale + pair_sum + sh_pair[t ^ 1u];
 
         // out += P V: P (16 x BC) from the scratch, V's rows are B's rows.
-        FOR_KT(DECLARE_P)
-        FOR_KT(LOAD_P)
+        FOR_KT(DECLARE_P, _)
+        FOR_KT(LOAD_P, _)
         FOR_D(PV_ALL_KEYS)
         barrier();  // K, V and every scratch read before the next block overwrites them
     }
