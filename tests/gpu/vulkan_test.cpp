@@ -616,6 +616,19 @@ TEST(VulkanSettings, ProductBuildsAndSplitKFromTheEnvironment) {
             EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_ATTENTION"), std::string::npos) << e.what();
         }
     }
+    EXPECT_EQ(vulkan::flash_queries_from_env(nullptr), 0);
+    EXPECT_EQ(vulkan::flash_queries_from_env(""), 0);
+    EXPECT_EQ(vulkan::flash_queries_from_env("64"), 64);
+    EXPECT_EQ(vulkan::flash_queries_from_env("128"), 128);
+    for (const char* bad : {"32", "256", "128 ", "auto"}) {
+        try {
+            vulkan::flash_queries_from_env(bad);
+            ADD_FAILURE() << bad << " was taken";
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_FLASH_QUERIES"), std::string::npos) << e.what();
+        }
+    }
     EXPECT_EQ(vulkan::matrix_extension_from_env(nullptr), "");
     EXPECT_EQ(vulkan::matrix_extension_from_env("khr"), "khr");
     EXPECT_EQ(vulkan::matrix_extension_from_env("nv"), "nv");
