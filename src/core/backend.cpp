@@ -25,7 +25,9 @@ DeviceBuffer::DeviceBuffer(Backend& backend, int64_t bytes)
     : backend_(&backend),
       data_(bytes > 0 ? backend.allocate(bytes) : nullptr),
       bytes_(bytes),
-      lease_(bytes, current_memory_category(), memory_device(device_name(backend.device()))) {}
+      lease_(backend.allocations_are_real() ? MemoryLease(bytes, current_memory_category(),
+                                                          memory_device(device_name(backend.device())))
+                                            : MemoryLease()) {}
 
 void* Backend::allocate_host(int64_t bytes) { return ::operator new(size_t(bytes), std::nothrow); }
 void Backend::deallocate_host(void* p) noexcept { ::operator delete(p); }

@@ -54,6 +54,15 @@ public:
     // Gives memory the backend caches but does not use back to the device.
     virtual void release_cached_memory() {}
 
+    // A shape-only pass (core/dry_run.h, through DryRun): from start_dry_run() to finish_dry_run() allocations are
+    // counted and not made, and no work runs. False where the backend has none (then nothing changed).
+    virtual bool start_dry_run() { return false; }
+    virtual void finish_dry_run() noexcept {}
+    virtual int64_t dry_run_peak_bytes() const { return 0; }  // the most the pass's allocations held at once
+    // Whether what allocate() gives now is device memory kiln holds (false while dry: the memory accounting,
+    // core/memory.h, leaves such buffers out).
+    virtual bool allocations_are_real() const { return true; }
+
     // Device memory. allocate throws ErrorKind::OutOfMemory naming the bytes asked and free.
     virtual void* allocate(int64_t bytes) = 0;
     virtual void deallocate(void* p) noexcept = 0;

@@ -6,6 +6,6 @@
 #pragma once
 #include "core/backend.h"
 
-#define KILN_BACKEND_PLUGIN_ENTRY kiln_backend_plugin_v1
+#define KILN_BACKEND_PLUGIN_ENTRY kiln_backend_plugin_v2
 
 extern "C" void KILN_BACKEND_PLUGIN_ENTRY(kiln::BackendFactory* factory);

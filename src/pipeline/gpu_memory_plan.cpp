@@ -1,8 +1,10 @@
 #include "pipeline/gpu_memory_plan.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "kiln/error.h"
+#include "pipeline/dry_run_plan.h"
 #include "pipeline/memory_check.h"
 
 namespace kiln {
@@ -41,7 +43,12 @@ std::string GpuMemoryPlan::describe() const {
         out += "  LoRA merges: " + std::to_string(extras.unmerged_loras.modules) + " weights, no more device memory\n";
     for (const StageEstimate& s : stages)
         out += "  " + s.stage + ": " + format_mib(s.total(0)) + " (weights on the device " + format_mib(s.pages) +
-               ", activations " + format_mib(s.activations) + ")\n";
+               ", activations " + format_mib(s.activations) +
+               (s.stage == "denoise" ? unet_call_derived ? ": a UNet call run dry through the backend's ops"
+                                                         : ": estimated"
+                : s.stage == "vae_decode" ? vae_decode_derived ? ": the decode run dry through the backend's ops"
+                                                               : ": estimated"
+                                          : "") + ")\n";
     out += "  predicted peak of kiln's device memory: " + format_mib(peak()) + "\n";
     return out;
 }
@@ -69,8 +76,22 @@ int64_t in_dtype(int64_t cpu_estimate, DType dtype, int64_t scratch) {
     return activations / 4 * int64_t(dtype_size(dtype)) + scratch;
 }
 
+// The figures a dry run through the backend's ops gives (dry_run_plan.h), asked once for every plan: -1 not yet
+// asked, -2 where the backend has none (then the CPU estimates in the model's dtype and the fitted scratch).
+struct DryFigures {
+    int64_t unet_call = -1, vae_decode = -1;
+};
+
+int64_t once(int64_t& figure, const std::function<int64_t()>& ask) {
+    if (figure == -1) {
+        const int64_t got = ask();
+        figure = got >= 0 ? got : -2;
+    }
+    return figure;
+}
+
 GpuMemoryPlan make_plan(const StableDiffusionModel& model, int width, int height, int batch,
-                        GpuWeightPlacement weights, bool vae_tiled, const PlanExtras& extras) {
+                        GpuWeightPlacement weights, bool vae_tiled, const PlanExtras& extras, DryFigures& dry) {
     GpuMemoryPlan p;
     p.weights = weights;
     p.vae_tiled = vae_tiled;
@@ -85,16 +106,26 @@ GpuMemoryPlan make_plan(const StableDiffusionModel& model, int width, int height
     p.stages.push_back({"text_encode", text + (unet_stays ? unet : 0) + (resident ? vae : 0), kTextScratch});
     if (model.unet) {
         const int64_t held = weights == GpuWeightPlacement::Streamed ? model.unet->streamed_device_bytes() : unet;
+        const int64_t call = once(dry.unet_call, [&] {
+            return unet_call_peak_bytes(model, width, height, batch * extras.unet_rows_per_image);
+        });
+        p.unet_call_derived = call >= 0;
         p.stages.push_back({"denoise", held + (resident ? text + vae : 0),
-                            in_dtype(estimate_unet_activation_bytes(model, width, height, batch,
-                                                                    extras.unet_rows_per_image),
-                                     model.precision,
-                                     kUNetScratch)});
+                            call >= 0 ? call
+                                      : in_dtype(estimate_unet_activation_bytes(model, width, height, batch,
+                                                                                extras.unet_rows_per_image),
+                                                 model.precision, kUNetScratch)});
     }
-    if (model.vae)
+    if (model.vae) {
+        // The decode in bands keeps its estimate: its band size comes from the budget (generate.cpp).
+        const int64_t whole =
+            vae_tiled ? -2 : once(dry.vae_decode, [&] { return vae_decode_peak_bytes(model, width, height, batch); });
+        p.vae_decode_derived = whole >= 0;
         p.stages.push_back({"vae_decode", vae + (unet_stays ? unet : 0) + (resident ? text : 0),
-                            in_dtype(estimate_vae_decode_bytes(model, width, height, batch, vae_tiled),
-                                     model.vae->weight_dtype(), kVaeScratch)});
+                            whole >= 0 ? whole
+                                       : in_dtype(estimate_vae_decode_bytes(model, width, height, batch, vae_tiled),
+                                                  model.vae->weight_dtype(), kVaeScratch)});
+    }
     return p;
 }
 
@@ -103,10 +134,11 @@ GpuMemoryPlan make_plan(const StableDiffusionModel& model, int width, int height
 std::vector<GpuMemoryPlan> gpu_memory_plans(const StableDiffusionModel& model, int width, int height, int batch,
                                             VaeTiling tiling, const PlanExtras& extras) {
     std::vector<GpuMemoryPlan> plans;
+    DryFigures dry;  // one dry run of each for every plan
     for (GpuWeightPlacement w : {GpuWeightPlacement::Resident, GpuWeightPlacement::Stages,
                                  GpuWeightPlacement::EachStage, GpuWeightPlacement::Streamed}) {
-        if (tiling != VaeTiling::On) plans.push_back(make_plan(model, width, height, batch, w, false, extras));
-        if (tiling != VaeTiling::Off) plans.push_back(make_plan(model, width, height, batch, w, true, extras));
+        if (tiling != VaeTiling::On) plans.push_back(make_plan(model, width, height, batch, w, false, extras, dry));
+        if (tiling != VaeTiling::Off) plans.push_back(make_plan(model, width, height, batch, w, true, extras, dry));
     }
     return plans;
 }
@@ -124,7 +156,8 @@ GpuMemoryPlan plan_gpu_memory(const StableDiffusionModel& model, int width, int 
 
 GpuMemoryPlan gpu_memory_plan_with(const StableDiffusionModel& model, int width, int height, int batch,
                                    GpuWeightPlacement weights, VaeTiling tiling, const PlanExtras& extras) {
-    return make_plan(model, width, height, batch, weights, tiling == VaeTiling::On, extras);
+    DryFigures dry;
+    return make_plan(model, width, height, batch, weights, tiling == VaeTiling::On, extras, dry);
 }
 
 void place_weights_for_stage(const StableDiffusionModel& model, const GpuMemoryPlan& plan, const std::string& stage) {

@@ -31,6 +31,10 @@ struct GpuMemoryPlan {
     int batch = 1;
     PlanExtras extras;
     std::vector<StageEstimate> stages;  // `pages` holds the weights on the device during the stage
+    // Whether the denoise stage's activations come from a UNet call run dry through the backend's own ops
+    // (pipeline/dry_run_plan.h: Vulkan) rather than the fitted estimate (CUDA).
+    bool unet_call_derived = false;
+    bool vae_decode_derived = false;  // likewise the whole decode's (the decode in bands keeps its estimate)
     int64_t peak() const;
     std::string describe() const;
 };

@@ -228,12 +228,22 @@ void VulkanBackend::set_upload_ahead(bool on, TransferQueue queue) {
                      transfer_queues_.family >= 0 ? std::to_string(transfer_queues_.family).c_str() : "none");
 }
 
+bool VulkanBackend::start_dry_run() {
+    require(!dry_, ErrorKind::InvalidArgument, device_name(device()) + ": a dry run inside another");
+    if (capturing_) return false;
+    dry_memory_.reset();
+    dry_ = true;
+    return true;
+}
+
 void VulkanBackend::time_begin(ops::OpKind kind, double flops) {
+    if (dry_) return;
     record_begin();
     timeline_->begin(target_, kind, flops);
 }
 
 void VulkanBackend::time_end() noexcept {
+    if (dry_) return;
     // The op may have waited for the device inside (a product timing its builds): the stream's buffer is
     // then reset, and the end's timestamp begins it again. A buffer that cannot begin loses the span.
     try {
@@ -348,7 +358,7 @@ void VulkanBackend::flush() {
 
 void VulkanBackend::dispatch_bytes(const char* name, const void* params, uint32_t bytes, uint32_t x, uint32_t y,
                                    uint32_t z) {
-    if (x == 0 || y == 0 || z == 0) return;
+    if (x == 0 || y == 0 || z == 0 || dry_) return;
     const VkPipeline p = kernels_->pipeline(name);
     record_begin();
     const Api& a = api();
@@ -360,6 +370,7 @@ void VulkanBackend::dispatch_bytes(const char* name, const void* params, uint32_
 }
 
 void VulkanBackend::upload(void* dst, const void* src, int64_t bytes) {
+    if (DryRunMemory::owns(dst)) return;  // a dry run's tensor (core/dry_run.h): no memory behind it
     // Staged without waiting: the copies run at the next submit, and src may be reused at once. Not inside a
     // recording, whose replays would copy whatever the staging memory then holds.
     require(!capturing_, ErrorKind::Unsupported, "vulkan: an upload inside a recorded call");
@@ -466,7 +477,7 @@ VulkanBackend::HostRange VulkanBackend::host_range(const void* src, int64_t byte
 }
 
 void VulkanBackend::upload_async(void* dst, const void* src, int64_t bytes) {
-    if (bytes <= 0) return;
+    if (bytes <= 0 || DryRunMemory::owns(dst)) return;
     require(!capturing_, ErrorKind::Unsupported, "vulkan: an upload inside a recorded call");
     const HostRange from = host_range(src, bytes, "upload_async");
     const VulkanMemory::Location where = memory_->locate(dst);
@@ -477,6 +488,7 @@ void VulkanBackend::upload_async(void* dst, const void* src, int64_t bytes) {
 }
 
 void VulkanBackend::upload_ahead(void* dst, const void* src, int64_t bytes) {
+    if (DryRunMemory::owns(dst)) return;
     // A recorded call copies in line: its replays could not wait for copies made once.
     if (!transfer_ || capturing_) return upload_async(dst, src, bytes);
     if (bytes <= 0) return;
@@ -491,6 +503,7 @@ void VulkanBackend::upload_ahead(void* dst, const void* src, int64_t bytes) {
 }
 
 void VulkanBackend::deallocate(void* p) noexcept {
+    if (DryRunMemory::owns(p)) return dry_memory_.deallocate(p);
     // A copy's destination freed before anything waited for the copy (a buffer fetched ahead, then dropped): the
     // work that reuses the block must follow the copy.
     if (std::find(ahead_destinations_.begin(), ahead_destinations_.end(), p) != ahead_destinations_.end()) {
@@ -519,6 +532,10 @@ void VulkanBackend::wait_for_uploads_ahead() {
 }
 
 void VulkanBackend::download(void* dst, const void* src, int64_t bytes) {
+    if (DryRunMemory::owns(src)) {  // a dry run's tensor reads as zeros
+        if (bytes > 0) std::memset(dst, 0, size_t(bytes));
+        return;
+    }
     char* to = static_cast<char*>(dst);
     const char* from = static_cast<const char*>(src);
     submit_and_wait();  // the staging memory may hold uploads not yet copied
@@ -538,7 +555,7 @@ void VulkanBackend::download(void* dst, const void* src, int64_t bytes) {
 }
 
 void VulkanBackend::copy(void* dst, const void* src, int64_t bytes) {
-    if (bytes <= 0) return;
+    if (bytes <= 0 || DryRunMemory::owns(dst) || DryRunMemory::owns(src)) return;
     const VulkanMemory::Location from = memory_->locate(src), to = memory_->locate(dst);
     record_begin();
     VkBufferCopy region{from.offset, to.offset, VkDeviceSize(bytes)};
@@ -548,7 +565,7 @@ void VulkanBackend::copy(void* dst, const void* src, int64_t bytes) {
 
 void VulkanBackend::copy_strided(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t bytes,
                                  int64_t count) {
-    if (bytes <= 0 || count <= 0) return;
+    if (bytes <= 0 || count <= 0 || DryRunMemory::owns(dst) || DryRunMemory::owns(src)) return;
     // One command with a region per run; the runs of one tensor lie in one buffer.
     const VulkanMemory::Location from = memory_->locate(src), to = memory_->locate(dst);
     std::vector<VkBufferCopy> regions(static_cast<size_t>(count));
@@ -564,6 +581,7 @@ void VulkanBackend::convert(const void* src, DType src_type, void* dst, DType ds
     require(supports(src_type) && supports(dst_type), ErrorKind::Unsupported,
             device_name(device()) + " cannot convert " + dtype_name(src_type) + " to " + dtype_name(dst_type));
     if (src_type == dst_type) return copy(dst, src, dtype_storage_bytes(src_type, n));
+    if (DryRunMemory::owns(dst) || DryRunMemory::owns(src)) return;
     require(!is_block_quantized(dst_type), ErrorKind::Unsupported,
             device_name(device()) + " cannot quantize to " + dtype_name(dst_type) + " (quantize on the host)");
     require(n < (int64_t(1) << 32), ErrorKind::Unsupported, "vulkan: a tensor of 2^32 or more values");
@@ -610,7 +628,7 @@ Tensor VulkanBackend::run_recorded(const std::string& key, const std::vector<con
 void VulkanBackend::forget_recordings(const std::string& key_prefix) { recorder_.forget(key_prefix); }
 
 // While a profiler wants GPU time per op, calls run eagerly so that each op writes its timestamps.
-bool VulkanBackend::recording_enabled() const { return recording_enabled_ && !ops::device_spans_wanted(); }
+bool VulkanBackend::recording_enabled() const { return recording_enabled_ && !dry_ && !ops::device_spans_wanted(); }
 
 void VulkanBackend::begin_recording() {
     submit_and_wait();

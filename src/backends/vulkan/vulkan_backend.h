@@ -20,6 +20,7 @@
 #include "backends/vulkan/vulkan_memory.h"
 #include "backends/vulkan/vulkan_transfer.h"
 #include "core/backend.h"
+#include "core/dry_run.h"
 #include "ops/call_recorder.h"
 #include "ops/op_list.h"
 
@@ -39,6 +40,13 @@ public:
         return true;
     }
     void release_cached_memory() override { memory_->release_cached(); }
+    // A shape-only pass (core/dry_run.h): the ops run their checks and ask for their tensors and scratch as in a
+    // real call, which the backend counts; no kernel, copy or timing runs. Not inside a recorded call.
+    bool start_dry_run() override;
+    void finish_dry_run() noexcept override { dry_ = false; }
+    int64_t dry_run_peak_bytes() const override { return dry_memory_.peak_bytes(); }
+    bool allocations_are_real() const override { return !dry_; }
+    bool dry_run() const { return dry_; }
     // The largest tensor: within one allocation and within what one kernel operand may span (in the narrowest
     // dtype this backend computes in, float32, the most a planner must assume).
     int64_t max_allocation_bytes() const override {
@@ -50,7 +58,7 @@ public:
         return memory_->forced_binding() ? "KILN_VULKAN_MAX_BINDING" : "the kernels' 32-bit indices";
     }
     VulkanMemory& memory() { return *memory_; }
-    void* allocate(int64_t bytes) override { return memory_->allocate(bytes); }
+    void* allocate(int64_t bytes) override { return dry_ ? dry_memory_.allocate(bytes) : memory_->allocate(bytes); }
     void deallocate(void* p) noexcept override;
     void upload(void* dst, const void* src, int64_t bytes) override;
     void download(void* dst, const void* src, int64_t bytes) override;
@@ -199,6 +207,8 @@ private:
     std::vector<const void*> ahead_destinations_;  // of the copies no compute submission waits for yet
     VkCommandBuffer target_ = VK_NULL_HANDLE;    // where commands go: commands_, or a recording's buffer
     bool capturing_ = false;
+    bool dry_ = false;  // start_dry_run
+    DryRunMemory dry_memory_;
     bool recording_enabled_ = true;
     ops::CallRecorder recorder_;
     VkCommandBuffer recording_buffer_ = VK_NULL_HANDLE;  // a recorded call's, between begin_ and end_recording

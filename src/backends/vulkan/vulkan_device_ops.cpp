@@ -85,6 +85,8 @@ uint32_t element_groups(int64_t n) { return static_cast<uint32_t>(std::clamp<int
 // Whether two device tensors share memory: a fused kernel writing `out` while it reads `in` would race.
 bool overlaps(const Tensor& out, const Tensor* in) {
     if (!in || !out.on_device() || !in->on_device() || out.numel() == 0 || in->numel() == 0) return false;
+    // Two buffers are two allocations (and a weight's address is not taken where it may be offloaded: a dry run).
+    if (out.device_buffer() != in->device_buffer()) return false;
     const auto begin = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.device_data()); };
     const auto end = [&](const Tensor& t) { return begin(t) + uintptr_t(dtype_storage_bytes(t.dtype(), t.numel())); };
     return begin(out) < end(*in) && begin(*in) < end(out);
@@ -237,6 +239,8 @@ uint64_t VulkanDeviceOps::bind(const Tensor& t, int64_t elements) const {
         fail(ErrorKind::OutOfMemory, device_name(t.device()) + ": a kernel operand of " + mib(span) + " (" +
                                          shape_str(t.shape()) + " " + dtype_name(t.dtype()) + ") is more than one kernel may read, " +
                                          mib(limit) + " (" + backend_.binding_limit_name() + ")");
+    // A dry run (core/dry_run.h) dispatches nothing: no address is taken, so offloaded weights stay where they are.
+    if (backend_.dry_run()) return 0;
     return reinterpret_cast<uint64_t>(ops::device_at(t, elements));
 }
 uint64_t VulkanDeviceOps::bind(const Tensor* t) const { return t ? bind(*t) : 0; }
@@ -277,7 +281,8 @@ void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const Prod
     // The choice is kept per shape, not per matrix kernel: where the kernel selected now cannot take this product
     // (KILN_VULKAN_COOP changed to one without q8_0 kernels), the 128x128 tiles do.
     if (auto it = builds_.find(key); it != builds_.end()) return go(is_matrix(it->second) && !matrix ? kLarge : it->second);
-    if (backend_.recording_call()) return go(matrix ? kMatrix : kSmall);  // no timing inside a recording
+    // No timing inside a recording, nor in a dry run (whose choice is not kept: a real call times the builds).
+    if (backend_.recording_call() || backend_.dry_run()) return go(matrix ? kMatrix : kSmall);
     // Each build once untimed (its pipeline is made, its caches warm), then once timed on the host clock
     // around a submit: the products that matter take milliseconds, the submit tens of microseconds.
     int best = -1, last = -1;
@@ -943,11 +948,15 @@ Tensor VulkanDeviceOps::timestep_embedding(const Tensor& timesteps, int dim, boo
     if (y.numel() == 0) return y;
     Timed scope(backend_, ops::OpKind::TimestepEmbedding);
     const auto key = std::tuple{half, downscale_freq_shift, max_period};
-    auto it = frequencies_.find(key);
-    if (it == frequencies_.end()) {
+    Tensor uncached;  // a dry run's (core/dry_run.h): kept by no cache, which real calls read
+    const Tensor* frequencies = nullptr;
+    if (auto it = frequencies_.find(key); it != frequencies_.end()) {
+        frequencies = &it->second;
+    } else {
         const std::vector<float> f = ops::timestep_frequencies(half, downscale_freq_shift, max_period);
         Tensor host({int64_t(std::max(half, 1))}, f.empty() ? std::vector<float>{0.0f} : f);
-        it = frequencies_.emplace(key, host.to_device(backend_, DType::F32)).first;
+        if (backend_.dry_run()) frequencies = &(uncached = host.to_device(backend_, DType::F32));
+        else frequencies = &frequencies_.emplace(key, host.to_device(backend_, DType::F32)).first->second;
     }
     if (half == 0) {  // dim 1: the zero column alone
         const Tensor zeros = Tensor(y.shape()).to_device(backend_, out_type);
@@ -957,7 +966,7 @@ Tensor VulkanDeviceOps::timestep_embedding(const Tensor& timesteps, int dim, boo
     struct {
         uint64_t t, freq, y;
         uint32_t n, dim, half_dim, sin_at, cos_at;
-    } p{bind(timesteps), bind(it->second), bind(y), u32(timesteps.numel(), "timestep_embedding", timesteps),
+    } p{bind(timesteps), bind(*frequencies), bind(y), u32(timesteps.numel(), "timestep_embedding", timesteps),
         uint32_t(dim), uint32_t(half), uint32_t(flip_sin_to_cos ? half : 0), uint32_t(flip_sin_to_cos ? 0 : half)};
     backend_.dispatch(kernel("timestep_embedding", y).c_str(), p, element_groups(timesteps.numel() * half));
     return y;

@@ -1,0 +1,21 @@
+// The memory plans' figures derived from the ops themselves: a UNet call (and the VAE's whole decode) run dry (core/dry_run.h) through the
+// model's GPU backend, at the plan's shapes, before anything is allocated. The peak it gives is that of kiln's
+// device tensors in the call, the backend's scratch included (a convolution's columns, attention's score blocks,
+// split products' partial sums), as a real call at those shapes asks for them. Where the backend has no dry
+// run (CUDA so far), the plans keep their fitted figures (gpu_memory_plan.cpp).
+#pragma once
+#include <cstdint>
+
+#include "models/model.h"
+
+namespace kiln {
+
+// The most bytes of device tensors one UNet call of `rows` rows of width x height images holds at once, its
+// inputs (latents, timesteps, a 77-token context, SDXL's pooled embeddings and time ids) and output included;
+// -1 where the model is on the CPU or its backend has no dry run.
+int64_t unet_call_peak_bytes(const StableDiffusionModel& model, int width, int height, int rows);
+
+// The same for the VAE's whole decode of `batch` width x height images, the latents included.
+int64_t vae_decode_peak_bytes(const StableDiffusionModel& model, int width, int height, int batch);
+
+}  // namespace kiln

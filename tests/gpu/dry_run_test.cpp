@@ -1,0 +1,185 @@
+// A UNet call and a VAE decode run dry (core/dry_run.h, pipeline/dry_run_plan.h): the backend counts what its ops ask for and runs
+// nothing. Its peak must be what a real call at those shapes holds, since the memory plans take it for the denoise
+// stage (gpu_memory_plan.cpp), and it must leave no trace: no device memory taken, no accounting, no weight
+// moved, no cached tensor a real call would then read. Run once per GPU device (lavapipe's Vulkan in CI); skipped
+// where the backend has no dry run (CUDA so far).
+#include <gtest/gtest.h>
+
+#include "common/fixtures.h"
+#include "core/dry_run.h"
+#include "core/memory.h"
+#include "gpu_test_util.h"
+#include "pipeline/dry_run_plan.h"
+#include "pipeline/generate.h"
+#include "pipeline/gpu_memory_plan.h"
+
+using namespace kiln;
+using kiln::test::data_path;
+
+namespace {
+
+StableDiffusionModel load_mini(const std::string& name, Device device, bool offload) {
+    LoadOptions o;
+    o.device = device;
+    o.precision = DType::F32;
+    o.offload_weights = offload;
+    return load_model(data_path(name + "/diffusers"), o);
+}
+
+struct CallInputs {
+    Tensor sample, timesteps, context, text_embeds, time_ids;
+};
+
+// Host inputs of one UNet call of `rows` rows at width x height, the values arbitrary but fixed.
+CallInputs host_inputs(const UNetConfig& c, int width, int height, int rows) {
+    CallInputs h;
+    h.sample = Tensor({rows, c.in_channels, height / 8, width / 8});
+    for (int64_t i = 0; i < h.sample.numel(); ++i) h.sample[i] = float(i % 13) / 6.0f - 1.0f;
+    h.timesteps = Tensor({rows}, std::vector<float>(size_t(rows), 421.0f));
+    h.context = Tensor({rows, 77, c.cross_attention_dim});
+    for (int64_t i = 0; i < h.context.numel(); ++i) h.context[i] = float(i % 7) / 3.0f - 1.0f;
+    if (c.addition_time_embed_dim > 0) {
+        h.text_embeds = Tensor({rows, c.projection_class_embeddings_input_dim - 6 * c.addition_time_embed_dim});
+        for (int64_t i = 0; i < h.text_embeds.numel(); ++i) h.text_embeds[i] = float(i % 5) / 2.0f - 1.0f;
+        h.time_ids = Tensor({rows, 6}, std::vector<float>(size_t(rows) * 6, 64.0f));
+    }
+    return h;
+}
+
+UNetInputs inputs_of(const CallInputs& x) {
+    UNetInputs in{&x.sample, &x.timesteps, &x.context};
+    if (!x.text_embeds.empty()) in.text_embeds = &x.text_embeds, in.time_ids = &x.time_ids;
+    return in;
+}
+
+int64_t device_bytes_now(const Backend& gpu) {
+    return memory_stats().device(device_name(gpu.device())).total.current;
+}
+
+// The most bytes of device tensors a real call holds beyond what was held before it, its inputs included (the
+// second call: the first times the products' builds, which a dry run does not).
+int64_t real_call_peak(const StableDiffusionModel& m, Backend& gpu, const CallInputs& host) {
+    const MemoryDevice device = memory_device(device_name(gpu.device()));
+    int64_t peak = 0;
+    for (int call = 0; call < 2; ++call) {
+        const int64_t before = device_bytes_now(gpu);
+        reset_memory_window(device);
+        CallInputs d;
+        d.sample = host.sample.to_device(gpu, DType::F32);
+        d.timesteps = host.timesteps.to_device(gpu, DType::F32);
+        d.context = host.context.to_device(gpu, DType::F32);
+        if (!host.text_embeds.empty()) {
+            d.text_embeds = host.text_embeds.to_device(gpu, DType::F32);
+            d.time_ids = host.time_ids.to_device(gpu, DType::F32);
+        }
+        (void)m.unet->forward(inputs_of(d)).to_host();
+        peak = memory_window_peak(device) - before;
+    }
+    return peak;
+}
+
+// The same for the VAE's whole decode of `batch` images.
+int64_t real_decode_peak(const StableDiffusionModel& m, Backend& gpu, int width, int height, int batch) {
+    const MemoryDevice device = memory_device(device_name(gpu.device()));
+    Tensor latents({batch, 4, height / 8, width / 8});
+    for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = float(i % 11) / 5.0f - 1.0f;
+    int64_t peak = 0;
+    for (int call = 0; call < 2; ++call) {
+        const int64_t before = device_bytes_now(gpu);
+        reset_memory_window(device);
+        (void)m.vae->decode(latents.to_device(gpu, DType::F32)).to_host();
+        peak = memory_window_peak(device) - before;
+    }
+    return peak;
+}
+
+}  // namespace
+
+class DryRunCall : public kiln::test::GpuTest {};
+KILN_GPU_TEST_SUITE(DryRunCall);
+
+// The dry call's peak against a real call's at the same shapes, for both UNet families and two sizes: the same
+// ops ask for the same tensors in the same order, so the figures are equal. The one freedom is the products'
+// build, which a real call picks by timing and a dry one takes as a recording does (run_product): a split
+// product's partial sums depend on it, a few KiB next to megabytes of activations, hence 1%.
+TEST_P(DryRunCall, PeakIsARealCallsPeak) {
+    Backend& gpu = this->gpu();
+    {
+        DryRun probe(gpu);
+        if (!probe.running()) GTEST_SKIP() << device_name(gpu.device()) << " has no dry run";
+    }
+    for (const char* name : {"sd15-mini", "sdxl-mini"}) {
+        const StableDiffusionModel m = load_mini(name, gpu.device(), false);
+        for (const auto& [w, h, rows] : {std::tuple{64, 48, 2}, std::tuple{96, 64, 4}}) {
+            const int64_t dry = unet_call_peak_bytes(m, w, h, rows);
+            const int64_t real = real_call_peak(m, gpu, host_inputs(m.unet->config(), w, h, rows));
+            std::printf("[ dry run ] %s %dx%d rows %d: dry %lld bytes, real %lld\n", name, w, h, rows,
+                        (long long)dry, (long long)real);
+            ASSERT_GT(real, 0);
+            EXPECT_NEAR(double(dry), double(real), 0.01 * double(real)) << name << " " << w << "x" << h;
+        }
+    }
+}
+
+// The VAE's whole decode, run dry and for real: equal for the same reason (its products and convolutions too).
+TEST_P(DryRunCall, DecodePeakIsARealDecodesPeak) {
+    Backend& gpu = this->gpu();
+    const StableDiffusionModel m = load_mini("sd15-mini", gpu.device(), false);
+    for (const auto& [w, h, batch] : {std::tuple{64, 48, 1}, std::tuple{96, 64, 2}}) {
+        const int64_t dry = vae_decode_peak_bytes(m, w, h, batch);
+        if (dry < 0) GTEST_SKIP() << device_name(gpu.device()) << " has no dry run";
+        const int64_t real = real_decode_peak(m, gpu, w, h, batch);
+        std::printf("[ dry run ] VAE decode %dx%d batch %d: dry %lld bytes, real %lld\n", w, h, batch, (long long)dry,
+                    (long long)real);
+        ASSERT_GT(real, 0);
+        EXPECT_NEAR(double(dry), double(real), 0.01 * double(real)) << w << "x" << h << " batch " << batch;
+    }
+}
+
+// Nothing of the dry run stays: no device memory, nothing counted, offloaded weights still off the device, and a
+// real call afterwards (its timestep frequencies first made inside the dry run, so not cached from it) computes
+// what the CPU computes, within the float32 bound of model_conformance_test.cpp.
+TEST_P(DryRunCall, LeavesNoTrace) {
+    Backend& gpu = this->gpu();
+    const StableDiffusionModel moving = load_mini("sd15-mini", gpu.device(), true);
+    const int64_t reserved = gpu.reserved_bytes(), counted = device_bytes_now(gpu);
+    const int64_t peak = unet_call_peak_bytes(moving, 64, 48, 2);
+    if (peak < 0) GTEST_SKIP() << device_name(gpu.device()) << " has no dry run";
+    EXPECT_GT(peak, 0);
+    EXPECT_EQ(gpu.reserved_bytes(), reserved) << "the dry run took device memory";
+    EXPECT_EQ(device_bytes_now(gpu), counted) << "the dry run's tensors were counted as kiln's memory";
+    EXPECT_EQ(moving.unet->device_weights().resident_bytes(), 0) << "a weight came to the device";
+
+    const StableDiffusionModel resident = load_mini("sd15-mini", gpu.device(), false);
+    const CallInputs host = host_inputs(resident.unet->config(), 64, 48, 2);
+    CallInputs d;
+    d.sample = host.sample.to_device(gpu, DType::F32);
+    d.timesteps = host.timesteps.to_device(gpu, DType::F32);
+    d.context = host.context.to_device(gpu, DType::F32);
+    const Tensor got = resident.unet->forward(inputs_of(d)).to_host();
+    LoadOptions cpu_options;
+    cpu_options.device = Device{};
+    const StableDiffusionModel cpu = load_model(data_path("sd15-mini/diffusers"), cpu_options);
+    const Tensor want = cpu.unet->forward(inputs_of(host));
+    EXPECT_LT(kiln::test::relative_error(got, want), 2e-5);
+}
+
+// The plans take the dry call for the denoise stage and the dry decode for the whole decode where the backend has
+// a dry run, and say so.
+TEST_P(DryRunCall, PlansTakeTheDryCall) {
+    Backend& gpu = this->gpu();
+    const StableDiffusionModel m = load_mini("sd15-mini", gpu.device(), true);
+    const int64_t call = unet_call_peak_bytes(m, 128, 96, 2), decode = vae_decode_peak_bytes(m, 128, 96, 1);
+    if (call < 0) GTEST_SKIP() << device_name(gpu.device()) << " has no dry run";
+    PlanExtras extras;
+    extras.unet_rows_per_image = 2;
+    for (const GpuMemoryPlan& p : gpu_memory_plans(m, 128, 96, 1, VaeTiling::Auto, extras)) {
+        EXPECT_TRUE(p.unet_call_derived);
+        EXPECT_EQ(p.vae_decode_derived, !p.vae_tiled);
+        for (const StageEstimate& s : p.stages) {
+            if (s.stage == "denoise") EXPECT_EQ(s.activations, call) << p.describe();
+            if (s.stage == "vae_decode" && !p.vae_tiled) EXPECT_EQ(s.activations, decode) << p.describe();
+        }
+        EXPECT_NE(p.describe().find("run dry"), std::string::npos) << p.describe();
+    }
+}
