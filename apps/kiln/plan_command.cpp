@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <string>
 
 #include "kiln/error.h"
 #include "pipeline/generate.h"
@@ -11,11 +12,32 @@
 #include "pipeline/lora_memory.h"
 #include "pipeline/lora_selection.h"
 #include "pipeline/memory_plan.h"
+#include "pipeline/upload_rate.h"
 #include "pipeline/vram_budget.h"
 #include "commands.h"
 #include "core/backend.h"
 
 namespace kiln::cli {
+
+namespace {
+
+// The time a plan's uploads take at `rate` bytes a second, for kiln plan: an upper bound where the copies wait
+// for nothing else, more than a streamed UNet pays where its blocks' copies overlap the work (fetched ahead).
+std::string describe_upload_time(const GpuMemoryPlan& plan, double rate) {
+    if (rate <= 0) return "";
+    char line[320];
+    const double per_call = double(plan.uploads_per_unet_call) / rate * 1e3;
+    std::snprintf(line, sizeof line, "  at %.1f GB/s (a 32 MiB upload timed now): %.0f ms each generation%s\n",
+                  rate / 1e9, double(plan.uploads_per_generation) / rate * 1e3,
+                  plan.uploads_per_unet_call == 0
+                      ? ""
+                      : (", " + std::to_string(int64_t(per_call + 0.5)) +
+                         " ms each UNet call (less where the copies overlap the work: a block's are fetched while "
+                         "the one before runs)").c_str());
+    return line;
+}
+
+}  // namespace
 
 CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
     CLI::App* cmd = app.add_subcommand(
@@ -84,7 +106,10 @@ int run_plan(const PlanOptions& o) {
     std::string described;
     std::function<bool(int)> fits;  // whether some plan for a batch of that many fits the budget
     if (gpu) {
-        described = plan_gpu_memory(model, r.width, r.height, r.batch_size, budget, tiling, extras).describe();
+        const GpuMemoryPlan chosen = plan_gpu_memory(model, r.width, r.height, r.batch_size, budget, tiling, extras);
+        described = chosen.describe();
+        if (chosen.uploads_per_generation > 0 || chosen.uploads_per_unet_call > 0)
+            described += describe_upload_time(chosen, measure_upload_rate(backend_for(placement.device)));
         fits = [&](int batch) {
             const GpuMemoryPlan* leanest = nullptr;
             return first_plan_within(gpu_memory_plans(model, r.width, r.height, batch, tiling, extras), budget,

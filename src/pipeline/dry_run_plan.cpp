@@ -2,6 +2,7 @@
 
 #include "core/backend.h"
 #include "core/dry_run.h"
+#include "kiln/error.h"
 
 namespace kiln {
 
@@ -24,7 +25,14 @@ int64_t unet_call_peak_bytes(const StableDiffusionModel& model, int width, int h
         in.text_embeds = &text_embeds;
         in.time_ids = &time_ids;
     }
-    (void)model.unet->forward(in);
+    try {
+        (void)model.unet->forward(in);
+    } catch (const Error& e) {
+        // An operand past what one kernel may read (VulkanDeviceOps::bind): the call cannot run whole at this
+        // size, which the plans' fitted figures and the run itself then say.
+        if (e.kind() == ErrorKind::OutOfMemory) return -1;
+        throw;
+    }
     return dry.peak_bytes();
 }
 
@@ -41,7 +49,12 @@ int64_t vae_decode_peak_bytes(const StableDiffusionModel& model, int width, int 
     const int f = c.downsample_factor();
     const Tensor latents = Tensor::empty_on(backend, {batch, c.latent_channels, height / f, width / f},
                                             model.vae->weight_dtype());
-    (void)model.vae->decode(latents);
+    try {
+        (void)model.vae->decode(latents);
+    } catch (const Error& e) {
+        if (e.kind() == ErrorKind::OutOfMemory) return -1;  // as above: the decode in bands is the way there
+        throw;
+    }
     return dry.peak_bytes();
 }
 

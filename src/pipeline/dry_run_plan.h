@@ -12,7 +12,8 @@ namespace kiln {
 
 // The most bytes of device tensors one UNet call of `rows` rows of width x height images holds at once, its
 // inputs (latents, timesteps, a 77-token context, SDXL's pooled embeddings and time ids) and output included;
-// -1 where the model is on the CPU or its backend has no dry run.
+// -1 where the model is on the CPU, its backend has no dry run, or the call cannot run whole (an operand past
+// what one kernel may read).
 int64_t unet_call_peak_bytes(const StableDiffusionModel& model, int width, int height, int rows);
 
 // The same for the VAE's whole decode of `batch` width x height images, the latents included.

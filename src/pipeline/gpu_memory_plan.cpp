@@ -50,6 +50,9 @@ std::string GpuMemoryPlan::describe() const {
                                                                : ": estimated"
                                           : "") + ")\n";
     out += "  predicted peak of kiln's device memory: " + format_mib(peak()) + "\n";
+    if (uploads_per_generation > 0 || uploads_per_unet_call > 0)
+        out += "  fitting uploads weights again: " + format_mib(uploads_per_generation) + " each generation" +
+               (uploads_per_unet_call > 0 ? ", " + format_mib(uploads_per_unet_call) + " each UNet call" : "") + "\n";
     return out;
 }
 
@@ -102,6 +105,11 @@ GpuMemoryPlan make_plan(const StableDiffusionModel& model, int width, int height
     const int64_t vae = model.vae ? model.vae->device_weights().bytes() : 0;
     const bool resident = weights == GpuWeightPlacement::Resident;
     const bool unet_stays = resident || weights == GpuWeightPlacement::Stages;
+    if (!resident) {
+        const int64_t streamed = model.unet && weights == GpuWeightPlacement::Streamed ? model.unet->streamed_block_bytes() : 0;
+        p.uploads_per_generation = text + vae + (unet_stays ? 0 : unet - streamed);
+        p.uploads_per_unet_call = streamed;
+    }
     // Text encoding: a few [B, 77, hidden] tensors, small next to the weights.
     p.stages.push_back({"text_encode", text + (unet_stays ? unet : 0) + (resident ? vae : 0), kTextScratch});
     if (model.unet) {

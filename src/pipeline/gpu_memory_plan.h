@@ -35,6 +35,10 @@ struct GpuMemoryPlan {
     // (pipeline/dry_run_plan.h: Vulkan) rather than the fitted estimate (CUDA).
     bool unet_call_derived = false;
     bool vae_decode_derived = false;  // likewise the whole decode's (the decode in bands keeps its estimate)
+    // What fitting costs in copies: the bytes of weights uploaded again each generation (a component that left the
+    // device comes back from its host copy) and in each UNet call (a streamed UNet's blocks).
+    int64_t uploads_per_generation = 0;
+    int64_t uploads_per_unet_call = 0;
     int64_t peak() const;
     std::string describe() const;
 };

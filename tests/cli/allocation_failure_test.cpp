@@ -28,14 +28,6 @@ ProcessResult draw(const std::string& out, const std::vector<std::string>& more,
     return r;
 }
 
-bool vulkan_or_skip() {
-    const ProcessResult r = run_kiln({"info", "--devices"});
-    if (r.out.find("vulkan:0") != std::string::npos) return true;
-    const char* e = std::getenv("KILN_EXPECT_VULKAN");
-    if (e && std::string(e) == "1") ADD_FAILURE() << "KILN_EXPECT_VULKAN=1 but kiln lists no Vulkan device";
-    return false;
-}
-
 // Under the sanitizers (CI's second pass, where each kiln run takes several times as long) every third point of
 // the stride and every 40th of the dense part (half of its points): the Release pass sweeps them all; this pass
 // looks for memory errors on the failure paths, which the points left still reach.

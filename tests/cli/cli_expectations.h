@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,16 @@ inline void expect_one_error_line(const ProcessResult& r, const std::vector<std:
 inline void expect_success(const ProcessResult& r) {
     ASSERT_TRUE(r.exited) << r.describe();
     ASSERT_EQ(r.exit_code, 0) << r.describe();
+}
+
+// Whether the kiln program lists a Vulkan device (lavapipe in CI); where none is and KILN_EXPECT_VULKAN=1 asks
+// for one, a failure.
+inline bool vulkan_or_skip() {
+    const ProcessResult r = run_kiln({"info", "--devices"});
+    if (r.out.find("vulkan:0") != std::string::npos) return true;
+    const char* e = std::getenv("KILN_EXPECT_VULKAN");
+    if (e && std::string(e) == "1") ADD_FAILURE() << "KILN_EXPECT_VULKAN=1 but kiln lists no Vulkan device";
+    return false;
 }
 
 }  // namespace kiln::test

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "cli/cli_expectations.h"
 #include "cli/run_process.h"
@@ -41,6 +42,28 @@ TEST(MemoryBudgetCli, VramIsForGpusAndMemoryForTheCpu) {
                           {"--vram bounds a GPU's memory"});
     expect_one_error_line(run_kiln({"bench", "--suite", "unet", "--device", "cpu", "--vram", "many"}),
                           {"--vram 'many' is not a size"});
+}
+
+// On Vulkan the plan's UNet call and whole decode are run dry through the backend's ops (docs/MEMORY.md), and a
+// placement that moves weights says how many bytes and, at the upload rate timed now, how long. The leanest plan
+// streams the UNet: its budget is the one the error for a budget too small names.
+TEST(MemoryBudgetCli, VulkanPlanIsDerivedAndCostsItsUploads) {
+    if (!vulkan_or_skip()) return;
+    const std::vector<std::string> plan = {"plan", "-m", kSd15, "--device", "vulkan", "-W", "512", "-H", "512"};
+    std::vector<std::string> args = plan;
+    args.insert(args.end(), {"--vram", "1M"});
+    const ProcessResult small = run_kiln(args);
+    expect_one_error_line(small, {"--vram "});
+    const size_t at = small.err.find("(--vram ");
+    ASSERT_NE(at, std::string::npos) << small.err;
+    const std::string least = small.err.substr(at + 8, small.err.find(')', at) - at - 8);
+    args = plan;
+    args.insert(args.end(), {"--vram", least});
+    const ProcessResult r = run_kiln(args);
+    expect_success(r);
+    for (const char* line : {"UNet's blocks streamed", "a UNet call run dry through the backend's ops",
+                             "the decode run dry", "fitting uploads weights again: ", " each UNet call", " GB/s ("})
+        EXPECT_NE(r.out.find(line), std::string::npos) << line << " missing from:\n" << r.out;
 }
 
 // kiln plan reads the prompt and LoRA options as txt2img; a missing LoRA is one error line.

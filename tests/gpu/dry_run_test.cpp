@@ -12,6 +12,9 @@
 #include "pipeline/dry_run_plan.h"
 #include "pipeline/generate.h"
 #include "pipeline/gpu_memory_plan.h"
+#if KILN_HAS_VULKAN
+#include "backends/vulkan/vulkan_backend.h"
+#endif
 
 using namespace kiln;
 using kiln::test::data_path;
@@ -182,4 +185,23 @@ TEST_P(DryRunCall, PlansTakeTheDryCall) {
         }
         EXPECT_NE(p.describe().find("run dry"), std::string::npos) << p.describe();
     }
+}
+
+// A decode whose operands exceed what one kernel may read cannot run whole: the dry run says so (-1) rather than
+// failing the plan, which then keeps the fitted figure for it (and the run decodes in bands).
+TEST_P(DryRunCall, ADecodeTooLargeForOneKernelIsNotDerived) {
+#if KILN_HAS_VULKAN
+    auto* vk = dynamic_cast<vulkan::VulkanBackend*>(&this->gpu());
+    if (!vk) GTEST_SKIP() << "the binding limit is Vulkan's";
+    const StableDiffusionModel m = load_mini("sd15-mini", vk->device(), true);
+    ASSERT_GT(vae_decode_peak_bytes(m, 96, 64, 1), 0);
+    vk->memory().set_max_binding(int64_t(64) << 10);  // 64 KiB: the decoded image alone is 72 KiB
+    const int64_t dry = vae_decode_peak_bytes(m, 96, 64, 1);
+    const std::vector<GpuMemoryPlan> plans = gpu_memory_plans(m, 96, 64, 1, VaeTiling::Off);
+    vk->memory().set_max_binding(0);
+    EXPECT_EQ(dry, -1);
+    for (const GpuMemoryPlan& p : plans) EXPECT_FALSE(p.vae_decode_derived) << p.describe();
+#else
+    GTEST_SKIP() << "no Vulkan in this build";
+#endif
 }

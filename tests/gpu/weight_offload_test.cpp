@@ -246,6 +246,19 @@ TEST_P(WeightOffload, PlansOrderFromFastestToLeanest) {
     EXPECT_EQ(plans[2].stages.at(1).pages, unet);
     EXPECT_EQ(plans[3].stages.at(1).pages, m.unet->streamed_device_bytes());
     EXPECT_LT(m.unet->streamed_device_bytes(), unet);
+    // What each placement uploads again: the components that leave the device each generation, a streamed UNet's
+    // blocks each call (all of it but what no block owns, which stays).
+    const int64_t text = m.text_encoders.at(0).model.device_weights().bytes(), vae = m.vae->device_weights().bytes();
+    const int64_t blocks = m.unet->streamed_block_bytes();
+    EXPECT_GT(blocks, unet / 2);
+    EXPECT_LT(blocks, unet);
+    const std::vector<std::pair<int64_t, int64_t>> uploads = {
+        {0, 0}, {text + vae, 0}, {text + vae + unet, 0}, {text + vae + unet - blocks, blocks}};
+    for (size_t i = 0; i < plans.size(); ++i) {
+        EXPECT_EQ(plans[i].uploads_per_generation, uploads[i].first) << plans[i].describe();
+        EXPECT_EQ(plans[i].uploads_per_unet_call, uploads[i].second) << plans[i].describe();
+        EXPECT_EQ(plans[i].describe().find("uploads weights again") != std::string::npos, i > 0) << plans[i].describe();
+    }
     // No budget: resident; a budget of the leanest plan's peak: a plan that fits it; below it, one error line
     // naming a budget that does fit.
     EXPECT_EQ(plan_gpu_memory(m, 512, 512, 1, -1).weights, GpuWeightPlacement::Resident);

@@ -282,6 +282,13 @@ int64_t UNet::streamed_device_bytes() const {
         [](const DeviceWeights::Entry& e) { return e.buffer->bytes(); }, 2);
 }
 
+int64_t UNet::streamed_block_bytes() const {
+    int64_t sum = 0;
+    for (const DeviceWeights::Entry& e : device_weights_.entries())
+        if (!streamed_block(e).empty()) sum += e.buffer->bytes();
+    return sum;
+}
+
 void UNet::place_for_streaming() const {
     streamed_blocks_.clear();
     streamed_next_.clear();

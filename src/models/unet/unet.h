@@ -51,6 +51,8 @@ public:
     // The same for its device storage (streamed under --vram): the two largest blocks' (a block's weights come
     // while the one before runs: stream_in) and what no block owns.
     int64_t streamed_device_bytes() const;
+    // What a streamed call uploads: the weights of every block (what no block owns stays on the device).
+    int64_t streamed_block_bytes() const;
     // Before a streamed call: every block's weights off the device (each comes back just before its block runs,
     // through UNetInputs::before_block), and what no block owns on it.
     void place_for_streaming() const;
