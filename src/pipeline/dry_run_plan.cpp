@@ -1,5 +1,8 @@
 #include "pipeline/dry_run_plan.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "core/backend.h"
 #include "core/dry_run.h"
 #include "kiln/error.h"
@@ -56,6 +59,23 @@ int64_t vae_decode_peak_bytes(const StableDiffusionModel& model, int width, int 
         throw;
     }
     return dry.peak_bytes();
+}
+
+}  // namespace kiln
+
+namespace kiln {
+
+int64_t text_encode_peak_bytes(const StableDiffusionModel& model, int rows) {
+    if (model.text_encoders.empty() || model.device.is_cpu()) return -1;
+    Backend& backend = backend_for(model.device);
+    int64_t most = 0;
+    for (const TextEncoder& te : model.text_encoders) {
+        DryRun dry(backend);
+        if (!dry.running()) return -1;
+        (void)te.model.encode(std::vector<std::vector<int>>(size_t(rows), std::vector<int>(77, 0)));
+        most = std::max(most, dry.peak_bytes());
+    }
+    return most;
 }
 
 }  // namespace kiln

@@ -1,4 +1,5 @@
-// The memory plans' figures derived from the ops themselves: a UNet call (and the VAE's whole decode) run dry (core/dry_run.h) through the
+// The memory plans' figures derived from the ops themselves: a UNet call (and the text encoders, the VAE's whole
+// decode) run dry (core/dry_run.h) through the
 // model's GPU backend, at the plan's shapes, before anything is allocated. The peak it gives is that of kiln's
 // device tensors in the call, the backend's scratch included (a convolution's columns, attention's score blocks,
 // split products' partial sums), as a real call at those shapes asks for them. Where the backend has no dry
@@ -15,6 +16,10 @@ namespace kiln {
 // -1 where the model is on the CPU, its backend has no dry run, or the call cannot run whole (an operand past
 // what one kernel may read).
 int64_t unet_call_peak_bytes(const StableDiffusionModel& model, int width, int height, int rows);
+
+// The same for the text encoders: each encodes `rows` texts of 77 tokens in one batch (a prompt's AND parts and
+// the negative, as prompt_encoding.cpp batches them), one encoder after the other; the larger of their peaks.
+int64_t text_encode_peak_bytes(const StableDiffusionModel& model, int rows);
 
 // The same for the VAE's whole decode of `batch` width x height images, the latents included.
 int64_t vae_decode_peak_bytes(const StableDiffusionModel& model, int width, int height, int batch);

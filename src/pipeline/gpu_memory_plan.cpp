@@ -44,8 +44,9 @@ std::string GpuMemoryPlan::describe() const {
     for (const StageEstimate& s : stages)
         out += "  " + s.stage + ": " + format_mib(s.total(0)) + " (weights on the device " + format_mib(s.pages) +
                ", activations " + format_mib(s.activations) +
-               (s.stage == "denoise" ? unet_call_derived ? ": a UNet call run dry through the backend's ops"
-                                                         : ": estimated"
+               (s.stage == "text_encode" ? text_encode_derived ? ": the encoders run dry" : ": estimated"
+                : s.stage == "denoise"  ? unet_call_derived ? ": a UNet call run dry through the backend's ops"
+                                                            : ": estimated"
                 : s.stage == "vae_decode" ? vae_decode_derived ? ": the decode run dry through the backend's ops"
                                                                : ": estimated"
                                           : "") + ")\n";
@@ -82,7 +83,7 @@ int64_t in_dtype(int64_t cpu_estimate, DType dtype, int64_t scratch) {
 // The figures a dry run through the backend's ops gives (dry_run_plan.h), asked once for every plan: -1 not yet
 // asked, -2 where the backend has none (then the CPU estimates in the model's dtype and the fitted scratch).
 struct DryFigures {
-    int64_t unet_call = -1, vae_decode = -1;
+    int64_t text_encode = -1, unet_call = -1, vae_decode = -1;
 };
 
 int64_t once(int64_t& figure, const std::function<int64_t()>& ask) {
@@ -111,7 +112,11 @@ GpuMemoryPlan make_plan(const StableDiffusionModel& model, int width, int height
         p.uploads_per_unet_call = streamed;
     }
     // Text encoding: a few [B, 77, hidden] tensors, small next to the weights.
-    p.stages.push_back({"text_encode", text + (unet_stays ? unet : 0) + (resident ? vae : 0), kTextScratch});
+    const int64_t encode =
+        once(dry.text_encode, [&] { return text_encode_peak_bytes(model, extras.unet_rows_per_image); });
+    p.text_encode_derived = encode >= 0;
+    p.stages.push_back({"text_encode", text + (unet_stays ? unet : 0) + (resident ? vae : 0),
+                        encode >= 0 ? encode : kTextScratch});
     if (model.unet) {
         const int64_t held = weights == GpuWeightPlacement::Streamed ? model.unet->streamed_device_bytes() : unet;
         const int64_t call = once(dry.unet_call, [&] {

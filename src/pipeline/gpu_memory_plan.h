@@ -34,6 +34,7 @@ struct GpuMemoryPlan {
     // Whether the denoise stage's activations come from a UNet call run dry through the backend's own ops
     // (pipeline/dry_run_plan.h: Vulkan) rather than the fitted estimate (CUDA).
     bool unet_call_derived = false;
+    bool text_encode_derived = false;  // likewise the text encoders' (one 77-token batch of the plan's rows)
     bool vae_decode_derived = false;  // likewise the whole decode's (the decode in bands keeps its estimate)
     // What fitting costs in copies: the bytes of weights uploaded again each generation (a component that left the
     // device comes back from its host copy) and in each UNet call (a streamed UNet's blocks).

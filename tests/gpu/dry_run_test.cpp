@@ -1,9 +1,12 @@
-// A UNet call and a VAE decode run dry (core/dry_run.h, pipeline/dry_run_plan.h): the backend counts what its ops ask for and runs
+// A UNet call, the text encoders and a VAE decode run dry (core/dry_run.h, pipeline/dry_run_plan.h): the backend counts what its ops ask for and runs
 // nothing. Its peak must be what a real call at those shapes holds, since the memory plans take it for the denoise
 // stage (gpu_memory_plan.cpp), and it must leave no trace: no device memory taken, no accounting, no weight
 // moved, no cached tensor a real call would then read. Run once per GPU device (lavapipe's Vulkan in CI); skipped
 // where the backend has no dry run (CUDA so far).
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "common/fixtures.h"
 #include "core/dry_run.h"
@@ -139,6 +142,37 @@ TEST_P(DryRunCall, DecodePeakIsARealDecodesPeak) {
     }
 }
 
+// The text encoders, run dry and for real: each encoder's first encoding of the shape (the second is recorded), with
+// the products' build fixed on Vulkan, since a first call that times the builds holds a trial output besides.
+TEST_P(DryRunCall, TextEncodePeakIsARealEncodingsPeak) {
+    Backend& gpu = this->gpu();
+    const MemoryDevice device = memory_device(device_name(gpu.device()));
+#if KILN_HAS_VULKAN
+    auto* vk = dynamic_cast<vulkan::VulkanBackend*>(&gpu);
+    const auto products = vk ? vk->products() : vulkan::VulkanBackend::Products::Measured;
+    if (vk) vk->set_products(vulkan::VulkanBackend::Products::Small);
+#endif
+    for (const char* name : {"sd15-mini", "sdxl-mini"}) {
+        const StableDiffusionModel m = load_mini(name, gpu.device(), false);
+        const int64_t dry = text_encode_peak_bytes(m, 2);
+        if (dry < 0) GTEST_SKIP() << device_name(gpu.device()) << " has no dry run";
+        int64_t real = 0;
+        for (const TextEncoder& te : m.text_encoders) {
+            const int64_t before = device_bytes_now(gpu);
+            reset_memory_window(device);
+            (void)te.model.encode(std::vector<std::vector<int>>(2, std::vector<int>(77, 0)));
+            real = std::max(real, memory_window_peak(device) - before);
+        }
+        std::printf("[ dry run ] %s text encoders, 2 rows: dry %lld bytes, real %lld\n", name, (long long)dry,
+                    (long long)real);
+        ASSERT_GT(real, 0);
+        EXPECT_NEAR(double(dry), double(real), 0.01 * double(real)) << name;
+    }
+#if KILN_HAS_VULKAN
+    if (vk) vk->set_products(products);
+#endif
+}
+
 // Nothing of the dry run stays: no device memory, nothing counted, offloaded weights still off the device, and a
 // real call afterwards (its timestep frequencies first made inside the dry run, so not cached from it) computes
 // what the CPU computes, within the float32 bound of model_conformance_test.cpp.
@@ -178,6 +212,7 @@ TEST_P(DryRunCall, PlansTakeTheDryCall) {
     extras.unet_rows_per_image = 2;
     for (const GpuMemoryPlan& p : gpu_memory_plans(m, 128, 96, 1, VaeTiling::Auto, extras)) {
         EXPECT_TRUE(p.unet_call_derived);
+        EXPECT_TRUE(p.text_encode_derived);
         EXPECT_EQ(p.vae_decode_derived, !p.vae_tiled);
         for (const StageEstimate& s : p.stages) {
             if (s.stage == "denoise") EXPECT_EQ(s.activations, call) << p.describe();
