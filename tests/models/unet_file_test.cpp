@@ -165,6 +165,11 @@ TEST(UNetFile, DiffusersUNetIsTheFoldersOwn) {
                              model + ": " + unet + " beside the folder");
         expect_identical(load_with_unet(single, diffusers_unet(model)).unet->forward(call.inputs()), want,
                          model + ": the UNet file beside the single file");
+        // A unet/ folder without config.json: the config from the tensors.
+        kiln::test::TempDir dir;
+        std::filesystem::copy_file(diffusers_unet(model), dir.file("diffusion_pytorch_model.safetensors"));
+        expect_identical(load_with_unet(folder, dir.path().string()).unet->forward(call.inputs()), want,
+                         model + ": a unet/ folder without config.json");
     }
 }
 
