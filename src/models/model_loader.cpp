@@ -163,7 +163,8 @@ void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const L
 void load_ldm_unet(StableDiffusionModel& m, const std::shared_ptr<const SafetensorsFile>& file, const std::string& prefix,
                    const LoadOptions& options, std::vector<LoadedLora>& loras, std::vector<std::string>* unknown) {
     auto unet_table = unet_table_from_ldm(*file, prefix, unknown);
-    const UNetConfig unet_config = unet_config_from_ldm(MappedSource(file, unet_table, "UNet"), head_rule(m), pooled_text_dim(m));
+    const UNetConfig unet_config =
+        unet_config_from_ldm(MappedSource(file, unet_table, "UNet"), head_rule(m), pooled_text_dim(m));
     // Loading again with the config known, so that a missing tensor is named as the file would name it.
     const MappedSource unet_src = with_weights(
         MappedSource(file, std::move(unet_table), "UNet",
