@@ -87,8 +87,9 @@ int main(int argc, char** argv) {
                         "FILE[:WEIGHT]: merge a LoRA .safetensors file into the model (repeatable; docs/LORA.md)");
         cmd->add_option("--lora-dir", gen.lora_dir, "folder where the prompt's <lora:NAME:WEIGHT> tags find NAME.safetensors");
         cmd->add_option("--unet", gen.unet,
-                        "FILE: the UNet from this file instead of the model's: a checkpoint, or a UNet alone such as ComfyUI-GGUF's "
-                        "quantized .gguf files (the text encoders and VAE stay the model's; docs/QUANT.md)");
+                        "FILE: the UNet from this file instead of the model's: a checkpoint, a UNet alone such as ComfyUI-GGUF's "
+                        "quantized .gguf files, or a UNet in diffusers' layout (its .safetensors, its unet/ folder or a "
+                        "diffusers model folder) (the text encoders and VAE stay the model's; docs/QUANT.md)");
         cmd->add_option("--embeddings-dir", gen.embeddings_dir,
                         "textual-inversion embeddings (.pt, .safetensors) the prompts name by file name");
         cmd->add_option("--clip-skip", gen.clip_skip, "1 = last text-encoder layer, 2 = penultimate")

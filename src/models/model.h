@@ -53,8 +53,9 @@ struct LoadOptions {
     // which no module matches is InvalidArgument (a LoRA for another architecture).
     std::vector<LoraApplication> loras;
     std::function<void(const std::string&)> notice;
-    // --unet FILE: the UNet from this file instead of the model's own: a checkpoint in the original layout, or a
-    // UNet alone with unprefixed keys (ComfyUI-GGUF's quantized UNet files); checked against the text encoders.
+    // --unet FILE: the UNet from this file instead of the model's own: a checkpoint in the original layout, a UNet
+    // alone with unprefixed keys (ComfyUI-GGUF's quantized UNet files), a UNet in diffusers' layout (its weights file,
+    // its unet/ folder, or a diffusers model folder: its unet/); checked against the text encoders.
     std::string unet_path;
 };
 
@@ -92,5 +93,8 @@ Architecture detect_single_file_architecture(const SafetensorsFile& file);
 // Whether the file holds a UNet alone in the original layout, its keys without "model.diffusion_model." (ComfyUI-GGUF's
 // UNet files), which --unet takes (LoadOptions::unet_path).
 bool holds_unet_alone(const SafetensorsFile& file);
+// Whether the file holds a UNet in diffusers' layout (a diffusers folder's unet/diffusion_pytorch_model.safetensors,
+// or a GGUF with its names), which --unet takes too.
+bool holds_diffusers_unet(const SafetensorsFile& file);
 
 }  // namespace kiln

@@ -85,8 +85,10 @@ ModelInfo inspect_model(const std::string& path) {
     } else {
         SafetensorsFile f = SafetensorsFile::open(path);
         info.bytes = f.file_size();
-        if (holds_unet_alone(f)) {
-            info.layout = "a UNet alone (ComfyUI-GGUF's layout): use it as --unet beside a checkpoint (-m)";
+        const bool diffusers_unet = !holds_unet_alone(f) && holds_diffusers_unet(f);
+        if (holds_unet_alone(f) || diffusers_unet) {
+            info.layout = diffusers_unet ? "a UNet alone in diffusers' layout: use it as --unet beside a checkpoint (-m)"
+                                         : "a UNet alone (ComfyUI-GGUF's layout): use it as --unet beside a checkpoint (-m)";
             info.architecture = unet_alone_architecture(f);
             ComponentInfo c;
             c.name = "unet";

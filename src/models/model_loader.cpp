@@ -50,10 +50,17 @@ std::shared_ptr<const SafetensorsFile> open_shared(const fs::path& p) {
 
 // A component's weights in a diffusers folder; the fp16 variant is accepted when it is the only one, and
 // PyTorch's .bin (read by the safe pickle reader, io/torch_checkpoint.h) when there is no safetensors file.
-fs::path component_weights(const fs::path& dir, const std::string& stem) {
+// Empty when there is none.
+fs::path find_component_weights(const fs::path& dir, const std::string& stem) {
     for (const std::string& name : {stem + ".safetensors", stem + ".fp16.safetensors", stem + ".bin", stem + ".fp16.bin"})
         if (fs::exists(dir / name)) return dir / name;
-    fail(ErrorKind::InvalidModel, "no " + stem + ".safetensors (or .bin) in " + dir.string());
+    return {};
+}
+
+fs::path component_weights(const fs::path& dir, const std::string& stem) {
+    fs::path p = find_component_weights(dir, stem);
+    require(!p.empty(), ErrorKind::InvalidModel, "no " + stem + ".safetensors (or .bin) in " + dir.string());
+    return p;
 }
 
 // A weight source that hands out matrices in the precision the options ask for, on their device.
@@ -76,6 +83,27 @@ std::function<std::string(const std::string&)> ldm_alias(const UNetConfig& confi
 }
 
 void load_unet_file(StableDiffusionModel& m, const LoadOptions& options, std::vector<LoadedLora>& loras);
+
+// What a UNet's tensors cannot tell, from the text encoders already loaded: how heads are counted, and the width of
+// SDXL's pooled text (part of its extra conditioning).
+HeadRule head_rule(const StableDiffusionModel& m) {
+    return m.arch == Architecture::SD1 ? HeadRule::FixedCount : HeadRule::FixedWidth;
+}
+int pooled_text_dim(const StableDiffusionModel& m) {
+    return m.arch == Architecture::SDXL ? m.text_encoders[1].model.config().projection_dim : 0;
+}
+
+// A UNet in diffusers' layout, whose names are kiln's internal ones: a diffusers folder's, or one given as --unet. Its
+// config from `config_path` (a unet/ folder's config.json), or read from the tensors as a single file's when empty.
+void load_diffusers_unet(StableDiffusionModel& m, const std::shared_ptr<const SafetensorsFile>& file,
+                         const fs::path& config_path, const LoadOptions& options, std::vector<LoadedLora>& loras) {
+    const UNetConfig config = !config_path.empty()
+                                  ? unet_config_from_json(read_json_file(config_path), config_path.string())
+                                  : unet_config_from_ldm(FileSource(file), head_rule(m), pooled_text_dim(m));
+    const FileSource src = with_weights(FileSource(file), options, options.precision);
+    m.unet = std::make_unique<UNet>(
+        UNet::load(LoraSource(src, match_lora_modules(src, LoraComponent::UNet, loras, ldm_alias(config))), config));
+}
 
 void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const LoadOptions& options,
                            std::vector<LoadedLora>& loras) {
@@ -111,13 +139,8 @@ void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const L
     if (!options.unet_path.empty()) {
         load_unet_file(m, options, loras);
     } else {
-        auto unet_file = open_shared(component_weights(dir / "unet", "diffusion_pytorch_model"));
-        const fs::path unet_config_path = dir / "unet" / "config.json";
-        const UNetConfig unet_config = unet_config_from_json(read_json_file(unet_config_path), unet_config_path.string());
-        const FileSource unet_src = with_weights(FileSource(unet_file), options, options.precision);
-        m.unet = std::make_unique<UNet>(UNet::load(
-            LoraSource(unet_src, match_lora_modules(unet_src, LoraComponent::UNet, loras, ldm_alias(unet_config))),
-            unet_config));
+        load_diffusers_unet(m, open_shared(component_weights(dir / "unet", "diffusion_pytorch_model")),
+                            dir / "unet" / "config.json", options, loras);
     }
     auto vae_file = open_shared(component_weights(dir / "vae", "diffusion_pytorch_model"));
     VaeConfig vae_config = load_vae_config((dir / "vae" / "config.json").string());
@@ -140,10 +163,8 @@ void load_diffusers_folder(StableDiffusionModel& m, const fs::path& dir, const L
 void load_ldm_unet(StableDiffusionModel& m, const std::shared_ptr<const SafetensorsFile>& file, const std::string& prefix,
                    const LoadOptions& options, std::vector<LoadedLora>& loras, std::vector<std::string>* unknown) {
     auto unet_table = unet_table_from_ldm(*file, prefix, unknown);
-    const int pooled = m.arch == Architecture::SDXL ? m.text_encoders[1].model.config().projection_dim : 0;
-    const UNetConfig unet_config = unet_config_from_ldm(
-        MappedSource(file, unet_table, "UNet"), m.arch == Architecture::SD1 ? HeadRule::FixedCount : HeadRule::FixedWidth,
-        pooled);
+    const UNetConfig unet_config =
+        unet_config_from_ldm(MappedSource(file, unet_table, "UNet"), head_rule(m), pooled_text_dim(m));
     // Loading again with the config known, so that a missing tensor is named as the file would name it.
     const MappedSource unet_src = with_weights(
         MappedSource(file, std::move(unet_table), "UNet",
@@ -154,45 +175,66 @@ void load_ldm_unet(StableDiffusionModel& m, const std::shared_ptr<const Safetens
         unet_config));
 }
 
-// --unet FILE: the UNet from another file than the model's text encoders and VAE (loaded first): a whole checkpoint
-// in the original layout, or a UNet alone with its keys unprefixed, as ComfyUI-GGUF's quantized UNet files hold it.
+// --unet PATH: the UNet from another file than the model's text encoders and VAE (loaded first): a whole checkpoint in
+// the original layout (its UNet only), a UNet alone with its keys unprefixed (ComfyUI-GGUF's quantized UNet files), or a
+// UNet in diffusers' layout: its weights file (config read from the tensors), its unet/ folder (config.json when there
+// is one), or a whole diffusers model folder (its unet/ folder, as of a whole checkpoint).
 void load_unet_file(StableDiffusionModel& m, const LoadOptions& options, std::vector<LoadedLora>& loras) {
     const std::string& path = options.unet_path;
-    require(fs::exists(path), ErrorKind::IO, "no such file: " + path + " (--unet)");
-    require(!fs::is_directory(path), ErrorKind::InvalidArgument,
-            path + " (--unet) is a folder: --unet takes one file holding a UNet (a checkpoint, or a UNet alone)");
-    auto file = open_shared(path);
-    std::string prefix;
+    require(fs::exists(path), ErrorKind::IO, "no such file or folder: " + path + " (--unet)");
+    const bool folder = fs::is_directory(path);
+    fs::path weights = path, config;
+    if (folder) {
+        fs::path dir = path;
+        if (fs::exists(dir / "model_index.json")) dir /= "unet";
+        weights = find_component_weights(dir, "diffusion_pytorch_model");
+        require(!weights.empty(), ErrorKind::InvalidArgument,
+                path + " (--unet) is a folder without " + (dir / "diffusion_pytorch_model.safetensors").string() +
+                    " (or .bin): --unet takes a file holding a UNet, a diffusers unet/ folder or a diffusers model folder");
+        if (fs::exists(dir / "config.json")) config = dir / "config.json";
+    }
+    const std::string where = weights.string() + " (--unet)";
+    auto file = open_shared(weights);
+    std::string prefix;  // of the original layout's names
+    bool diffusers = false;
     if (file->has("model.diffusion_model.input_blocks.0.0.weight")) {
         prefix = "model.diffusion_model.";
     } else if (holds_unet_alone(*file)) {
         prefix = "";
-    } else if (file->has("conv_in.weight") && file->has("time_embedding.linear_1.weight")) {
-        fail(ErrorKind::Unsupported, path + " (--unet) holds a UNet in diffusers' layout, which --unet does not read: "
-                                            "it takes the original layout, a whole checkpoint or a UNet alone (ComfyUI-GGUF's)");
+    } else if (holds_diffusers_unet(*file)) {
+        diffusers = true;
     } else {
-        fail(ErrorKind::InvalidModel, path + " (--unet) holds no UNet kiln knows (no input_blocks.0.0.weight, with or "
-                                             "without 'model.diffusion_model.')");
+        fail(ErrorKind::InvalidModel, where + " holds no UNet kiln knows (no input_blocks.0.0.weight, with or without "
+                                              "'model.diffusion_model.', nor diffusers' conv_in.weight and "
+                                              "time_embedding.linear_1.weight)");
     }
-    std::vector<std::string> unknown;  // a UNet alone holds nothing else
-    load_ldm_unet(m, file, prefix, options, loras, prefix.empty() ? &unknown : nullptr);
-    if (!unknown.empty()) {
-        std::string list;
-        for (size_t i = 0; i < unknown.size() && i < 8; ++i) list += (i ? ", " : "") + unknown[i];
-        if (unknown.size() > 8) list += ", ... (" + std::to_string(unknown.size()) + " in all)";
-        fail(ErrorKind::InvalidModel, "unexpected tensors in " + path + " (--unet): " + list);
+    require(!folder || diffusers, ErrorKind::InvalidModel, where + " holds no UNet in diffusers' layout");
+    // SDXL's extra conditioning exactly when the model is SDXL. Checked before the config is read from the tensors,
+    // which needs SDXL's pooled text width for an SDXL UNet.
+    const bool sdxl_unet = file->has(diffusers ? "add_embedding.linear_1.weight" : prefix + "label_emb.0.0.weight");
+    require(sdxl_unet == (m.arch == Architecture::SDXL), ErrorKind::InvalidModel,
+            where + ": " + (sdxl_unet ? "an SDXL UNet" : "not an SDXL UNet") + " beside " + m.path + " (" +
+                architecture_name(m.arch) + ")");
+    if (diffusers) {
+        load_diffusers_unet(m, file, config, options, loras);  // UNet::load names tensors it does not expect
+    } else {
+        std::vector<std::string> unknown;  // a UNet alone holds nothing else
+        load_ldm_unet(m, file, prefix, options, loras, prefix.empty() ? &unknown : nullptr);
+        if (!unknown.empty()) {
+            std::string list;
+            for (size_t i = 0; i < unknown.size() && i < 8; ++i) list += (i ? ", " : "") + unknown[i];
+            if (unknown.size() > 8) list += ", ... (" + std::to_string(unknown.size()) + " in all)";
+            fail(ErrorKind::InvalidModel, "unexpected tensors in " + where + ": " + list);
+        }
     }
     // It must take what this model's text encoders give: their widths side by side (SDXL: both).
     int context = 0;
     for (const TextEncoder& e : m.text_encoders) context += e.model.config().hidden;
     const UNetConfig& c = m.unet->config();
     require(c.cross_attention_dim == context, ErrorKind::InvalidModel,
-            path + " (--unet): its UNet takes " + std::to_string(c.cross_attention_dim) + " values a token, but " +
-                m.path + "'s text encoders give " + std::to_string(context) + " (" + architecture_name(m.arch) +
+            where + ": its UNet takes " + std::to_string(c.cross_attention_dim) + " values a token, but " + m.path +
+                "'s text encoders give " + std::to_string(context) + " (" + architecture_name(m.arch) +
                 "): a UNet for another architecture");
-    require((c.addition_time_embed_dim > 0) == (m.arch == Architecture::SDXL), ErrorKind::InvalidModel,
-            path + " (--unet): " + (c.addition_time_embed_dim > 0 ? "an SDXL UNet" : "not an SDXL UNet") + " beside " +
-                m.path + " (" + architecture_name(m.arch) + ")");
 }
 
 void load_single_file(StableDiffusionModel& m, const fs::path& path, const LoadOptions& options,
@@ -326,6 +368,10 @@ bool holds_unet_alone(const SafetensorsFile& file) {
     return file.has("input_blocks.0.0.weight") && file.has("out.2.weight");
 }
 
+bool holds_diffusers_unet(const SafetensorsFile& file) {
+    return file.has("conv_in.weight") && file.has("time_embedding.linear_1.weight");
+}
+
 Architecture detect_single_file_architecture(const SafetensorsFile& file) {
     if (file.has("conditioner.embedders.1.model.ln_final.weight")) {
         require(file.has("conditioner.embedders.0.transformer.text_model.final_layer_norm.weight"),
@@ -343,6 +389,10 @@ Architecture detect_single_file_architecture(const SafetensorsFile& file) {
         fail(ErrorKind::Unsupported, file.path() + " holds a UNet alone (ComfyUI-GGUF's layout: UNet keys without "
                                                    "'model.diffusion_model.'): pass it as --unet beside a checkpoint "
                                                    "that has the text encoders and VAE (-m)");
+    if (holds_diffusers_unet(file))
+        fail(ErrorKind::Unsupported, file.path() + " holds a UNet alone in diffusers' layout (a diffusers folder's "
+                                                   "unet/ weights): pass it as --unet beside a checkpoint that has the "
+                                                   "text encoders and VAE (-m)");
     fail(ErrorKind::InvalidModel, file.path() + " is not a Stable Diffusion checkpoint (no UNet or text encoder tensors)");
 }
 

@@ -1,5 +1,6 @@
-// What the tests of other weight files share (GGUF, converted GGUF, .ckpt): sd15-mini's fixture UNet call
-// ("sq") as UNetInputs, and a bit-for-bit comparison of two outputs.
+// What the tests of other weight files share (GGUF, converted GGUF, .ckpt): a fixture model's UNet call ("sq";
+// sd15-mini's unless named; SDXL's with its pooled text and time ids) as UNetInputs, and a bit-for-bit comparison of
+// two outputs.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -12,18 +13,26 @@
 namespace kiln::test {
 
 struct FixtureUNetCall {
-    Tensor sample, context, timestep;
-    FixtureUNetCall() {
-        const SafetensorsFile ref = SafetensorsFile::open(data_path("sd15-mini/modules.safetensors"));
+    Tensor sample, context, timestep, text_embeds, time_ids;
+    explicit FixtureUNetCall(const std::string& model = "sd15-mini") {
+        const SafetensorsFile ref = SafetensorsFile::open(data_path(model + "/modules.safetensors"));
         sample = ref.load("unet.sq.sample");
         context = ref.load("unet.sq.context");
         timestep = ref.load("unet.sq.timestep");
+        if (ref.has("unet.sq.text_embeds")) {
+            text_embeds = ref.load("unet.sq.text_embeds");
+            time_ids = ref.load("unet.sq.time_ids");
+        }
     }
     UNetInputs inputs() const {
         UNetInputs in;
         in.sample = &sample;
         in.context = &context;
         in.timesteps = &timestep;
+        if (text_embeds.numel() > 0) {
+            in.text_embeds = &text_embeds;
+            in.time_ids = &time_ids;
+        }
         return in;
     }
 };

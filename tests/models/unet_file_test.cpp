@@ -3,10 +3,14 @@
 // to GGUF. Made here from the sd15-mini fixture (the UNet's tensors, renamed, quantized as stable-diffusion.cpp's
 // and ComfyUI-GGUF's converters do: q8_0 where the innermost dimension is whole blocks, not biases nor the time
 // embedding), the loaded UNet must compute exactly what the same blocks compute inside a whole checkpoint; a UNet
-// alone in float32 exactly what the checkpoint's own UNet computes, beside a single file or a diffusers folder.
+// alone in float32 exactly what the checkpoint's own UNet computes, beside a single file or a diffusers folder. A UNet in
+// diffusers' layout (a diffusers folder's unet/ weights, its folder, or a GGUF with its names) computes what that
+// folder's UNet computes.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <functional>
+#include <map>
 
 #include "common/fixtures.h"
 #include "core/dtype_convert.h"
@@ -72,7 +76,21 @@ void write_unet_alone(const SafetensorsFile& src, const std::string& path, const
 StableDiffusionModel load_with_unet(const std::string& model, const std::string& unet) {
     LoadOptions o;
     o.unet_path = unet;
+    o.prediction = "epsilon";  // SD 2.x single files need it; it changes nothing in a UNet call
     return load_model(model, o);
+}
+
+std::string diffusers_unet(const std::string& model) {
+    return data_path(model + "/diffusers/unet/diffusion_pytorch_model.safetensors");
+}
+
+// The tensors of a diffusers UNet file, in float32, and `extra` when not empty.
+void write_diffusers_unet(const std::string& model, const std::string& path, const std::string& extra = "") {
+    const SafetensorsFile src = SafetensorsFile::open(diffusers_unet(model));
+    std::vector<std::pair<std::string, Tensor>> tensors;
+    for (const std::string& name : src.names()) tensors.emplace_back(name, src.load(name));
+    if (!extra.empty()) tensors.emplace_back(extra, Tensor({2}));
+    write_safetensors(path, tensors, DType::F32);
 }
 
 void expect_load_error(const std::string& model, const std::string& unet, ErrorKind kind, const std::string& words) {
@@ -126,8 +144,6 @@ TEST(UNetFile, WrongFilesAreNamedErrors) {
     // Another architecture's UNet (SD 2.x's context is wider than SD 1.x's text encoder).
     expect_load_error(base, data_path("sd2-mini/sd2-mini.safetensors"), ErrorKind::InvalidModel, "another architecture");
     expect_load_error(base, extra, ErrorKind::InvalidModel, "unexpected tensors");
-    expect_load_error(base, data_path("sd15-mini/diffusers/unet/diffusion_pytorch_model.safetensors"),
-                      ErrorKind::Unsupported, "diffusers' layout");
     expect_load_error(base, data_path("sd15-mini/diffusers/vae/diffusion_pytorch_model.safetensors"),
                       ErrorKind::InvalidModel, "holds no UNet");
     expect_load_error(base, dir.file("missing.gguf"), ErrorKind::IO, "no such file");
@@ -135,5 +151,67 @@ TEST(UNetFile, WrongFilesAreNamedErrors) {
     // A UNet alone given as the model says to pass it as --unet.
     const Error e = kiln::test::expect_error([&] { load_model(alone); });
     EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("--unet"), std::string::npos) << e.what();
+}
+
+TEST(UNetFile, DiffusersUNetIsTheFoldersOwn) {
+    for (const std::string model : {"sd15-mini", "sd2-mini", "sdxl-mini"}) {
+        const std::string folder = data_path(model + "/diffusers"), single = data_path(model + "/" + model + ".safetensors");
+        const kiln::test::FixtureUNetCall call(model);
+        const Tensor want = load_model(folder).unet->forward(call.inputs());
+        // The file alone (its config read from the tensors), its unet/ folder (config.json), the model folder (its unet/).
+        for (const std::string& unet : {diffusers_unet(model), folder + "/unet", folder})
+            expect_identical(load_with_unet(folder, unet).unet->forward(call.inputs()), want,
+                             model + ": " + unet + " beside the folder");
+        expect_identical(load_with_unet(single, diffusers_unet(model)).unet->forward(call.inputs()), want,
+                         model + ": the UNet file beside the single file");
+        // A unet/ folder without config.json: the config from the tensors.
+        kiln::test::TempDir dir;
+        std::filesystem::copy_file(diffusers_unet(model), dir.file("diffusion_pytorch_model.safetensors"));
+        expect_identical(load_with_unet(folder, dir.path().string()).unet->forward(call.inputs()), want,
+                         model + ": a unet/ folder without config.json");
+    }
+}
+
+TEST(UNetFile, QuantizedDiffusersUNetComputesAsTheOriginalLayouts) {
+    const ops::ScopedCpuQ8Products exact(ops::CpuQ8Products::Dequantize);
+    kiln::test::TempDir dir;
+    const std::string base = data_path("sd15-mini/sd15-mini.safetensors");
+    const SafetensorsFile src = SafetensorsFile::open(base);
+    // The same q8_0 blocks under diffusers' names (the rename table inverted) and under the original ones.
+    std::map<std::string, std::string> to_diffusers;
+    for (const auto& [name, mapping] : unet_table_from_ldm(src, kPrefix, nullptr)) to_diffusers[mapping.file_name] = name;
+    const std::string diffusers = dir.file("unet-diffusers-q8_0.gguf"), original = dir.file("unet-q8_0.gguf");
+    write_gguf_of(src, is_unet, [&](const std::string& n) { return to_diffusers.at(n); }, diffusers);
+    write_gguf_of(src, is_unet, [](const std::string& n) { return n.substr(kPrefix.size()); }, original);
+    const StableDiffusionModel a = load_with_unet(base, diffusers), b = load_with_unet(base, original);
+    const kiln::test::FixtureUNetCall call;
+    expect_identical(a.unet->forward(call.inputs()), b.unet->forward(call.inputs()), "UNet in diffusers' layout (q8_0)");
+    EXPECT_GT(a.unet->pages().bytes(), 0);  // views of the mapped file
+}
+
+TEST(UNetFile, WrongDiffusersUNetsAreNamedErrors) {
+    kiln::test::TempDir dir;
+    const std::string base = data_path("sd15-mini/sd15-mini.safetensors");
+    const std::string xl = data_path("sdxl-mini/sdxl-mini.safetensors");
+    // Truncated: the header names more bytes than the file has.
+    const std::string truncated = dir.file("truncated.safetensors");
+    std::filesystem::copy_file(diffusers_unet("sd15-mini"), truncated);
+    std::filesystem::resize_file(truncated, std::filesystem::file_size(truncated) / 2);
+    expect_load_error(base, truncated, ErrorKind::InvalidModel, "truncated");
+    const std::string extra = dir.file("extra.safetensors");
+    write_diffusers_unet("sd15-mini", extra, "down_blocks.0.extra.weight");
+    expect_load_error(base, extra, ErrorKind::InvalidModel, "unexpected tensors in " + extra + ": down_blocks.0.extra.weight");
+    // Another architecture's UNet: SD 2.x's cross-attention is wider; SDXL's has its extra conditioning.
+    expect_load_error(base, diffusers_unet("sd2-mini"), ErrorKind::InvalidModel, "another architecture");
+    expect_load_error(base, diffusers_unet("sdxl-mini"), ErrorKind::InvalidModel, "an SDXL UNet beside");
+    expect_load_error(xl, diffusers_unet("sd15-mini"), ErrorKind::InvalidModel, "not an SDXL UNet beside");
+    // A folder without a UNet's weights, and one whose weights are no diffusers UNet.
+    expect_load_error(base, data_path("sd15-mini/diffusers/vae"), ErrorKind::InvalidModel, "holds no UNet");
+    expect_load_error(base, data_path("sd15-mini/diffusers/scheduler"), ErrorKind::InvalidArgument, "is a folder without");
+    // A diffusers UNet given as the model says to pass it as --unet.
+    const Error e = kiln::test::expect_error([&] { load_model(diffusers_unet("sd15-mini")); });
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("diffusers' layout"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--unet"), std::string::npos) << e.what();
 }
