@@ -1,7 +1,8 @@
 // A shape-only pass through a GPU backend's own ops (a "dry run"): while one is on, the backend counts the
 // allocations its ops ask for instead of making them, and runs no kernel, copy or timing. The memory plans
-// (pipeline/gpu_memory_plan.h) run a UNet call this way before anything is allocated: its peak, the backend's
-// scratch included, is then derived from the ops rather than fitted (docs/MEMORY.md).
+// (pipeline/gpu_memory_plan.h) run a UNet call, the text encoders and the VAE decode this way before anything is
+// allocated (pipeline/dry_run_plan.h): their peaks, the backend's scratch included, are then derived from the ops
+// rather than fitted (docs/MEMORY.md).
 //
 // A dry run's tensors have addresses no real buffer has; reading their values gives zeros. Weights stay where
 // they are, on the device or offloaded: their addresses are never taken. One thread runs a backend's dry pass,
