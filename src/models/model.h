@@ -96,5 +96,8 @@ bool holds_unet_alone(const SafetensorsFile& file);
 // Whether the file holds a UNet in diffusers' layout (a diffusers folder's unet/diffusion_pytorch_model.safetensors,
 // or a GGUF with its names), which --unet takes too.
 bool holds_diffusers_unet(const SafetensorsFile& file);
+// The weights file of a diffusers component folder as the loader picks it (`stem`.safetensors, its fp16 variant,
+// or PyTorch's .bin), or "" where the folder has none.
+std::string diffusers_component_weights(const std::string& dir, const std::string& stem);
 
 }  // namespace kiln

@@ -45,6 +45,17 @@ std::string unet_alone_architecture(const SafetensorsFile& f) {
     return "UNet";
 }
 
+// A file holding a UNet alone (either layout), described as --unet takes it.
+ModelInfo unet_alone_info(ModelInfo info, const SafetensorsFile& f, const std::string& layout) {
+    info.layout = layout + ": use it as --unet beside a checkpoint (-m)";
+    info.architecture = unet_alone_architecture(f);
+    ComponentInfo c;
+    c.name = "unet";
+    for (const std::string& n : f.names()) count(c, f, n);
+    info.components.push_back(c);
+    return info;
+}
+
 }  // namespace
 
 ModelInfo inspect_model(const std::string& path) {
@@ -52,9 +63,20 @@ ModelInfo inspect_model(const std::string& path) {
     info.path = path;
     const fs::path p(path);
     require(fs::exists(p), ErrorKind::IO, "no such file or folder: " + path);
+    if (fs::is_directory(p) && !fs::exists(p / "model_index.json")) {
+        // A diffusers model's unet/ folder, which --unet takes.
+        const std::string weights = diffusers_component_weights(path, "diffusion_pytorch_model");
+        if (!weights.empty()) {
+            SafetensorsFile f = SafetensorsFile::open(weights);
+            if (holds_diffusers_unet(f)) {
+                info.bytes = f.file_size();
+                return unet_alone_info(info, f, "a diffusers UNet folder");
+            }
+        }
+        fail(ErrorKind::InvalidModel, path + " is a folder but not a diffusers model (no model_index.json) nor its "
+                                             "UNet's folder");
+    }
     if (fs::is_directory(p)) {
-        require(fs::exists(p / "model_index.json"), ErrorKind::InvalidModel,
-                path + " is a folder but not a diffusers model (no model_index.json)");
         info.layout = layout_name(FileLayout::DiffusersFolder);
         for (const std::string comp : {"text_encoder", "text_encoder_2", "unet", "vae"}) {
             const fs::path dir = p / comp;
@@ -85,17 +107,8 @@ ModelInfo inspect_model(const std::string& path) {
     } else {
         SafetensorsFile f = SafetensorsFile::open(path);
         info.bytes = f.file_size();
-        const bool diffusers_unet = !holds_unet_alone(f) && holds_diffusers_unet(f);
-        if (holds_unet_alone(f) || diffusers_unet) {
-            info.layout = diffusers_unet ? "a UNet alone in diffusers' layout: use it as --unet beside a checkpoint (-m)"
-                                         : "a UNet alone (ComfyUI-GGUF's layout): use it as --unet beside a checkpoint (-m)";
-            info.architecture = unet_alone_architecture(f);
-            ComponentInfo c;
-            c.name = "unet";
-            for (const std::string& n : f.names()) count(c, f, n);
-            info.components.push_back(c);
-            return info;
-        }
+        if (holds_unet_alone(f)) return unet_alone_info(info, f, "a UNet alone (ComfyUI-GGUF's layout)");
+        if (holds_diffusers_unet(f)) return unet_alone_info(info, f, "a UNet alone in diffusers' layout");
         info.layout = layout_name(FileLayout::SingleFile);
         info.architecture = architecture_name(detect_single_file_architecture(f));
         std::map<std::string, ComponentInfo> by_name;

@@ -368,6 +368,10 @@ bool holds_unet_alone(const SafetensorsFile& file) {
     return file.has("input_blocks.0.0.weight") && file.has("out.2.weight");
 }
 
+std::string diffusers_component_weights(const std::string& dir, const std::string& stem) {
+    return find_component_weights(dir, stem).string();
+}
+
 bool holds_diffusers_unet(const SafetensorsFile& file) {
     return file.has("conv_in.weight") && file.has("time_embedding.linear_1.weight");
 }

@@ -102,6 +102,12 @@ TEST(UnetOption, ADiffusersUNetGivesTheModelsImage) {
     expect_success(info);
     EXPECT_NE(info.out.find("a UNet alone in diffusers' layout"), std::string::npos) << info.out;
     EXPECT_NE(info.out.find("--unet"), std::string::npos) << info.out;
+    // Its folder too; a folder that is neither a model nor a UNet's is one error line.
+    const ProcessResult folder_info = run_kiln({"info", kSd15Folder + "/unet"});
+    expect_success(folder_info);
+    EXPECT_NE(folder_info.out.find("a diffusers UNet folder"), std::string::npos) << folder_info.out;
+    EXPECT_NE(folder_info.out.find("unet            0.827476 M parameters"), std::string::npos) << folder_info.out;
+    expect_one_error_line(run_kiln({"info", kSd15Folder + "/vae"}), {"not a diffusers model", "UNet's folder"});
     expect_one_error_line(run_kiln({"txt2img", "-m", kSd15, "--unet", kSdxlFolder + "/unet", "-p", "x", "-o",
                                     tmp.file("x.png"), "--device", "cpu"}),
                           {"an SDXL UNet beside", "(--unet)"});
