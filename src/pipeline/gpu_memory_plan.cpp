@@ -1,7 +1,6 @@
 #include "pipeline/gpu_memory_plan.h"
 
 #include <algorithm>
-#include <functional>
 
 #include "kiln/error.h"
 #include "pipeline/dry_run_plan.h"
@@ -43,13 +42,12 @@ std::string GpuMemoryPlan::describe() const {
         out += "  LoRA merges: " + std::to_string(extras.unmerged_loras.modules) + " weights, no more device memory\n";
     for (const StageEstimate& s : stages)
         out += "  " + s.stage + ": " + format_mib(s.total(0)) + " (weights on the device " + format_mib(s.pages) +
-               ", activations " + format_mib(s.activations) +
-               (s.stage == "text_encode" ? text_encode_derived ? ": the encoders run dry" : ": estimated"
-                : s.stage == "denoise"  ? unet_call_derived ? ": a UNet call run dry through the backend's ops"
-                                                            : ": estimated"
-                : s.stage == "vae_decode" ? vae_decode_derived ? ": the decode run dry through the backend's ops"
-                                                               : ": estimated"
-                                          : "") + ")\n";
+               ", activations " + format_mib(s.activations) + ": " +
+               (!s.derived                ? "estimated"
+                : s.stage == "denoise"    ? "a UNet call run dry through the backend's ops"
+                : s.stage == "vae_decode" ? "the decode run dry through the backend's ops"
+                                          : "the encoders run dry through the backend's ops") +
+               ")\n";
     out += "  predicted peak of kiln's device memory: " + format_mib(peak()) + "\n";
     if (uploads_per_generation > 0 || uploads_per_unet_call > 0)
         out += "  fitting uploads weights again: " + format_mib(uploads_per_generation) + " each generation" +
@@ -80,22 +78,26 @@ int64_t in_dtype(int64_t cpu_estimate, DType dtype, int64_t scratch) {
     return activations / 4 * int64_t(dtype_size(dtype)) + scratch;
 }
 
-// The figures a dry run through the backend's ops gives (dry_run_plan.h), asked once for every plan: -1 not yet
-// asked, -2 where the backend has none (then the CPU estimates in the model's dtype and the fitted scratch).
+// The stages' activations a dry run through the backend's ops gives (dry_run_plan.h), found once for every plan; -1
+// where it gives none (then the CPU estimates in the model's dtype and the fitted scratch).
 struct DryFigures {
-    int64_t text_encode = -1, unet_call = -1, vae_decode = -1;
+    int64_t text_encode, unet_call, vae_decode;
 };
 
-int64_t once(int64_t& figure, const std::function<int64_t()>& ask) {
-    if (figure == -1) {
-        const int64_t got = ask();
-        figure = got >= 0 ? got : -2;
-    }
-    return figure;
+DryFigures dry_figures(const StableDiffusionModel& model, int width, int height, int batch, const PlanExtras& extras,
+                       bool whole_decode) {
+    const int rows = batch * extras.unet_rows_per_image;
+    return {text_encode_peak_bytes(model, extras.unet_rows_per_image), unet_call_peak_bytes(model, width, height, rows),
+            whole_decode ? vae_decode_peak_bytes(model, width, height, batch) : -1};
+}
+
+// A stage whose activations come from the dry run where it gave a figure, else from `estimate`.
+StageEstimate stage_of(const std::string& name, int64_t weights, int64_t dry, int64_t estimate) {
+    return {name, weights, dry >= 0 ? dry : estimate, dry >= 0};
 }
 
 GpuMemoryPlan make_plan(const StableDiffusionModel& model, int width, int height, int batch,
-                        GpuWeightPlacement weights, bool vae_tiled, const PlanExtras& extras, DryFigures& dry) {
+                        GpuWeightPlacement weights, bool vae_tiled, const PlanExtras& extras, const DryFigures& dry) {
     GpuMemoryPlan p;
     p.weights = weights;
     p.vae_tiled = vae_tiled;
@@ -112,33 +114,21 @@ GpuMemoryPlan make_plan(const StableDiffusionModel& model, int width, int height
         p.uploads_per_unet_call = streamed;
     }
     // Text encoding: a few [B, 77, hidden] tensors, small next to the weights.
-    const int64_t encode =
-        once(dry.text_encode, [&] { return text_encode_peak_bytes(model, extras.unet_rows_per_image); });
-    p.text_encode_derived = encode >= 0;
-    p.stages.push_back({"text_encode", text + (unet_stays ? unet : 0) + (resident ? vae : 0),
-                        encode >= 0 ? encode : kTextScratch});
+    p.stages.push_back(
+        stage_of("text_encode", text + (unet_stays ? unet : 0) + (resident ? vae : 0), dry.text_encode, kTextScratch));
     if (model.unet) {
         const int64_t held = weights == GpuWeightPlacement::Streamed ? model.unet->streamed_device_bytes() : unet;
-        const int64_t call = once(dry.unet_call, [&] {
-            return unet_call_peak_bytes(model, width, height, batch * extras.unet_rows_per_image);
-        });
-        p.unet_call_derived = call >= 0;
-        p.stages.push_back({"denoise", held + (resident ? text + vae : 0),
-                            call >= 0 ? call
-                                      : in_dtype(estimate_unet_activation_bytes(model, width, height, batch,
-                                                                                extras.unet_rows_per_image),
-                                                 model.precision, kUNetScratch)});
+        p.stages.push_back(stage_of("denoise", held + (resident ? text + vae : 0), dry.unet_call,
+                                    in_dtype(estimate_unet_activation_bytes(model, width, height, batch,
+                                                                            extras.unet_rows_per_image),
+                                             model.precision, kUNetScratch)));
     }
-    if (model.vae) {
-        // The decode in bands keeps its estimate: its band size comes from the budget (generate.cpp).
-        const int64_t whole =
-            vae_tiled ? -2 : once(dry.vae_decode, [&] { return vae_decode_peak_bytes(model, width, height, batch); });
-        p.vae_decode_derived = whole >= 0;
-        p.stages.push_back({"vae_decode", vae + (unet_stays ? unet : 0) + (resident ? text : 0),
-                            whole >= 0 ? whole
-                                       : in_dtype(estimate_vae_decode_bytes(model, width, height, batch, vae_tiled),
-                                                  model.vae->weight_dtype(), kVaeScratch)});
-    }
+    // The decode in bands keeps its estimate: its band size comes from the budget (generate.cpp).
+    if (model.vae)
+        p.stages.push_back(stage_of("vae_decode", vae + (unet_stays ? unet : 0) + (resident ? text : 0),
+                                    vae_tiled ? -1 : dry.vae_decode,
+                                    in_dtype(estimate_vae_decode_bytes(model, width, height, batch, vae_tiled),
+                                             model.vae->weight_dtype(), kVaeScratch)));
     return p;
 }
 
@@ -147,7 +137,7 @@ GpuMemoryPlan make_plan(const StableDiffusionModel& model, int width, int height
 std::vector<GpuMemoryPlan> gpu_memory_plans(const StableDiffusionModel& model, int width, int height, int batch,
                                             VaeTiling tiling, const PlanExtras& extras) {
     std::vector<GpuMemoryPlan> plans;
-    DryFigures dry;  // one dry run of each for every plan
+    const DryFigures dry = dry_figures(model, width, height, batch, extras, tiling != VaeTiling::On);
     for (GpuWeightPlacement w : {GpuWeightPlacement::Resident, GpuWeightPlacement::Stages,
                                  GpuWeightPlacement::EachStage, GpuWeightPlacement::Streamed}) {
         if (tiling != VaeTiling::On) plans.push_back(make_plan(model, width, height, batch, w, false, extras, dry));
@@ -169,7 +159,7 @@ GpuMemoryPlan plan_gpu_memory(const StableDiffusionModel& model, int width, int 
 
 GpuMemoryPlan gpu_memory_plan_with(const StableDiffusionModel& model, int width, int height, int batch,
                                    GpuWeightPlacement weights, VaeTiling tiling, const PlanExtras& extras) {
-    DryFigures dry;
+    const DryFigures dry = dry_figures(model, width, height, batch, extras, tiling != VaeTiling::On);
     return make_plan(model, width, height, batch, weights, tiling == VaeTiling::On, extras, dry);
 }
 

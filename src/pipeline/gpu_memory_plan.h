@@ -30,12 +30,10 @@ struct GpuMemoryPlan {
     bool vae_tiled = false;
     int batch = 1;
     PlanExtras extras;
-    std::vector<StageEstimate> stages;  // `pages` holds the weights on the device during the stage
-    // Whether the denoise stage's activations come from a UNet call run dry through the backend's own ops
-    // (pipeline/dry_run_plan.h: Vulkan) rather than the fitted estimate (CUDA).
-    bool unet_call_derived = false;
-    bool text_encode_derived = false;  // likewise the text encoders' (one 77-token batch of the plan's rows)
-    bool vae_decode_derived = false;  // likewise the whole decode's (the decode in bands keeps its estimate)
+    // `pages` holds the weights on the device during the stage; `derived` where its activations come from a dry run
+    // through the backend's own ops (pipeline/dry_run_plan.h: Vulkan; not the decode in bands) rather than the
+    // fitted estimate (CUDA).
+    std::vector<StageEstimate> stages;
     // What fitting costs in copies: the bytes of weights uploaded again each generation (a component that left the
     // device comes back from its host copy) and in each UNet call (a streamed UNet's blocks).
     int64_t uploads_per_generation = 0;

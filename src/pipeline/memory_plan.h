@@ -30,6 +30,7 @@ struct StageEstimate {
     std::string stage;           // "text_encode", "denoise", "vae_decode"
     int64_t pages = 0;           // the mapped weights resident during it
     int64_t activations = 0;     // its activations and the ops' scratch
+    bool derived = false;        // GPU plans: activations from a dry run through the backend's ops (dry_run_plan.h)
     int64_t total(int64_t fixed) const { return fixed + pages + activations; }
 };
 

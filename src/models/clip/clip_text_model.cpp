@@ -158,15 +158,13 @@ ClipTextOutput ClipTextModel::encode(const std::vector<std::vector<int>>& ids, i
     };
     // A dry run (core/dry_run.h) records nothing, and offloaded weights give no address for the key: eager there.
     const bool recordable = x.on_device() && x.backend().allocations_are_real();
-    const Tensor stacked =
-        recordable ? x.backend()
-                            .run_recorded(recording_key_prefix() + "at " +
-                                              std::to_string(reinterpret_cast<uintptr_t>(final_ln_w_.device_data())) +
-                                              " skip " + std::to_string(skip) + " " + shape_str(x.shape()),
-                                          {&x}, layers)
-                            .to_host()
-                   : x.on_device() ? layers({&x}).to_host()
-                                   : layers({&x});
+    Tensor stacked = recordable ? x.backend().run_recorded(
+                                      recording_key_prefix() + "at " +
+                                          std::to_string(reinterpret_cast<uintptr_t>(final_ln_w_.device_data())) +
+                                          " skip " + std::to_string(skip) + " " + shape_str(x.shape()),
+                                      {&x}, layers)
+                                : layers({&x});
+    if (stacked.on_device()) stacked = stacked.to_host();
     const int64_t part = batch * len * h;
     auto part_at = [&](int index) {
         const float* begin = stacked.data() + index * part;
