@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fixtures.h"
 #include "core/backend.h"
 #include "gpu/linked_backends.h"
 #include "pipeline/generate.h"
@@ -33,6 +34,17 @@ inline GenerationRequest small_generation(int steps) {
     r.seed = 11;
     r.sampler = "euler";
     return r;
+}
+
+// A fixture model's diffusers folder (tests/data) on `device` in float32, its weights loaded off the device where
+// `offload` asks (LoadOptions::offload_weights), with the VAE's encoder.
+inline StableDiffusionModel load_fixture_f32(const std::string& name, Device device, bool offload) {
+    LoadOptions o;
+    o.device = device;
+    o.precision = DType::F32;
+    o.vae_encoder = true;
+    o.offload_weights = offload;
+    return load_model(data_path(name + "/diffusers"), o);
 }
 
 // The dtypes a backend computes in, of F32, F16 and BF16 (Vulkan has no BF16).

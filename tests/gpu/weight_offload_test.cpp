@@ -24,14 +24,6 @@ using kiln::test::data_path;
 
 namespace {
 
-StableDiffusionModel load_offloaded(const std::string& model, Device device, bool offload) {
-    LoadOptions o;
-    o.device = device;
-    o.precision = DType::F32;
-    o.vae_encoder = true;
-    o.offload_weights = offload;
-    return load_model(data_path(model + "/diffusers"), o);
-}
 
 bool same_bits(const Tensor& a, const Tensor& b) {
     return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), size_t(a.numel()) * 4) == 0;
@@ -89,8 +81,8 @@ TEST_P(WeightOffload, TensorOnASharedBuffer) {
 TEST_P(WeightOffload, EveryPlacementGivesTheResidentLatents) {
     Backend& gpu = this->gpu();
     for (const char* name : {"sd15-mini", "sdxl-mini"}) {
-        const StableDiffusionModel resident = load_offloaded(name, gpu.device(), false);
-        const StableDiffusionModel moving = load_offloaded(name, gpu.device(), true);
+        const StableDiffusionModel resident = kiln::test::load_fixture_f32(name, gpu.device(), false);
+        const StableDiffusionModel moving = kiln::test::load_fixture_f32(name, gpu.device(), true);
         EXPECT_EQ(moving.unet->device_weights().resident_bytes(), 0) << name << ": loaded off the device";
         EXPECT_GT(moving.unet->device_weights().bytes(), 0);
         GenerationRequest r = small_request();
@@ -120,8 +112,8 @@ TEST_P(WeightOffload, EveryPlacementGivesTheResidentLatents) {
 // On Vulkan also with the copies in line and on each queue the device has for them (lavapipe: its one queue).
 TEST_P(WeightOffload, StreamedBlocksAreFetchedAhead) {
     Backend& gpu = this->gpu();
-    const StableDiffusionModel resident = load_offloaded("sd15-mini", gpu.device(), false);
-    const StableDiffusionModel moving = load_offloaded("sd15-mini", gpu.device(), true);
+    const StableDiffusionModel resident = kiln::test::load_fixture_f32("sd15-mini", gpu.device(), false);
+    const StableDiffusionModel moving = kiln::test::load_fixture_f32("sd15-mini", gpu.device(), true);
     const UNet& unet = *moving.unet;
     Tensor sample({2, 4, 6, 8}), context({2, 77, unet.config().cross_attention_dim}), t({2});
     for (int64_t i = 0; i < sample.numel(); ++i) sample[i] = float(i % 13) / 6.0f - 1.0f;
@@ -222,8 +214,8 @@ TEST_P(WeightOffload, CopyAheadWaitsForTheWorkBeforeIt) {
 // img2img encodes first: the VAE must be there for its encoder, then leave for the UNet.
 TEST_P(WeightOffload, Img2imgUnderEachStage) {
     Backend& gpu = this->gpu();
-    const StableDiffusionModel resident = load_offloaded("sd15-mini", gpu.device(), false);
-    const StableDiffusionModel moving = load_offloaded("sd15-mini", gpu.device(), true);
+    const StableDiffusionModel resident = kiln::test::load_fixture_f32("sd15-mini", gpu.device(), false);
+    const StableDiffusionModel moving = kiln::test::load_fixture_f32("sd15-mini", gpu.device(), true);
     GenerationRequest r = small_request();
     Tensor init({1, 3, r.height, r.width});
     for (int64_t i = 0; i < init.numel(); ++i) init[i] = float(i % 97) / 96.0f;
@@ -236,7 +228,7 @@ TEST_P(WeightOffload, Img2imgUnderEachStage) {
 
 // The plans: each stage's weights are what the placement keeps there, and the leaner placements hold less.
 TEST_P(WeightOffload, PlansOrderFromFastestToLeanest) {
-    const StableDiffusionModel m = load_offloaded("sd15-mini", this->gpu().device(), true);
+    const StableDiffusionModel m = kiln::test::load_fixture_f32("sd15-mini", this->gpu().device(), true);
     const std::vector<GpuMemoryPlan> plans = gpu_memory_plans(m, 512, 512, 1, VaeTiling::Off);
     ASSERT_EQ(plans.size(), 4u);
     for (size_t i = 1; i < plans.size(); ++i) EXPECT_LE(plans[i].peak(), plans[i - 1].peak()) << i;
