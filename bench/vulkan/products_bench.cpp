@@ -2,8 +2,10 @@
 // (128x128 tiles, 64x64 tiles, matrix units where the device has them), in float16 and float32: median of
 // the runs after a warm-up, with the TFLOP/s it reaches. The products are where a UNet's time goes, and this
 // isolates them from the rest of a step; `kiln bench` gives the whole-model figures.
-//   kiln_vulkan_products_bench [device index] [runs] [f16|matrix]
-// f16: float16 products only; matrix: only their matrix-unit build (KILN_VULKAN_COOP picks its variant).
+//   kiln_vulkan_products_bench [device index] [runs] [f16|matrix|attention]
+// f16: float16 products only; matrix: only their matrix-unit build (KILN_VULKAN_COOP picks its variant);
+// attention: SD 1.5's attention shapes instead, on the FMA flash kernel (64 and 128 queries a workgroup) and on
+// the matrix one, in float16 and float32.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -46,6 +48,43 @@ double median_ms(vulkan::VulkanBackend& vk, const std::function<Tensor()>& run, 
     return ms[ms.size() / 2];
 }
 
+// SD 1.5's attentions in a UNet call at 64x64 latents with guidance (batch 2, 8 heads): self-attention at each
+// level (4096 tokens of 40 dimensions a head, 1024 of 80, 256 and 64 of 160) and cross-attention to 77 tokens.
+int attention_bench(vulkan::VulkanBackend& vk, int runs) {
+    using A = vulkan::VulkanBackend::Attention;
+    std::printf("\n%-30s %5s %14s %14s %14s\n", "attention (b2, 8 heads)", "dtype", "FMA 64 rows", "FMA 128 rows",
+                "matrix units");
+    for (DType t : {DType::F16, DType::F32}) {
+        if (!vk.supports(t)) continue;
+        for (auto [lq, lk, d] : {std::array<int64_t, 3>{4096, 4096, 40}, {1024, 1024, 80}, {256, 256, 160},
+                                 {64, 64, 160}, {4096, 77, 40}, {1024, 77, 80}, {256, 77, 160}}) {
+            const int64_t c = 8 * d;
+            Tensor q = Tensor::filled({2, lq, c}, 0.25f).to_device(vk, t);
+            Tensor kv = Tensor::filled({2, lk, c}, 0.125f).to_device(vk, t);
+            const double flops = 4.0 * 2 * double(lq) * double(lk) * double(c);
+            std::printf("%-30s %5s", ("q " + std::to_string(lq) + " k " + std::to_string(lk) + " d " + std::to_string(d)).c_str(),
+                        dtype_name(t));
+            for (int column = 0; column < 3; ++column) {
+                const bool matrix = column == 2;
+                if (matrix && (t != DType::F16 || !vk.physical().matrix_products)) {
+                    std::printf(" %14s", "-");
+                    continue;
+                }
+                vk.set_attention(matrix ? A::Matrix : A::Flash);
+                vk.set_flash_queries(column == 0 ? 64 : column == 1 ? 128 : 0);
+                const double ms = median_ms(vk, [&] { return ops::attention(q, kv, kv, 8); }, runs);
+                std::printf(" %6.3f ms %4.1fT", ms, flops / ms * 1e-9);
+            }
+            std::printf("\n");
+            std::fflush(stdout);
+        }
+    }
+    vk.set_flash_queries(0);
+    std::printf("\n(median of %d samples of 20 calls each, after 2; T = TFLOP/s, a multiply-add counting 2; the FMA "
+                "kernel takes 128 rows only for heads of up to 64 dimensions)\n", runs);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,10 +94,11 @@ int main(int argc, char** argv) {
         const int index = argc > 1 ? std::atoi(argv[1]) : 0;
         const int runs = argc > 2 ? std::atoi(argv[2]) : 20;
         const std::string only = argc > 3 ? argv[3] : "";
-        require(only.empty() || only == "f16" || only == "matrix", ErrorKind::InvalidArgument,
-                "the third argument is f16 or matrix, not " + only);
+        require(only.empty() || only == "f16" || only == "matrix" || only == "attention", ErrorKind::InvalidArgument,
+                "the third argument is f16, matrix or attention, not " + only);
         auto& vk = static_cast<vulkan::VulkanBackend&>(backend_for(Device{DeviceKind::Vulkan, index}));
         std::printf("%s\n", vk.describe().name.c_str());
+        if (only == "attention") return attention_bench(vk, runs);
         for (DType t : {DType::F16, DType::F32}) {
             if (!vk.supports(t) || (!only.empty() && t != DType::F16)) continue;
             auto dev = [&](Shape s) { return Tensor::filled(std::move(s), 0.25f).to_device(vk, t); };

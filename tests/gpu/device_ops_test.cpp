@@ -250,8 +250,8 @@ TEST_P(DeviceOps, AttentionFlashAndProducts) {
         bool causal;
     };
     for (DType t : kiln::test::gpu_dtypes(*gpu))
-        // Vulkan's flash kernel takes heads of up to 256 dimensions in 1-4 chunks of 64, 64 queries per workgroup
-        // and keys 64 at a time: partial blocks, tiles and chunks, and causal masks crossing tiles are covered.
+        // Vulkan's flash kernel takes heads of up to 256 dimensions in builds of 32 to 256 columns, 64 queries per
+        // workgroup and keys 64 at a time: partial blocks, tiles and builds, and causal masks crossing tiles are covered.
         for (A a : {A{1, 77, 77, 2, 64, true}, A{2, 33, 77, 3, 40, false}, A{1, 64, 64, 1, 512, false},
                     A{1, 5, 9, 1, 300, true}, A{1, 130, 200, 2, 160, false}, A{2, 70, 129, 2, 80, true},
                     A{1, 65, 65, 1, 256, true}, A{1, 3, 5, 4, 8, false}}) {

@@ -358,8 +358,8 @@ TEST(VulkanProducts, SplitKAgreesWithOneSlice) {
 // tests/gpu/device_ops_test.cpp derives (scores summed over d, weights over lk keys). The products are the
 // default where there are no matrix units, so each form is forced here (Matrix, flash attention on the matrix
 // units, runs only for float16 on devices with the KHR matrix kernels, else it is the products again):
-// shapes that cut the flash kernels' 128- and 64-query blocks, 64- and 32-key tiles and 64- or 16-column chunks (d 40,
-// 80, 160; 64, 120 and 35 for each build of the matrix kernel, 35 without the kernels' wide loads), causal masks
+// shapes that cut the flash kernels' 128- and 64-query blocks, 64-, 32-, 16- and 8-key tiles and their builds' columns
+// (d 40, 80, 160, 64, 120; 64, 120 and 35 for each build of the matrix kernel, 35 without the kernels' wide loads), causal masks
 // across tiles and query blocks, and packed q | k | v read in place.
 TEST(VulkanAttention, FlashKernelAndProductsAgreeWithTheHost) {
     KILN_VULKAN_OR_SKIP(gpu);

@@ -9,7 +9,8 @@
 # 13+ (CMakeLists.txt: KILN_GLSLANG) and left out of builds without one. The "_q8" products read a q8_0 weight
 # as blocks (B_Q8, W_Q8: blocks.glsl), in the FMA builds only (KILN_VULKAN_Q8=fused, docs/VULKAN.md). The
 # "flash_attention_coopk_<D>" kernels are attention on the matrix units for heads of up to 16 D dimensions; the
-# "_rg2" flash kernels take two row groups (128 queries) a workgroup (VulkanDeviceOps::flash_attention).
+# "flash_attention_c<C>" kernels attention with FMAs for heads of up to 16 C dimensions, their "_rg2" builds with two
+# row groups (128 queries) a workgroup (VulkanDeviceOps::flash_attention).
 set(KILN_VULKAN_KERNELS
   "convert_f32_f16|convert.comp|DST_F16"
   "convert_f16_f32|convert.comp|SRC_F16"
@@ -62,16 +63,26 @@ set(KILN_VULKAN_KERNELS
   "group_norm_apply_f16|group_norm_apply.comp|T_F16"
   "layer_norm_f32|layer_norm.comp"
   "layer_norm_f16|layer_norm.comp|T_F16"
-  "flash_attention_1_f32|flash_attention.comp|D_CHUNKS=1"
-  "flash_attention_2_f32|flash_attention.comp|D_CHUNKS=2"
-  "flash_attention_3_f32|flash_attention.comp|D_CHUNKS=3"
-  "flash_attention_4_f32|flash_attention.comp|D_CHUNKS=4"
-  "flash_attention_1_f16|flash_attention.comp|D_CHUNKS=1,T_F16"
-  "flash_attention_1_rg2_f32|flash_attention.comp|D_CHUNKS=1,RG=2u"
-  "flash_attention_1_rg2_f16|flash_attention.comp|D_CHUNKS=1,RG=2u,T_F16"
-  "flash_attention_2_f16|flash_attention.comp|D_CHUNKS=2,T_F16"
-  "flash_attention_3_f16|flash_attention.comp|D_CHUNKS=3,T_F16"
-  "flash_attention_4_f16|flash_attention.comp|D_CHUNKS=4,T_F16"
+  "flash_attention_c2_f32|flash_attention.comp|COLS=2u"
+  "flash_attention_c2_f16|flash_attention.comp|COLS=2u,T_F16"
+  "flash_attention_c3_f32|flash_attention.comp|COLS=3u"
+  "flash_attention_c3_f16|flash_attention.comp|COLS=3u,T_F16"
+  "flash_attention_c4_f32|flash_attention.comp|COLS=4u"
+  "flash_attention_c4_f16|flash_attention.comp|COLS=4u,T_F16"
+  "flash_attention_c5_f32|flash_attention.comp|COLS=5u"
+  "flash_attention_c5_f16|flash_attention.comp|COLS=5u,T_F16"
+  "flash_attention_c8_f32|flash_attention.comp|COLS=8u"
+  "flash_attention_c8_f16|flash_attention.comp|COLS=8u,T_F16"
+  "flash_attention_c10_f32|flash_attention.comp|COLS=10u"
+  "flash_attention_c10_f16|flash_attention.comp|COLS=10u,T_F16"
+  "flash_attention_c16_f32|flash_attention.comp|COLS=16u"
+  "flash_attention_c16_f16|flash_attention.comp|COLS=16u,T_F16"
+  "flash_attention_c2_rg2_f32|flash_attention.comp|COLS=2u,RG=2u"
+  "flash_attention_c2_rg2_f16|flash_attention.comp|COLS=2u,RG=2u,T_F16"
+  "flash_attention_c3_rg2_f32|flash_attention.comp|COLS=3u,RG=2u"
+  "flash_attention_c3_rg2_f16|flash_attention.comp|COLS=3u,RG=2u,T_F16"
+  "flash_attention_c4_rg2_f32|flash_attention.comp|COLS=4u,RG=2u"
+  "flash_attention_c4_rg2_f16|flash_attention.comp|COLS=4u,RG=2u,T_F16"
   "flash_attention_coopk_3_f16|flash_attention_coop.comp|COOP_KHR,D_TILES=3,T_F16"
   "flash_attention_coopk_4_f16|flash_attention_coop.comp|COOP_KHR,D_TILES=4,T_F16"
   "flash_attention_coopk_5_f16|flash_attention_coop.comp|COOP_KHR,D_TILES=5,T_F16"

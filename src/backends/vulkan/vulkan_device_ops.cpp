@@ -163,10 +163,19 @@ struct LayoutParams {
 constexpr int64_t kScoreBudgetBytes = int64_t(64) << 20;
 
 // flash_attention.comp: 64 queries per workgroup (or 128: its two-row-group builds, "_rg2", for heads of up to 64
-// dimensions), heads of up to 4 x 64 dimensions, and the shared memory it declares (1600 vec4; 2624 with two row
-// groups). flash_attention_coop.comp takes 64 queries per workgroup too.
+// dimensions), builds for heads of up to 16 x 2, 3, 4, 5, 8, 10 and 16 dimensions, and the shared memory it declares
+// (1088 vec4 and 2048 floats; 2112 vec4 and 2048 floats with two row groups). flash_attention_coop.comp takes 64
+// queries per workgroup too.
 constexpr int64_t kFlashQueries = 64, kFlashMaxHead = 256;
-constexpr uint32_t kFlashSharedBytes = 1600 * 16, kWideFlashSharedBytes = 2624 * 16;
+constexpr int kFlashCols[] = {2, 3, 4, 5, 8, 10, 16};
+constexpr uint32_t kFlashSharedBytes = 1088 * 16 + 2048 * 4, kWideFlashSharedBytes = 2112 * 16 + 2048 * 4;
+// The FMA flash kernel's build for a head: the fewest output columns a thread that cover it (so heads of 40, 80 and
+// 160 dimensions compute 48, 80 and 160 columns, not whole chunks of 64: session 24).
+int flash_cols(int64_t head_dim) {
+    for (int c : kFlashCols)
+        if (16 * c >= head_dim) return c;
+    return 0;
+}
 // The two row groups hold twice the registers (168 a thread on NVIDIA's driver for 64-dimension heads: one
 // workgroup a multiprocessor) and make half the workgroups: H200, session 22, SD 1.5's first-level self-attention
 // (512 workgroups of 128 queries) ran 8% faster with them, while heads of 80 and 160 dimensions on grids of 128 and
@@ -735,7 +744,8 @@ void VulkanDeviceOps::flash_attention(const AttentionOperands& a, Tensor& out, i
     p.loads = out.dtype() == DType::F16 && rows_start_on(8) ? 8u : rows_start_on(4) ? 4u : 1u;
     const bool matrix = matrix_flash_runs(d, out.dtype());
     bool wide = false;  // the FMA kernel's two row groups (kEnoughFlashGroups says when)
-    if (!matrix && d <= 64 && wide_flash_device_) {
+    const int cols = flash_cols(d);
+    if (!matrix && cols <= 4 && wide_flash_device_) {
         const int asked = backend_.flash_queries();
         const int64_t wide_groups = (lq + 2 * kFlashQueries - 1) / (2 * kFlashQueries) * heads * out.dim(0);
         wide = asked == 128 || (asked == 0 && wide_groups >= kEnoughFlashGroups);
@@ -743,7 +753,7 @@ void VulkanDeviceOps::flash_attention(const AttentionOperands& a, Tensor& out, i
     const int64_t per_group = wide ? 2 * kFlashQueries : kFlashQueries;
     const uint32_t groups = uint32_t((lq + per_group - 1) / per_group);
     const std::string name = matrix ? "flash_attention_coopk_" + std::to_string(matrix_flash_tiles(d)) + "_f16"
-                                    : "flash_attention_" + std::to_string((d + 63) / 64) + (wide ? "_rg2" : "") +
+                                    : "flash_attention_c" + std::to_string(cols) + (wide ? "_rg2" : "") +
                                           (out.dtype() == DType::F16 ? "_f16" : "_f32");
     backend_.dispatch(name.c_str(), p, groups, uint32_t(heads), uint32_t(out.dim(0)));
 }

@@ -6,15 +6,18 @@
 // reduction (no subgroup operations: common.glsl says why).
 //
 // Q(i, c) = q[b lq sq + i sq + h d + c], K and V likewise with lk rows and their own row strides, so the
-// packed q|k|v of self-attention and k|v of cross-attention are read in place. D_CHUNKS (1-4) is how many
-// 64-column chunks of the head dimension a thread's accumulators cover (d <= 64 D_CHUNKS).
+// packed q|k|v of self-attention and k|v of cross-attention are read in place. COLS (1-16) is how many output
+// columns a thread owns: a build covers heads of up to 16 COLS dimensions, and the host takes the smallest that
+// does, so a head of 40, 80 or 160 dimensions computes 48, 80 or 160 columns (whole 64-column chunks, before
+// session 24, computed 64, 128 and 192).
 //
 // 256 threads: ty = t / 16 owns rows 64 g + 4 ty .. + 3 of the query block for each of its RG row groups g (RG 1
 // or 2), tx = t % 16 owns keys tx + 16 j of each key tile (j = 0..3; interleaved so the probabilities' stores spread
-// over the banks) and output columns 4 tx .. 4 tx + 3 of each 64-column chunk. Two row groups a thread (session 22)
-// give each shared-memory read of K or V twice the multiply-adds and halve the barriers a query meets, but hold
-// twice the registers and make half the workgroups: the host takes them for 64-dimension heads on large grids
-// (VulkanDeviceOps::flash_attention). Operands are read 4 values at a time where the host found them aligned (p.loads).
+// over the banks) and output columns tx + 16 i (i < COLS; interleaved so that a row of V in shared memory is read
+// by 16 threads from 16 banks). Two row groups a thread (session 22) give each shared-memory read of K or V twice
+// the multiply-adds and halve the barriers a query meets, but hold twice the registers and make half the
+// workgroups: the host takes them for heads of up to 64 dimensions on large grids (VulkanDeviceOps::flash_attention).
+// Operands are read 4 values at a time where the host found them aligned (p.loads).
 #version 450
 #include "common.glsl"
 #extension GL_EXT_control_flow_attributes : require
@@ -33,7 +36,13 @@ layout(push_constant) uniform Params {
 #ifndef RG
 #define RG 1u  // row groups of 64 queries a workgroup
 #endif
+#ifndef COLS
+#define COLS 4u  // output columns a thread owns
+#endif
 #define BR (64u * RG)  // queries per workgroup
+#define D_MAX (16u * COLS)  // head dimensions a build covers
+// Keys of V a step of the output's product: VK rows of D_MAX columns fill at most 2048 floats (8 KiB).
+#define VK (COLS <= 4u ? 32u : COLS <= 8u ? 16u : 8u)
 #define BC 64u   // keys per tile
 #define DK 32u   // head dimensions per step of the scores' product
 #define Q_ROW (16u * RG)      // vec4 per column of Q^T (BR / 4)
@@ -55,14 +64,16 @@ vec4 ld4_row(Ts t, uint at, bool in_rows, uint col) {
     return x;
 }
 
-// One shared array, used in three phases of each key tile (RG 1 / 2: 1600 / 2624 vec4, VulkanDeviceOps::flash_attention):
+// One shared array, used in three phases of each key tile (RG 1 / 2: 1088 / 2112 vec4, and shv's 2048 floats beside
+// it: VulkanDeviceOps::flash_attention):
 //   scores:  [0, SH_K) Q^T, [c][row / 4] (4 rows of column c per vec4); [SH_K, SH_K + 512) K^T, [c][key % 16] (keys
 //            key % 16 + 16 j as component j);
 //   softmax: [0, 4 BR) the row reductions' partial values (row_reduce);
-//   output:  [0, SH_V) probabilities^T, [key][row / 4], P_ROW per key; [SH_V, SH_V + 512) V, [key][col / 4], 32 keys.
+//   output:  [0, SH_V) probabilities^T, [key][row / 4], P_ROW per key; shv: VK rows of V, D_MAX floats each.
 #define SH_K (DK * Q_ROW)
 #define SH_V (BC * P_ROW)
-shared vec4 sh[SH_V + 512u];
+shared vec4 sh[SH_V];
+shared float shv[VK * D_MAX];
 
 // The maximum (max_not_sum) or sum over a row group's 16 threads of each of this thread's 4 RG rows (x[g][r]: row
 // 64 g + 4 ty + r). The caller's barrier before it ends the phase that used sh.
@@ -94,11 +105,10 @@ void main() {
     const uint keys = p.causal != 0u ? min(p.lk, q0 + BR) : p.lk;
 
     vec4 row_max[RG], row_sum[RG];
-    vec4 acc[D_CHUNKS][RG][4];
+    vec4 acc[RG][COLS];  // acc[g][i][r]: row 64 g + 4 ty + r, column tx + 16 i
     [[unroll]] for (uint g = 0u; g < RG; ++g) {
         row_max[g] = vec4(-3.402823466e38), row_sum[g] = vec4(0.0);
-        [[unroll]] for (uint cc = 0u; cc < D_CHUNKS; ++cc)
-            [[unroll]] for (uint r = 0u; r < 4u; ++r) acc[cc][g][r] = vec4(0.0);
+        [[unroll]] for (uint i = 0u; i < COLS; ++i) acc[g][i] = vec4(0.0);
     }
 
     for (uint j0 = 0u; j0 < keys; j0 += BC) {
@@ -164,34 +174,36 @@ void main() {
         row_reduce(tile_sum, ty, tx, false);
         [[unroll]] for (uint g = 0u; g < RG; ++g) {
             row_sum[g] = row_sum[g] * rescale[g] + tile_sum[g];
-            [[unroll]] for (uint cc = 0u; cc < D_CHUNKS; ++cc)
-                [[unroll]] for (uint r = 0u; r < 4u; ++r) acc[cc][g][r] *= rescale[g][r];
+            [[unroll]] for (uint i = 0u; i < COLS; ++i) acc[g][i] *= rescale[g];
             // The probabilities, transposed: key tx + 16 j's 4 rows of row group (g, ty) as one vec4.
             [[unroll]] for (uint j = 0u; j < 4u; ++j)
                 sh[(tx + 16u * j) * P_ROW + 16u * g + ty] = vec4(s[g][0][j], s[g][1][j], s[g][2][j], s[g][3][j]);
         }
 
-        // out += P V, 32 keys x one 64-column chunk of V at a time.
+        // out += P V, VK keys at a time.
         const uint kn = min(BC, keys - j0);
-        [[unroll]] for (uint cc = 0u; cc < D_CHUNKS; ++cc)
-            for (uint k0 = 0u; k0 < kn; k0 += 32u) {
-                barrier();  // the probabilities are stored; the previous chunk's V is read
-                [[unroll]] for (uint i = 0u; i < 2u; ++i) {
-                    const uint e = t + 256u * i, key = e >> 4, col = cc * 64u + (e & 15u) * 4u, kj = j0 + k0 + key;
-                    sh[SH_V + key * 16u + (e & 15u)] = ld4_row(p.v, vb + kj * p.sv + col, kj < p.lk, col);
-                }
-                barrier();
-                // Keys past kn have probability 0 and V rows of zeros: whole groups of 8, unrolled.
-                const uint n = min(32u, kn - k0);
-                for (uint k8 = 0u; k8 < n; k8 += 8u)
-                    [[unroll]] for (uint key = k8; key < k8 + 8u; ++key) {
-                        const vec4 vv = sh[SH_V + key * 16u + tx];
-                        [[unroll]] for (uint g = 0u; g < RG; ++g) {
-                            const vec4 pg = sh[(k0 + key) * P_ROW + 16u * g + ty];
-                            [[unroll]] for (uint r = 0u; r < 4u; ++r) acc[cc][g][r] += pg[r] * vv;
-                        }
-                    }
+        for (uint k0 = 0u; k0 < kn; k0 += VK) {
+            barrier();  // the probabilities are stored; the previous step's V is read
+            // VK rows of D_MAX columns of V, 4 values a thread and a load, at most twice.
+            [[unroll]] for (uint i = 0u; i < (VK * D_MAX / 4u + 255u) / 256u; ++i) {
+                const uint e = t + 256u * i, key = e / (D_MAX / 4u), col = e % (D_MAX / 4u) * 4u, kj = j0 + k0 + key;
+                if (e >= VK * D_MAX / 4u) break;
+                const vec4 x = ld4_row(p.v, vb + kj * p.sv + col, kj < p.lk, col);
+                [[unroll]] for (uint c = 0u; c < 4u; ++c) shv[key * D_MAX + col + c] = x[c];
             }
+            barrier();
+            // Keys past kn have probability 0 and V rows of zeros: whole groups of 8, unrolled.
+            const uint n = min(VK, kn - k0);
+            for (uint k8 = 0u; k8 < n; k8 += 8u)
+                [[unroll]] for (uint key = k8; key < k8 + 8u; ++key) {
+                    float vv[COLS];
+                    [[unroll]] for (uint i = 0u; i < COLS; ++i) vv[i] = shv[key * D_MAX + tx + 16u * i];
+                    [[unroll]] for (uint g = 0u; g < RG; ++g) {
+                        const vec4 pg = sh[(k0 + key) * P_ROW + 16u * g + ty];
+                        [[unroll]] for (uint i = 0u; i < COLS; ++i) acc[g][i] += pg * vv[i];
+                    }
+                }
+        }
         barrier();  // before the next tile's Q and K overwrite the probabilities
     }
 
@@ -200,10 +212,9 @@ void main() {
             const uint qi = q0 + 64u * g + 4u * ty + r;
             if (qi >= p.lq) continue;
             const float inv = 1.0 / row_sum[g][r];
-            [[unroll]] for (uint cc = 0u; cc < D_CHUNKS; ++cc)
-                [[unroll]] for (uint c = 0u; c < 4u; ++c) {
-                    const uint col = cc * 64u + 4u * tx + c;
-                    if (col < p.d) st(p.o, ob + qi * p.so + col, acc[cc][g][r][c] * inv);
-                }
+            [[unroll]] for (uint i = 0u; i < COLS; ++i) {
+                const uint col = tx + 16u * i;
+                if (col < p.d) st(p.o, ob + qi * p.so + col, acc[g][i][r] * inv);
+            }
         }
 }
