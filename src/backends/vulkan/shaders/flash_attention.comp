@@ -159,21 +159,20 @@ void main() {
             }
         }
         row_reduce(m, ty, tx, true);
-        vec4 rescale[RG], tile_sum[RG];
+        // Each thread sums its own keys' probabilities (relative to the row's common maximum, so rescaled alike):
+        // the row's sum is reduced once, after the last tile, not once a tile (session 24: two barriers a tile).
+        vec4 rescale[RG];
         [[unroll]] for (uint g = 0u; g < RG; ++g) {
             const vec4 new_max = max(row_max[g], m[g]);
             rescale[g] = exp(row_max[g] - new_max);
             row_max[g] = new_max;
-            tile_sum[g] = vec4(0.0);
+            vec4 tile_sum = vec4(0.0);
             [[unroll]] for (uint r = 0u; r < 4u; ++r)
                 [[unroll]] for (uint j = 0u; j < 4u; ++j) {
                     s[g][r][j] = s[g][r][j] > -3.0e38 ? exp(s[g][r][j] - new_max[r]) : 0.0;
-                    tile_sum[g][r] += s[g][r][j];
+                    tile_sum[r] += s[g][r][j];
                 }
-        }
-        row_reduce(tile_sum, ty, tx, false);
-        [[unroll]] for (uint g = 0u; g < RG; ++g) {
-            row_sum[g] = row_sum[g] * rescale[g] + tile_sum[g];
+            row_sum[g] = row_sum[g] * rescale[g] + tile_sum;
             [[unroll]] for (uint i = 0u; i < COLS; ++i) acc[g][i] *= rescale[g];
             // The probabilities, transposed: key tx + 16 j's 4 rows of row group (g, ty) as one vec4.
             [[unroll]] for (uint j = 0u; j < 4u; ++j)
@@ -207,6 +206,7 @@ void main() {
         barrier();  // before the next tile's Q and K overwrite the probabilities
     }
 
+    row_reduce(row_sum, ty, tx, false);
     [[unroll]] for (uint g = 0u; g < RG; ++g)
         [[unroll]] for (uint r = 0u; r < 4u; ++r) {
             const uint qi = q0 + 64u * g + 4u * ty + r;
