@@ -79,8 +79,9 @@ std::map<std::string, OriginalTensor> diffusers_as_original(const std::string& d
         if (!whole) {
             std::string have;
             for (const auto& [n, m] : t.parts) have += (have.empty() ? "" : ", ") + n;
-            fail(ErrorKind::InvalidModel, t.file->path() + ": the original layout's " + quote_name(name) + " is made of " +
-                                              std::to_string(parts) + " of its tensors (rows in order), but it has: " + have);
+            fail(ErrorKind::InvalidModel, t.file->path() + ": the original layout's " + quote_name(name) +
+                                              " is made of " + std::to_string(parts) +
+                                              " of its tensors (rows in order), but it has: " + have);
         }
     }
     return out;

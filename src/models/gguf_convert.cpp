@@ -83,7 +83,7 @@ ConvertPlan plan_single_file(const std::string& input, DType weights) {
     for (const std::string& name : file->names()) {
         const TensorInfo& ti = file->info(name);
         const auto it = uses.find(name);
-        add_entry(plan, ConvertEntry{GgufWriteSpec{name, ti.shape, ti.dtype}, file, {name}, ti.dtype},
+        add_entry(plan, ConvertEntry{GgufWriteSpec{name, ti.shape, ti.dtype}, file, {name}, ti.dtype, false},
                   it == uses.end() ? nullptr : &it->second, weights);
     }
     return plan;
@@ -106,7 +106,7 @@ Shape original_shape(const std::string& name, const OriginalTensor& t) {
     }
     switch (m.op) {
         case WeightMapping::Op::Copy: break;
-        case WeightMapping::Op::Squeeze: shape.insert(shape.end(), 4 - shape.size(), 1); break;  // a 1x1 conv
+        case WeightMapping::Op::Squeeze: shape.insert(shape.end(), {1, 1}); break;  // [C,C] -> a 1x1 conv's [C,C,1,1]
         case WeightMapping::Op::Transpose:
             require(shape.size() == 2, ErrorKind::InvalidModel,
                     file.path() + ": " + quote_name(first) + " must be a matrix, not " + shape_str(shape));
@@ -123,9 +123,10 @@ ConvertPlan plan_folder(const std::string& dir, DType weights) {
     for (const auto& [name, t] : diffusers_as_original(dir)) {
         if (std::find(plan.inputs.begin(), plan.inputs.end(), t.file->path()) == plan.inputs.end())
             plan.inputs.push_back(t.file->path());
-        ConvertEntry e{GgufWriteSpec{name, original_shape(name, t), DType::F32}, t.file, {}, t.file->info(t.parts.front().first).dtype};
+        const DType stored = t.file->info(t.parts.front().first).dtype;  // every part's (original_shape checks)
+        ConvertEntry e{GgufWriteSpec{name, original_shape(name, t), stored}, t.file, {}, stored,
+                       t.parts.front().second.op == WeightMapping::Op::Transpose};
         for (const auto& [part, m] : t.parts) e.parts.push_back(part);
-        e.transpose = t.parts.front().second.op == WeightMapping::Op::Transpose;
         add_entry(plan, std::move(e), &t.parts, weights);
     }
     return plan;

@@ -26,7 +26,8 @@ TEST(ConvertCommand, DiffusersFolderDrawsTheFoldersImage) {
     TempDir dir;
     for (const std::string model : {"sd15-mini", "sd2-mini", "sdxl-mini"}) {
         SCOPED_TRACE(model);
-        const std::string folder = std::string(KILN_TEST_DATA) + "/" + model + "/diffusers", out = dir.file(model + ".gguf");
+        const std::string folder = std::string(KILN_TEST_DATA) + "/" + model + "/diffusers";
+        const std::string out = dir.file(model + ".gguf");
         const ProcessResult r = run_kiln({"convert", "-m", folder, "--weights", "q8_0", "-o", out, "-q"});
         expect_success(r);
         EXPECT_NE(r.out.find("Q8_0"), std::string::npos) << r.describe();

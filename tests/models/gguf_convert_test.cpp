@@ -274,13 +274,17 @@ TEST_P(GgufConvertDiffusers, FolderGivesTheSingleFilesTensorsAndComputesAsTheFol
         const TensorInfo &x = a.info(name), &y = b.info(name);
         EXPECT_EQ(x.shape, y.shape) << name;
         EXPECT_EQ(x.dtype, y.dtype) << name;
-        if (x.shape == y.shape && x.dtype == y.dtype) EXPECT_EQ(bytes_of(a, name), bytes_of(b, name)) << name;
+        if (x.shape == y.shape && x.dtype == y.dtype) {
+            EXPECT_EQ(bytes_of(a, name), bytes_of(b, name)) << name;
+        }
         ++compared;
         quantized += is_block_quantized(x.dtype);
     }
     for (const std::string& name : a.names()) EXPECT_TRUE(b.has(name)) << name << " only in the folder's conversion";
     EXPECT_GT(compared, 900);
-    if (is_block_quantized(w)) EXPECT_GT(quantized, 20);
+    if (is_block_quantized(w)) {
+        EXPECT_GT(quantized, 20);
+    }
 
     LoadOptions options;
     options.weights = w;
@@ -329,12 +333,14 @@ TEST(GgufConvertDiffusersErrors, MissingComponentUnknownTensorAndTheFolderUntouc
         return files;
     };
     const auto before = snapshot();
-    auto expect_error = [&](const std::string& input, const std::string& output, const std::vector<std::string>& parts) {
+    auto expect_error = [&](const std::string& input, const std::string& output,
+                            const std::vector<std::string>& parts) {
         try {
             write_gguf_conversion(plan_gguf_conversion(input, DType::Q8_0), output);
             ADD_FAILURE() << "converted " << input << " to " << output;
         } catch (const Error& e) {
-            for (const std::string& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+            for (const std::string& part : parts)
+                EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
         }
     };
     const std::string unet_file = (folder / "unet" / "diffusion_pytorch_model.safetensors").string();

@@ -199,7 +199,8 @@ std::optional<WeightMapping> ldm_vae_original(const std::string& internal, size_
     }
     if (what == "mid_block" && parts.size() > 5 && parts[2] == "attentions" && parts[3] == "0") {
         const size_t last = parts.size() - 1;  // to_out.0 has two parts
-        const auto layer = param(last) ? rename_layer(kAttentionLayers, join_from(parts, 4, last), false) : std::nullopt;
+        const auto layer =
+            param(last) ? rename_layer(kAttentionLayers, join_from(parts, 4, last), false) : std::nullopt;
         if (!layer) return std::nullopt;
         const bool linear = *layer != "norm" && parts[last] == "weight" && rank == 2;  // stored as a 1x1 conv
         return mapped(half + ".mid.attn_1." + *layer + "." + parts[last], linear ? Op::Squeeze : Op::Copy);
