@@ -11,9 +11,10 @@
 namespace kiln::cli {
 
 CLI::App* add_convert_command(CLI::App& app, ConvertOptions& o) {
-    CLI::App* cmd = app.add_subcommand("convert", "write a single-file checkpoint as GGUF with quantized weights "
-                                                  "(kiln and stable-diffusion.cpp load it)");
-    cmd->add_option("-m,--model", o.model, "the checkpoint: a .safetensors or .gguf single file")->required();
+    CLI::App* cmd = app.add_subcommand("convert", "write a checkpoint as GGUF with quantized weights, under the "
+                                                  "single-file layout's names (kiln and stable-diffusion.cpp load it)");
+    cmd->add_option("-m,--model", o.model, "the checkpoint: a .safetensors or .gguf single file, or a diffusers folder")
+        ->required();
     cmd->add_option("--weights", o.weights, "f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_K | q5_K | q6_K")
         ->required()
         ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q5_K", "q6_K"}));

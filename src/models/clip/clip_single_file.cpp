@@ -36,6 +36,32 @@ int as_int(int64_t v) { return static_cast<int>(v); }
     fail(ErrorKind::InvalidModel, file.path() + ": tensor '" + name + "' is not part of a " + what);
 }
 
+// OpenCLIP name -> transformers name, read both ways: by the loader (openclip_layout) and by kiln convert
+// (openclip_original), so that the two directions cannot drift apart.
+const std::pair<const char*, const char*> kOpenClipTopRenames[] = {
+    {"token_embedding.weight", "text_model.embeddings.token_embedding.weight"},
+    {"positional_embedding", "text_model.embeddings.position_embedding.weight"},
+    {"ln_final.weight", "text_model.final_layer_norm.weight"},
+    {"ln_final.bias", "text_model.final_layer_norm.bias"},
+};
+// Inside transformer.resblocks.N / text_model.encoder.layers.N.
+const std::pair<const char*, const char*> kOpenClipLayerRenames[] = {
+    {"ln_1.weight", "layer_norm1.weight"},
+    {"ln_1.bias", "layer_norm1.bias"},
+    {"ln_2.weight", "layer_norm2.weight"},
+    {"ln_2.bias", "layer_norm2.bias"},
+    {"attn.out_proj.weight", "self_attn.out_proj.weight"},
+    {"attn.out_proj.bias", "self_attn.out_proj.bias"},
+    {"mlp.c_fc.weight", "mlp.fc1.weight"},
+    {"mlp.c_fc.bias", "mlp.fc1.bias"},
+    {"mlp.c_proj.weight", "mlp.fc2.weight"},
+    {"mlp.c_proj.bias", "mlp.fc2.bias"},
+};
+// attn.in_proj_{weight,bias} holds the three projections' rows in this order.
+const char* const kInProjParts[] = {"q_proj.", "k_proj.", "v_proj."};
+const char* const kLayersPrefix = "text_model.encoder.layers.";
+const char* const kResblocksPrefix = "transformer.resblocks.";
+
 }  // namespace
 
 bool has_clip_hf_layout(const SafetensorsFile& file, const std::string& prefix) {
@@ -130,46 +156,30 @@ ClipSingleFile openclip_layout(const SafetensorsFile& file, const std::string& p
         auto put = [&](const std::string& internal, Op op = Op::Copy, int part = 0, int parts = 1) {
             out.table[internal] = WeightMapping{name, op, part, parts};
         };
-        if (rest == "token_embedding.weight") {
-            put("text_model.embeddings.token_embedding.weight");
-        } else if (rest == "positional_embedding") {
-            put("text_model.embeddings.position_embedding.weight");
-        } else if (rest == "ln_final.weight") {
-            put("text_model.final_layer_norm.weight");
-        } else if (rest == "ln_final.bias") {
-            put("text_model.final_layer_norm.bias");
+        const char* top = nullptr;
+        for (const auto& [from, to] : kOpenClipTopRenames)
+            if (rest == from) top = to;
+        if (top) {
+            put(top);
         } else if (rest == "text_projection") {
             if (!sd2) put("text_projection.weight", Op::Transpose);  // stored as x @ P; a linear keeps P^T
         } else if (rest == "logit_scale" || rest == "attn_mask") {
             // the contrastive loss's temperature and a causal-mask buffer: not weights of the text model
-        } else if (starts_with(rest, "transformer.resblocks.")) {
-            auto idx = split_index(rest.substr(std::string("transformer.resblocks.").size()));
+        } else if (starts_with(rest, kResblocksPrefix)) {
+            auto idx = split_index(rest.substr(std::string(kResblocksPrefix).size()));
             if (!idx) unknown_tensor(file, name, what);
             const auto& [n, t] = *idx;
             if (n >= layers) continue;  // SD 2.x's resblocks.23
-            const std::string p = "text_model.encoder.layers." + std::to_string(n) + ".";
-            static const std::pair<const char*, const char*> kRenames[] = {
-                {"ln_1.weight", "layer_norm1.weight"},
-                {"ln_1.bias", "layer_norm1.bias"},
-                {"ln_2.weight", "layer_norm2.weight"},
-                {"ln_2.bias", "layer_norm2.bias"},
-                {"attn.out_proj.weight", "self_attn.out_proj.weight"},
-                {"attn.out_proj.bias", "self_attn.out_proj.bias"},
-                {"mlp.c_fc.weight", "mlp.fc1.weight"},
-                {"mlp.c_fc.bias", "mlp.fc1.bias"},
-                {"mlp.c_proj.weight", "mlp.fc2.weight"},
-                {"mlp.c_proj.bias", "mlp.fc2.bias"},
-            };
+            const std::string p = kLayersPrefix + std::to_string(n) + ".";
             bool done = false;
-            for (const auto& [from, to] : kRenames)
+            for (const auto& [from, to] : kOpenClipLayerRenames)
                 if (t == from) {
                     put(p + to);
                     done = true;
                 }
             if (t == "attn.in_proj_weight" || t == "attn.in_proj_bias") {
                 const std::string suffix = t == "attn.in_proj_weight" ? "weight" : "bias";
-                const char* parts[] = {"q_proj.", "k_proj.", "v_proj."};  // rows in this order
-                for (int i = 0; i < 3; ++i) put(p + "self_attn." + parts[i] + suffix, Op::RowSlice, i, 3);
+                for (int i = 0; i < 3; ++i) put(p + "self_attn." + kInProjParts[i] + suffix, Op::RowSlice, i, 3);
                 done = true;
             }
             if (!done) unknown_tensor(file, name, what);
@@ -197,6 +207,29 @@ ClipSingleFile openclip_layout(const SafetensorsFile& file, const std::string& p
         c.projection_dim = as_int(shape_of(file, prefix + "text_projection", 2)[1]);
     c.validate(file.path() + " (" + prefix + ")");
     return out;
+}
+
+std::optional<WeightMapping> clip_hf_original(const std::string& internal, const std::string& prefix) {
+    if (!starts_with(internal, "text_model.") && internal != "text_projection.weight") return std::nullopt;
+    return WeightMapping{prefix + internal};  // the transformers names, under the prefix
+}
+
+std::optional<WeightMapping> openclip_original(const std::string& internal, const std::string& prefix) {
+    using Op = WeightMapping::Op;
+    for (const auto& [from, to] : kOpenClipTopRenames)
+        if (internal == to) return WeightMapping{prefix + from};
+    if (internal == "text_projection.weight") return WeightMapping{prefix + "text_projection", Op::Transpose};
+    if (!starts_with(internal, kLayersPrefix)) return std::nullopt;
+    const auto idx = split_index(internal.substr(std::string(kLayersPrefix).size()));
+    if (!idx) return std::nullopt;
+    const std::string block = prefix + kResblocksPrefix + std::to_string(idx->first) + ".";
+    for (const auto& [from, to] : kOpenClipLayerRenames)
+        if (idx->second == to) return WeightMapping{block + from};
+    for (int i = 0; i < 3; ++i)
+        for (const std::string suffix : {"weight", "bias"})
+            if (idx->second == "self_attn." + std::string(kInProjParts[i]) + suffix)
+                return WeightMapping{block + "attn.in_proj_" + suffix, Op::RowSlice, i, 3};
+    return std::nullopt;
 }
 
 }  // namespace kiln

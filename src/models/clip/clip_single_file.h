@@ -2,6 +2,7 @@
 // transformers names ClipTextModel::load reads, and the config read off the tensors' shapes.
 #pragma once
 #include <map>
+#include <optional>
 #include <string>
 
 #include "io/safetensors.h"
@@ -39,5 +40,12 @@ ClipSingleFile clip_hf_layout(const SafetensorsFile& file, const std::string& pr
 // model has 23 layers, and the text_projection is unused; under any other prefix (SDXL) every
 // resblock is kept and text_projection becomes the projection.
 ClipSingleFile openclip_layout(const SafetensorsFile& file, const std::string& prefix);
+
+// The inverses of the two tables above (kiln convert of a diffusers folder): the WeightMapping the table built from
+// an original-layout file under `prefix` holds for the transformers tensor `internal` (the original tensor's name, and
+// how the loader takes `internal` from it: q, k and v as row slices of in_proj, text_projection transposed), or nothing
+// when that layout has no place for it.
+std::optional<WeightMapping> clip_hf_original(const std::string& internal, const std::string& prefix);
+std::optional<WeightMapping> openclip_original(const std::string& internal, const std::string& prefix);
 
 }  // namespace kiln

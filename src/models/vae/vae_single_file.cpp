@@ -26,21 +26,37 @@ std::vector<std::string> split_dots(const std::string& s) {
 
 std::optional<int> as_index(const std::string& s) { return layer_index(s); }
 
-std::string join_from(const std::vector<std::string>& parts, size_t from) {
+// parts[from, to) joined by dots.
+std::string join_from(const std::vector<std::string>& parts, size_t from, size_t to) {
     std::string out;
-    for (size_t i = from; i < parts.size(); ++i) out += (i > from ? "." : "") + parts[i];
+    for (size_t i = from; i < to; ++i) out += (i > from ? "." : "") + parts[i];
     return out;
 }
 
 bool is_param(const std::string& s) { return s == "weight" || s == "bias"; }
 
+// Original layer name -> diffusers layer name, read both ways: by the loader (ldm_vae_layout) and by kiln convert
+// (ldm_vae_original). A ResnetBlock2D's layers:
+const std::pair<const char*, const char*> kResnetLayers[] = {
+    {"norm1", "norm1"}, {"conv1", "conv1"}, {"norm2", "norm2"}, {"conv2", "conv2"}, {"nin_shortcut", "conv_shortcut"}};
+// The mid block's attention (mid.attn_1 / mid_block.attentions.0):
+const std::pair<const char*, const char*> kAttentionLayers[] = {
+    {"norm", "group_norm"}, {"q", "to_q"}, {"k", "to_k"}, {"v", "to_v"}, {"proj_out", "to_out.0"}};
+
+// The name `layer` takes in the other layout (`to_diffusers`: original -> diffusers), or nothing.
+template <size_t N>
+std::optional<std::string> rename_layer(const std::pair<const char*, const char*> (&table)[N], const std::string& layer,
+                                        bool to_diffusers) {
+    for (const auto& [original, diffusers] : table)
+        if (layer == (to_diffusers ? original : diffusers)) return to_diffusers ? diffusers : original;
+    return std::nullopt;
+}
+
 // The diffusers name of a ResnetBlock2D parameter ("norm1.weight", ...), or nothing.
 std::optional<std::string> resnet_param(const std::vector<std::string>& parts, size_t from) {
     if (parts.size() != from + 2 || !is_param(parts[from + 1])) return std::nullopt;
-    const std::string& layer = parts[from];
-    if (layer == "nin_shortcut") return "conv_shortcut." + parts[from + 1];
-    if (layer == "norm1" || layer == "conv1" || layer == "norm2" || layer == "conv2") return join_from(parts, from);
-    return std::nullopt;
+    const auto layer = rename_layer(kResnetLayers, parts[from], true);
+    return layer ? std::optional<std::string>(*layer + "." + parts[from + 1]) : std::nullopt;
 }
 
 const Shape& shape_of(const SafetensorsFile& file, const std::string& name, size_t rank) {
@@ -102,18 +118,11 @@ VaeSingleFile ldm_vae_layout(const SafetensorsFile& file, float scaling_factor, 
             if (!p) unknown();
             put(half + ".mid_block.resnets." + (parts[2] == "block_1" ? "0." : "1.") + *p);
         } else if (what == "mid" && parts[2] == "attn_1" && parts.size() == 5 && is_param(parts[4])) {
-            const std::string& layer = parts[3];
-            const std::string base = half + ".mid_block.attentions.0.";
-            if (layer == "norm") {
-                put(base + "group_norm." + parts[4]);
-            } else if (layer == "q" || layer == "k" || layer == "v" || layer == "proj_out") {
-                const std::string to = layer == "proj_out" ? "to_out.0." : "to_" + layer + ".";
-                // Stored as 1x1 convs [C,C,1,1]; diffusers' linears are [C,C].
-                const bool conv = parts[4] == "weight" && file.info(name).shape.size() > 2;
-                put(base + to + parts[4], conv ? Op::Squeeze : Op::Copy);
-            } else {
-                unknown();
-            }
+            const auto layer = rename_layer(kAttentionLayers, parts[3], true);
+            if (!layer) unknown();
+            // q, k, v, proj_out are stored as 1x1 convs [C,C,1,1]; diffusers' linears are [C,C].
+            const bool conv = parts[3] != "norm" && parts[4] == "weight" && file.info(name).shape.size() > 2;
+            put(half + ".mid_block.attentions.0." + *layer + "." + parts[4], conv ? Op::Squeeze : Op::Copy);
         } else if (half == "encoder" && what == "down" && as_index(parts[2])) {
             const std::string base = "encoder.down_blocks." + parts[2] + ".";
             if (parts.size() > 4 && parts[3] == "block" && as_index(parts[4])) {
@@ -163,6 +172,53 @@ VaeSingleFile ldm_vae_layout(const SafetensorsFile& file, float scaling_factor, 
     c.use_post_quant_conv = out.table.count("post_quant_conv.weight") > 0;
     c.validate(file.path() + " (" + prefix + ")");
     return out;
+}
+
+std::optional<WeightMapping> ldm_vae_original(const std::string& internal, size_t rank, int levels,
+                                              const std::string& prefix) {
+    using Op = WeightMapping::Op;
+    const auto parts = split_dots(internal);
+    const auto param = [&](size_t i) { return parts.size() == i + 1 && is_param(parts[i]); };
+    auto mapped = [&](const std::string& original, Op op = Op::Copy) {
+        return std::optional<WeightMapping>(WeightMapping{prefix + original, op});
+    };
+    // "<resnet layer>.<param>" from parts[from] on, in the original's names.
+    auto resnet = [&](size_t from) -> std::optional<std::string> {
+        const auto layer = param(from + 1) ? rename_layer(kResnetLayers, parts[from], false) : std::nullopt;
+        return layer ? std::optional<std::string>(*layer + "." + parts[from + 1]) : std::nullopt;
+    };
+    const std::string half = parts[0];
+    if ((half == "quant_conv" || half == "post_quant_conv") && param(1)) return mapped(internal);
+    if ((half != "encoder" && half != "decoder") || parts.size() < 3) return std::nullopt;
+    const std::string& what = parts[1];
+    if ((what == "conv_in" || what == "conv_out") && param(2)) return mapped(internal);
+    if (what == "conv_norm_out" && param(2)) return mapped(half + ".norm_out." + parts[2]);
+    if (what == "mid_block" && parts.size() > 4 && parts[2] == "resnets" && (parts[3] == "0" || parts[3] == "1")) {
+        const auto r = resnet(4);
+        return r ? mapped(half + ".mid.block_" + (parts[3] == "0" ? "1." : "2.") + *r) : std::nullopt;
+    }
+    if (what == "mid_block" && parts.size() > 5 && parts[2] == "attentions" && parts[3] == "0") {
+        const size_t last = parts.size() - 1;  // to_out.0 has two parts
+        const auto layer =
+            param(last) ? rename_layer(kAttentionLayers, join_from(parts, 4, last), false) : std::nullopt;
+        if (!layer) return std::nullopt;
+        const bool linear = *layer != "norm" && parts[last] == "weight" && rank == 2;  // stored as a 1x1 conv
+        return mapped(half + ".mid.attn_1." + *layer + "." + parts[last], linear ? Op::Squeeze : Op::Copy);
+    }
+    // down_blocks.N / up_blocks.N: the original numbers both halves' levels from the highest resolution.
+    const auto n = parts.size() > 4 ? as_index(parts[2]) : std::nullopt;
+    if (!n || *n >= levels) return std::nullopt;
+    const bool down = half == "encoder" && what == "down_blocks", up = half == "decoder" && what == "up_blocks";
+    if (!down && !up) return std::nullopt;
+    const std::string base = half + (down ? ".down." + parts[2] : ".up." + std::to_string(levels - 1 - *n)) + ".";
+    if (parts[3] == "resnets" && as_index(parts[4])) {
+        const auto r = resnet(5);
+        return r ? mapped(base + "block." + parts[4] + "." + *r) : std::nullopt;
+    }
+    const std::string sampler = down ? "downsamplers" : "upsamplers";
+    if (parts[3] == sampler && parts[4] == "0" && parts.size() == 7 && parts[5] == "conv" && param(6))
+        return mapped(base + (down ? "downsample" : "upsample") + ".conv." + parts[6]);
+    return std::nullopt;
 }
 
 }  // namespace kiln

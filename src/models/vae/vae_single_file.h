@@ -2,6 +2,7 @@
 // AutoencoderKL names and the config read off the tensors' shapes.
 #pragma once
 #include <map>
+#include <optional>
 #include <string>
 
 #include "io/safetensors.h"
@@ -28,5 +29,11 @@ bool has_ldm_vae(const SafetensorsFile& file, const std::string& prefix = kLdmVa
 // Throws InvalidModel naming the file and tensor for anything under the prefix it cannot place.
 VaeSingleFile ldm_vae_layout(const SafetensorsFile& file, float scaling_factor,
                              const std::string& prefix = kLdmVaePrefix);
+
+// The inverse of that table (kiln convert of a diffusers folder): the WeightMapping it holds for the diffusers tensor
+// `internal` of `rank` dimensions in a VAE of `levels` levels (the original name; Squeeze for the attention's [C,C]
+// linears, which the original stores as 1x1 convs), or nothing when the original layout has no place for it.
+std::optional<WeightMapping> ldm_vae_original(const std::string& internal, size_t rank, int levels,
+                                              const std::string& prefix = kLdmVaePrefix);
 
 }  // namespace kiln
