@@ -21,6 +21,7 @@
 #include "backends/vulkan/physical_devices.h"
 #include "backends/vulkan/vulkan_backend.h"
 #include "backends/vulkan/vulkan_device_ops.h"
+#include "backends/vulkan/vulkan_kernels.h"
 #endif
 
 using namespace kiln;
@@ -151,6 +152,7 @@ TEST(VulkanFusedOps, MeasuringAddsOnce) {
     if (!vk) GTEST_SKIP() << "no Vulkan device";
     const P was = vk->products();
     vk->set_products(P::Measured);
+    vk->kernels().product_choices().clear();  // nor an earlier process (choices kept on disk)
     const DType t = DType::F32;
     // Shapes of their own, so that no earlier call chose their build.
     const Tensor x = test::random_in({1, 19, 23}, 31, t), w = test::random_in({29, 23}, 32, t);

@@ -4,10 +4,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 
 #include "backends/vulkan/spirv_table.h"
 #include "backends/vulkan/vulkan_backend.h"
+#include "backends/vulkan/vulkan_kernels.h"
 #include "ops/device_op_checks.h"
 #include "ops/op_observer.h"
 #include "ops/ops.h"
@@ -265,6 +267,13 @@ struct ProductBuild {
 constexpr ProductBuild kBuilds[] = {{"", 128}, {"_small", 64}, {"_coop", 128}, {"_direct", 32}, {"_coopk_sg32w", 128}};
 constexpr int kLarge = 0, kSmall = 1, kMatrix = 2, kDirect = 3, kMatrixWide = 4;
 bool is_matrix(int build) { return build == kMatrix || build == kMatrixWide; }
+// kBuilds' names in the file of choices kept on disk (ProductChoices); -1 for a name this build does not know.
+constexpr const char* kBuildNames[] = {"large", "small", "matrix", "direct", "matrix_wide"};
+int build_named(const std::string& name) {
+    for (int b = 0; b < int(std::size(kBuildNames)); ++b)
+        if (name == kBuildNames[b]) return b;
+    return -1;
+}
 }  // namespace
 
 void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const ProductRun& run,
@@ -292,18 +301,30 @@ void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const Prod
     if (auto it = builds_.find(key); it != builds_.end()) return go(is_matrix(it->second) && !matrix ? kLarge : it->second);
     // No timing inside a recording, nor in a dry run (whose choice is not kept: a real call times the builds).
     if (backend_.recording_call() || backend_.dry_run()) return go(matrix ? kMatrix : kSmall);
-    // Each build once untimed (its pipeline is made, its caches warm), then once timed on the host clock
-    // around a submit: the products that matter take milliseconds, the submit tens of microseconds.
-    int best = -1, last = -1;
-    double best_seconds = 0;
-    const ProductRun& timed = trial ? *trial : run;
     // The wide matrix tiles where the default matrix kernel is sg32 and this product has a wide build.
     const std::string& name = std::get<0>(key);
     const bool wide = matrix && wide_matrix_device_ && backend_.matrix_variant() == "_sg32" && name.size() > 4 &&
                       embedded_kernel((name.substr(0, name.size() - 4) + kBuilds[kMatrixWide].variant +
                                        name.substr(name.size() - 4)).c_str());
+    const auto may_take = [&](int b) {
+        return b == kLarge || b == kSmall || (b == kMatrix && matrix) || (b == kMatrixWide && wide);
+    };
+    // A choice an earlier process timed on this device, driver and kiln build (kept beside the pipeline cache).
+    ProductChoices& kept = backend_.kernels().product_choices();
+    const std::string kept_key = name + " " + std::to_string(std::get<1>(key)) + " " + std::to_string(std::get<2>(key)) +
+                                 " " + std::to_string(std::get<3>(key)) + " " + std::to_string(std::get<4>(key)) +
+                                 " " + (matrix ? "matrix" + backend_.matrix_variant() : "fma");
+    if (const auto b = kept.find(kept_key); b && may_take(build_named(*b))) {
+        builds_[key] = build_named(*b);
+        return go(builds_[key]);
+    }
+    // Each build once untimed (its pipeline is made, its caches warm), then once timed on the host clock
+    // around a submit: the products that matter take milliseconds, the submit tens of microseconds.
+    int best = -1, last = -1;
+    double best_seconds = 0;
+    const ProductRun& timed = trial ? *trial : run;
     for (int b : {kLarge, kSmall, kMatrix, kMatrixWide}) {
-        if ((b == kMatrix && !matrix) || (b == kMatrixWide && !wide)) continue;
+        if (!may_take(b)) continue;
         last = b;
         go_with(timed, b);
         backend_.finish();
@@ -314,6 +335,7 @@ void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const Prod
         if (best < 0 || seconds < best_seconds) best = b, best_seconds = seconds;
     }
     builds_[key] = best;
+    kept.record(kept_key, kBuildNames[best]);
     if (trial || best != last) go(best);  // the output is the chosen build's, as at every later call
 }
 

@@ -45,8 +45,9 @@ VulkanKernels::VulkanKernels(VkDevice device, const PhysicalDevice& physical)
     std::vector<char> data;
     if (!dir.empty()) {
         const VkPhysicalDeviceProperties& p = physical.properties;
-        cache_file_ = dir + "/vulkan-pipelines-" + hex(p.vendorID) + "-" + hex(p.deviceID) + "-" +
-                      hex(p.driverVersion) + ".bin";
+        const std::string device = hex(p.vendorID) + "-" + hex(p.deviceID) + "-" + hex(p.driverVersion);
+        cache_file_ = dir + "/vulkan-pipelines-" + device + ".bin";
+        choices_ = ProductChoices(dir + "/vulkan-choices-" + device + ".txt");
         std::ifstream in(cache_file_, std::ios::binary);
         if (in) data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     }
@@ -129,6 +130,7 @@ void VulkanKernels::print_statistics(const std::string& kernel, VkPipeline p) co
 }
 
 void VulkanKernels::save_cache() noexcept {
+    choices_.save();
     if (!dirty_ || cache_file_.empty()) return;
     dirty_ = false;
     try {

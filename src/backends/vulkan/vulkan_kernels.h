@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backends/vulkan/physical_devices.h"
+#include "backends/vulkan/product_choices.h"
 
 namespace kiln::vulkan {
 
@@ -22,13 +23,16 @@ public:
 
     VkPipeline pipeline(const std::string& kernel);  // Unsupported for a name kiln does not embed
     VkPipelineLayout layout() const { return layout_; }
-    // Writes the pipeline cache to disk if pipelines were made since the last save; never throws.
+    // Writes the pipeline cache to disk if pipelines were made since the last save, and the products' choices if
+    // some were made; never throws.
     // KILN_VULKAN_VERBOSE=1 prints a line each time (pipelines made, time spent making them).
     void save_cache() noexcept;
     // Where the cache lives: $KILN_VULKAN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; empty
     // when none of them is set.
     static std::string cache_directory();
     const std::string& cache_file() const { return cache_file_; }
+    // The products' measured choices, kept beside the pipeline cache (vulkan-choices-...txt) and saved with it.
+    ProductChoices& product_choices() { return choices_; }
     int pipelines_made() const { return made_; }
     double seconds_making_pipelines() const { return seconds_; }
 
@@ -40,6 +44,7 @@ private:
     VkPipelineLayout layout_ = VK_NULL_HANDLE;
     VkPipelineCache cache_ = VK_NULL_HANDLE;
     std::string cache_file_;
+    ProductChoices choices_{""};
     std::map<std::string, VkPipeline> pipelines_;
     bool dirty_ = false;
     int made_ = 0;
