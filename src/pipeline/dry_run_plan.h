@@ -17,6 +17,19 @@ namespace kiln {
 // what one kernel may read).
 int64_t unet_call_peak_bytes(const StableDiffusionModel& model, int width, int height, int rows);
 
+// A streamed UNet call (UNet::stream_in / stream_out, under a --vram plan's Streamed placement) at the same shapes:
+// the most bytes it holds at once, split at that moment into the streamed blocks' weights on the device and the
+// call's tensors. The dry call replays the streaming in its block hooks: each block's weights from the start of
+// the block before it (fetched ahead) to the end of its own, the first block's from the last block of the call
+// before, as the streaming does from its second call on. The largest blocks and the largest activations are
+// seldom live at once, so this is below the two largest blocks plus the call's peak. What no block owns (always
+// on the device) is in neither part. Both -1 where unet_call_peak_bytes gives -1.
+struct StreamedCallPeak {
+    int64_t blocks = -1;       // the streamed blocks' weights on the device at the peak
+    int64_t activations = -1;  // the call's tensors then
+};
+StreamedCallPeak streamed_unet_call_peak(const StableDiffusionModel& model, int width, int height, int rows);
+
 // The same for the text encoders: each encodes `rows` texts of 77 tokens in one batch (a prompt's AND parts and
 // the negative, as prompt_encoding.cpp batches them), one encoder after the other; the larger of their peaks.
 int64_t text_encode_peak_bytes(const StableDiffusionModel& model, int rows);

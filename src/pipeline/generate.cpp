@@ -141,9 +141,11 @@ GenerationResult generate_with(const StableDiffusionModel& model, const Generati
         int64_t predicted = -1;
         for (const StageEstimate& e : gpu_plan.stages)
             if (e.stage == last_stage) predicted = e.total(0);
-        std::fprintf(stderr, "kiln plan check: %s (%s): measured %s, predicted %s\n", last_stage.c_str(),
-                     gpu_weight_placement_name(gpu_plan.weights), format_mib(memory_window_peak(device_memory)).c_str(),
-                     predicted < 0 ? "-" : format_mib(predicted).c_str());
+        // In bytes too: the test fixtures' stages are a few MiB, where whole MiB hide a difference.
+        const int64_t measured = memory_window_peak(device_memory);
+        std::fprintf(stderr, "kiln plan check: %s (%s): measured %s, predicted %s (bytes: %lld, %lld)\n",
+                     last_stage.c_str(), gpu_weight_placement_name(gpu_plan.weights), format_mib(measured).c_str(),
+                     predicted < 0 ? "-" : format_mib(predicted).c_str(), (long long)measured, (long long)predicted);
     };
     auto place_for = [&](const char* stage) {
         if (!gpu) return;

@@ -44,6 +44,8 @@ std::string GpuMemoryPlan::describe() const {
         out += "  " + s.stage + ": " + format_mib(s.total(0)) + " (weights on the device " + format_mib(s.pages) +
                ", activations " + format_mib(s.activations) + ": " +
                (!s.derived                ? "estimated"
+                : s.stage == "denoise" && weights == GpuWeightPlacement::Streamed
+                    ? "a UNet call run dry through the backend's ops, its streamed blocks' weights as held at its peak"
                 : s.stage == "denoise"    ? "a UNet call run dry through the backend's ops"
                 : s.stage == "vae_decode" ? "the decode run dry through the backend's ops"
                                           : "the encoders run dry through the backend's ops") +
@@ -82,13 +84,15 @@ int64_t in_dtype(int64_t cpu_estimate, DType dtype, int64_t scratch) {
 // where it gives none (then the CPU estimates in the model's dtype and the fitted scratch).
 struct DryFigures {
     int64_t text_encode, unet_call, vae_decode;
+    StreamedCallPeak streamed_call;  // where a plan streams the UNet
 };
 
 DryFigures dry_figures(const StableDiffusionModel& model, int width, int height, int batch, const PlanExtras& extras,
-                       bool whole_decode) {
+                       bool whole_decode, bool streamed) {
     const int rows = batch * extras.unet_rows_per_image;
     return {text_encode_peak_bytes(model, extras.unet_rows_per_image), unet_call_peak_bytes(model, width, height, rows),
-            whole_decode ? vae_decode_peak_bytes(model, width, height, batch) : -1};
+            whole_decode ? vae_decode_peak_bytes(model, width, height, batch) : -1,
+            streamed ? streamed_unet_call_peak(model, width, height, rows) : StreamedCallPeak{}};
 }
 
 // A stage whose activations come from the dry run where it gave a figure, else from `estimate`.
@@ -116,7 +120,12 @@ GpuMemoryPlan make_plan(const StableDiffusionModel& model, int width, int height
     // Text encoding: a few [B, 77, hidden] tensors, small next to the weights.
     p.stages.push_back(
         stage_of("text_encode", text + (unet_stays ? unet : 0) + (resident ? vae : 0), dry.text_encode, kTextScratch));
-    if (model.unet) {
+    if (model.unet && weights == GpuWeightPlacement::Streamed && dry.streamed_call.blocks >= 0) {
+        // A streamed call replayed dry: what no block owns, the blocks held when the call's peak is reached, and
+        // its tensors then (dry_run_plan.h), not the two largest blocks beside the largest activations.
+        p.stages.push_back({"denoise", unet - model.unet->streamed_block_bytes() + dry.streamed_call.blocks,
+                            dry.streamed_call.activations, true});
+    } else if (model.unet) {
         const int64_t held = weights == GpuWeightPlacement::Streamed ? model.unet->streamed_device_bytes() : unet;
         p.stages.push_back(stage_of("denoise", held + (resident ? text + vae : 0), dry.unet_call,
                                     in_dtype(estimate_unet_activation_bytes(model, width, height, batch,
@@ -137,7 +146,7 @@ GpuMemoryPlan make_plan(const StableDiffusionModel& model, int width, int height
 std::vector<GpuMemoryPlan> gpu_memory_plans(const StableDiffusionModel& model, int width, int height, int batch,
                                             VaeTiling tiling, const PlanExtras& extras) {
     std::vector<GpuMemoryPlan> plans;
-    const DryFigures dry = dry_figures(model, width, height, batch, extras, tiling != VaeTiling::On);
+    const DryFigures dry = dry_figures(model, width, height, batch, extras, tiling != VaeTiling::On, true);
     for (GpuWeightPlacement w : {GpuWeightPlacement::Resident, GpuWeightPlacement::Stages,
                                  GpuWeightPlacement::EachStage, GpuWeightPlacement::Streamed}) {
         if (tiling != VaeTiling::On) plans.push_back(make_plan(model, width, height, batch, w, false, extras, dry));
@@ -159,7 +168,8 @@ GpuMemoryPlan plan_gpu_memory(const StableDiffusionModel& model, int width, int 
 
 GpuMemoryPlan gpu_memory_plan_with(const StableDiffusionModel& model, int width, int height, int batch,
                                    GpuWeightPlacement weights, VaeTiling tiling, const PlanExtras& extras) {
-    const DryFigures dry = dry_figures(model, width, height, batch, extras, tiling != VaeTiling::On);
+    const DryFigures dry = dry_figures(model, width, height, batch, extras, tiling != VaeTiling::On,
+                                       weights == GpuWeightPlacement::Streamed);
     return make_plan(model, width, height, batch, weights, tiling == VaeTiling::On, extras, dry);
 }
 

@@ -236,7 +236,15 @@ TEST_P(WeightOffload, PlansOrderFromFastestToLeanest) {
     EXPECT_EQ(plans[0].stages.at(1).pages, m.unet->device_weights().bytes() + m.vae->device_weights().bytes() +
                                                m.text_encoders.at(0).model.device_weights().bytes());
     EXPECT_EQ(plans[2].stages.at(1).pages, unet);
-    EXPECT_EQ(plans[3].stages.at(1).pages, m.unet->streamed_device_bytes());
+    // A streamed UNet holds what no block owns and, where its call runs dry (dry_run_plan.h), the blocks held at the
+    // call's peak (one or two); else the two largest blocks.
+    const int64_t streamed_pages = plans[3].stages.at(1).pages;
+    if (plans[3].stages.at(1).derived) {
+        EXPECT_GT(streamed_pages, unet - m.unet->streamed_block_bytes());
+        EXPECT_LE(streamed_pages, m.unet->streamed_device_bytes());
+    } else {
+        EXPECT_EQ(streamed_pages, m.unet->streamed_device_bytes());
+    }
     EXPECT_LT(m.unet->streamed_device_bytes(), unet);
     // What each placement uploads again: the components that leave the device each generation, a streamed UNet's
     // blocks each call (all of it but what no block owns, which stays).

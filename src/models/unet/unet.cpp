@@ -289,6 +289,13 @@ int64_t UNet::streamed_block_bytes() const {
     return sum;
 }
 
+std::map<std::string, int64_t> UNet::streamed_block_sizes() const {
+    std::map<std::string, int64_t> sizes;
+    for (const DeviceWeights::Entry& e : device_weights_.entries())
+        if (const std::string b = streamed_block(e); !b.empty()) sizes[b] += e.buffer->bytes();
+    return sizes;
+}
+
 void UNet::place_for_streaming() const {
     streamed_blocks_.clear();
     streamed_next_.clear();

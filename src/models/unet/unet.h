@@ -53,6 +53,9 @@ public:
     int64_t streamed_device_bytes() const;
     // What a streamed call uploads: the weights of every block (what no block owns stays on the device).
     int64_t streamed_block_bytes() const;
+    // The same by block prefix (the names UNetInputs::before_block gives): the memory plans replay the streaming
+    // in a dry call with it (pipeline/dry_run_plan.h).
+    std::map<std::string, int64_t> streamed_block_sizes() const;
     // Before a streamed call: every block's weights off the device (each comes back just before its block runs,
     // through UNetInputs::before_block), and what no block owns on it.
     void place_for_streaming() const;
