@@ -16,8 +16,9 @@ namespace kiln {
 namespace {
 
 // Runs `pass` dry on the model's backend, its tensors made inside it: its peak, or -1 where the backend has no dry
-// run, or where the pass ran out (an operand past what one kernel may read, VulkanDeviceOps::bind: the work cannot
-// run whole at that size, which the plans' fitted figures and the run itself then say).
+// run, or where the pass ran out or cannot run at that size (an operand past what one kernel may read,
+// VulkanDeviceOps::bind; an op past the workgroup grid): the work cannot run whole at that size, which the plans'
+// fitted figures and the run itself then say (the decode falls back to bands).
 int64_t dry_peak(const StableDiffusionModel& model, const std::function<void(Backend&)>& pass) {
     if (model.device.is_cpu()) return -1;
     Backend& backend = backend_for(model.device);
@@ -26,7 +27,7 @@ int64_t dry_peak(const StableDiffusionModel& model, const std::function<void(Bac
     try {
         pass(backend);
     } catch (const Error& e) {
-        if (e.kind() == ErrorKind::OutOfMemory) return -1;
+        if (e.kind() == ErrorKind::OutOfMemory || e.kind() == ErrorKind::Unsupported) return -1;
         throw;
     }
     return dry.peak_bytes();

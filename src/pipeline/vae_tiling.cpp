@@ -137,11 +137,15 @@ Tensor decode_in_chunks(const Tensor& latents, int64_t chunk, const std::functio
 
 // The line `auto` says when it goes to bands on a GPU: the whole pass (`what`: "decode", doing it: "decoding")
 // ran out of memory there, or its largest tensor is more than one allocation may be.
+// `unsupported`: why the whole pass could not run at this size, where it was not memory (a Vulkan op past the driver's
+// workgroup grid: more than about 2 million output pixels a convolution).
 std::string bands_notice(const StableDiffusionModel& model, const char* what, const char* doing, int width, int height,
-                         bool too_large, int64_t largest, int64_t max_tensor, bool park_on_device) {
+                         bool too_large, int64_t largest, int64_t max_tensor, bool park_on_device,
+                         const std::string& unsupported) {
     const std::string why = too_large ? " needs a tensor of " + format_mib(largest) + ", more than one allocation may be on " +
                                             device_name(model.device) + " (" + format_mib(max_tensor) + ")"
-                                      : " ran out of memory on " + device_name(model.device);
+                            : !unsupported.empty() ? " cannot run whole (" + unsupported + ")"
+                                                   : " ran out of memory on " + device_name(model.device);
     return std::string("the VAE ") + what + " of " + std::to_string(width) + "x" + std::to_string(height) + why + "; " +
            doing + " in bands instead, the activations kept on the " + (park_on_device ? "GPU" : "host") +
            (too_large ? "" : " (--vae-tiling on skips the first try)");
@@ -180,17 +184,20 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
     // Not tried where its largest tensor exceeds one allocation (a Vulkan driver's limit).
     const int64_t largest = largest_vae_decode_tensor_bytes(model, width, height, n);
     const bool too_large = max_tensor > 0 && largest > max_tensor;
+    std::string unsupported;  // the whole decode's size is past what one of the backend's ops takes
     if (!too_large) {
         try {
             return model.vae->decode(latents).to_host();
         } catch (const Error& e) {
-            if (e.kind() != ErrorKind::OutOfMemory) throw;
+            if (e.kind() != ErrorKind::OutOfMemory && e.kind() != ErrorKind::Unsupported) throw;
+            if (e.kind() == ErrorKind::Unsupported) unsupported = e.what();
         }
     }
     if (n > 1) {  // a batch: each image as one alone (whole where it fits, else in bands), the notices the first's
         if (notice)
             notice("the VAE decode of a batch of " + std::to_string(n) + " at " + std::to_string(width) + "x" +
-                   std::to_string(height) + (too_large ? " has too large a tensor" : " ran out of memory") +
+                   std::to_string(height) +
+                   (too_large ? " has too large a tensor" : !unsupported.empty() ? " cannot run whole" : " ran out of memory") +
                    "; decoding one image at a time");
         bool first = true;
         return decode_in_chunks(latents, 1, [&](const Tensor& one) {
@@ -200,7 +207,9 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
         });
     }
     const bool park_on_device = tiled_decode_fits_device(model, width, height, n);
-    if (notice) notice(bands_notice(model, "decode", "decoding", width, height, too_large, largest, max_tensor, park_on_device));
+    if (notice)
+        notice(bands_notice(model, "decode", "decoding", width, height, too_large, largest, max_tensor, park_on_device,
+                            unsupported));
     return model.vae->decode_tiled(latents, band, park_on_device);
 }
 
@@ -222,17 +231,21 @@ Vae::Posterior encode_image(const StableDiffusionModel& model, const Tensor& ima
     const int64_t elem = int64_t(dtype_size(model.vae->weight_dtype()));
     const int64_t largest = int64_t(n) * model.vae->config().block_out_channels.at(0) * width * height * elem;
     const bool too_large = max_tensor > 0 && largest > max_tensor;
+    std::string unsupported;
     if (!too_large) {
         try {
             return model.vae->encode(image);
         } catch (const Error& e) {
-            if (e.kind() != ErrorKind::OutOfMemory) throw;
+            if (e.kind() != ErrorKind::OutOfMemory && e.kind() != ErrorKind::Unsupported) throw;
+            if (e.kind() == ErrorKind::Unsupported) unsupported = e.what();
         }
     }
     // The bands park the activations on the GPU where the first level's (that activation and the downsampler's
     // output, a quarter of it) fit in half of what it has free and in one allocation.
     const bool park_on_device = !too_large && largest + largest / 4 <= gpu.memory_info().free / 2;
-    if (notice) notice(bands_notice(model, "encode", "encoding", width, height, too_large, largest, max_tensor, park_on_device));
+    if (notice)
+        notice(bands_notice(model, "encode", "encoding", width, height, too_large, largest, max_tensor, park_on_device,
+                            unsupported));
     return model.vae->encode_tiled(image, band, park_on_device);
 }
 

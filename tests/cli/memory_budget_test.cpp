@@ -66,6 +66,20 @@ TEST(MemoryBudgetCli, VulkanPlanIsDerivedAndCostsItsUploads) {
         EXPECT_NE(r.out.find(line), std::string::npos) << line << " missing from:\n" << r.out;
 }
 
+// Past about 2 million output pixels a Vulkan convolution exceeds the driver's workgroup grid (65535 groups of 32
+// pixels; the VAE's last convolutions at 1536x1536): the whole decode cannot run there, so its dry run gives no
+// figure and the plan keeps the estimate (the decode itself falls back to bands, vae_tiling.cpp), rather than the
+// plan failing with the convolution's error.
+TEST(MemoryBudgetCli, VulkanPlanPastTheWorkgroupGridKeepsTheEstimate) {
+    if (!vulkan_or_skip()) return;
+    const ProcessResult r = run_kiln({"plan", "-m", kSd15, "--device", "vulkan", "-W", "1536", "-H", "1536", "--vram", "1G"});
+    expect_success(r);
+    EXPECT_NE(r.out.find("a UNet call run dry through the backend's ops"), std::string::npos) << r.out;
+    const size_t decode = r.out.find("vae_decode: ");
+    ASSERT_NE(decode, std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("estimated", decode), std::string::npos) << r.out;
+}
+
 // kiln plan reads the prompt and LoRA options as txt2img; a missing LoRA is one error line.
 TEST(MemoryBudgetCli, PlanCountsAndPartsAndLoraMerges) {
     TempDir tmp;
