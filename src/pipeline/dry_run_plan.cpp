@@ -74,7 +74,8 @@ StreamedCallPeak streamed_unet_call_peak(const StableDiffusionModel& model, int 
     std::vector<std::string> order;
     const BlockHook record = [&](const std::string& b) { order.push_back(b); };
     const auto learn = [&](Backend& backend) { dry_unet_call(model, backend, width, height, rows, &record, nullptr); };
-    if (dry_peak(model, learn) < 0) return {};
+    const int64_t call = dry_peak(model, learn);  // the hook allocates nothing: unet_call_peak_bytes's figure
+    if (call < 0) return {};
     std::map<std::string, std::string> next;  // the last block's next is the first: fetched for the next call
     for (size_t i = 0; i < order.size(); ++i) next[order[i]] = order[(i + 1) % order.size()];
 
@@ -82,6 +83,7 @@ StreamedCallPeak streamed_unet_call_peak(const StableDiffusionModel& model, int 
     // streaming restores and offloads them. The held set changes only in the hooks, so a rise of the pass's peak
     // seen at a hook happened with the set held since the previous one: that is the peak's weights part.
     StreamedCallPeak out;
+    out.call = call;
     const int64_t peak = dry_peak(model, [&](Backend& backend) {
         std::map<std::string, std::unique_ptr<DeviceBuffer>> held;
         int64_t held_bytes = 0, seen = 0;
@@ -111,7 +113,7 @@ StreamedCallPeak streamed_unet_call_peak(const StableDiffusionModel& model, int 
         dry_unet_call(model, backend, width, height, rows, &before, &after);
         note();
     });
-    if (peak < 0 || out.blocks < 0) return {};
+    if (peak < 0 || out.blocks < 0) return {-1, -1, call};
     out.activations = peak - out.blocks;
     return out;
 }

@@ -27,6 +27,7 @@ int64_t unet_call_peak_bytes(const StableDiffusionModel& model, int width, int h
 struct StreamedCallPeak {
     int64_t blocks = -1;       // the streamed blocks' weights on the device at the peak
     int64_t activations = -1;  // the call's tensors then
+    int64_t call = -1;         // the call's peak without streaming (unet_call_peak_bytes), from its first dry pass
 };
 StreamedCallPeak streamed_unet_call_peak(const StableDiffusionModel& model, int width, int height, int rows);
 

@@ -90,9 +90,11 @@ struct DryFigures {
 DryFigures dry_figures(const StableDiffusionModel& model, int width, int height, int batch, const PlanExtras& extras,
                        bool whole_decode, bool streamed) {
     const int rows = batch * extras.unet_rows_per_image;
-    return {text_encode_peak_bytes(model, extras.unet_rows_per_image), unet_call_peak_bytes(model, width, height, rows),
-            whole_decode ? vae_decode_peak_bytes(model, width, height, batch) : -1,
-            streamed ? streamed_unet_call_peak(model, width, height, rows) : StreamedCallPeak{}};
+    // The streamed replay's first pass is the plain call: one dry call fewer where both are wanted.
+    const StreamedCallPeak s = streamed ? streamed_unet_call_peak(model, width, height, rows) : StreamedCallPeak{};
+    return {text_encode_peak_bytes(model, extras.unet_rows_per_image),
+            streamed ? s.call : unet_call_peak_bytes(model, width, height, rows),
+            whole_decode ? vae_decode_peak_bytes(model, width, height, batch) : -1, s};
 }
 
 // A stage whose activations come from the dry run where it gave a figure, else from `estimate`.
