@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <string>
 
 #include "core/backend.h"
 #include "kiln/error.h"
@@ -137,8 +139,7 @@ Tensor decode_in_chunks(const Tensor& latents, int64_t chunk, const std::functio
 
 // The line `auto` says when it goes to bands on a GPU: the whole pass (`what`: "decode", doing it: "decoding")
 // ran out of memory there, or its largest tensor is more than one allocation may be.
-// `unsupported`: why the whole pass could not run at this size, where it was not memory (a Vulkan op past the driver's
-// workgroup grid: more than about 2 million output pixels a convolution).
+// `unsupported`: why the whole pass could not run at this size, where it was not memory (try_whole).
 std::string bands_notice(const StableDiffusionModel& model, const char* what, const char* doing, int width, int height,
                          bool too_large, int64_t largest, int64_t max_tensor, bool park_on_device,
                          const std::string& unsupported) {
@@ -152,6 +153,21 @@ std::string bands_notice(const StableDiffusionModel& model, const char* what, co
 }
 
 }  // namespace
+
+// Runs a whole VAE pass on a GPU; false where it ran out of memory or cannot run at this size on the backend (a
+// Vulkan op past the driver's workgroup grid: more than about 2 million output pixels a convolution; `unsupported`
+// then says why), so that the caller goes to bands. Other errors pass on.
+template <class Result>
+bool try_whole(const std::function<Result()>& pass, Result& out, std::string& unsupported) {
+    try {
+        out = pass();
+        return true;
+    } catch (const Error& e) {
+        if (e.kind() != ErrorKind::OutOfMemory && e.kind() != ErrorKind::Unsupported) throw;
+        if (e.kind() == ErrorKind::Unsupported) unsupported = e.what();
+        return false;
+    }
+}
 
 Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
                       const std::function<void(const std::string&)>& notice, int64_t band_bytes) {
@@ -184,15 +200,10 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
     // Not tried where its largest tensor exceeds one allocation (a Vulkan driver's limit).
     const int64_t largest = largest_vae_decode_tensor_bytes(model, width, height, n);
     const bool too_large = max_tensor > 0 && largest > max_tensor;
-    std::string unsupported;  // the whole decode's size is past what one of the backend's ops takes
-    if (!too_large) {
-        try {
-            return model.vae->decode(latents).to_host();
-        } catch (const Error& e) {
-            if (e.kind() != ErrorKind::OutOfMemory && e.kind() != ErrorKind::Unsupported) throw;
-            if (e.kind() == ErrorKind::Unsupported) unsupported = e.what();
-        }
-    }
+    std::string unsupported;
+    Tensor whole;
+    if (!too_large && try_whole<Tensor>([&] { return model.vae->decode(latents).to_host(); }, whole, unsupported))
+        return whole;
     if (n > 1) {  // a batch: each image as one alone (whole where it fits, else in bands), the notices the first's
         if (notice)
             notice("the VAE decode of a batch of " + std::to_string(n) + " at " + std::to_string(width) + "x" +
@@ -232,14 +243,9 @@ Vae::Posterior encode_image(const StableDiffusionModel& model, const Tensor& ima
     const int64_t largest = int64_t(n) * model.vae->config().block_out_channels.at(0) * width * height * elem;
     const bool too_large = max_tensor > 0 && largest > max_tensor;
     std::string unsupported;
-    if (!too_large) {
-        try {
-            return model.vae->encode(image);
-        } catch (const Error& e) {
-            if (e.kind() != ErrorKind::OutOfMemory && e.kind() != ErrorKind::Unsupported) throw;
-            if (e.kind() == ErrorKind::Unsupported) unsupported = e.what();
-        }
-    }
+    Vae::Posterior whole;
+    if (!too_large && try_whole<Vae::Posterior>([&] { return model.vae->encode(image); }, whole, unsupported))
+        return whole;
     // The bands park the activations on the GPU where the first level's (that activation and the downsampler's
     // output, a quarter of it) fit in half of what it has free and in one allocation.
     const bool park_on_device = !too_large && largest + largest / 4 <= gpu.memory_info().free / 2;
