@@ -284,8 +284,7 @@ int64_t UNet::streamed_device_bytes() const {
 
 int64_t UNet::streamed_block_bytes() const {
     int64_t sum = 0;
-    for (const DeviceWeights::Entry& e : device_weights_.entries())
-        if (!streamed_block(e).empty()) sum += e.buffer->bytes();
+    for (const auto& [block, bytes] : streamed_block_sizes()) sum += bytes;
     return sum;
 }
 
