@@ -132,6 +132,11 @@ int64_t real_decode_peak(const StableDiffusionModel& m, Backend& gpu, int width,
     return real_peak(gpu, [&] { (void)m.vae->decode(latents.to_device(gpu, DType::F32)).to_host(); });
 }
 
+bool has_dry_run(Backend& gpu) {
+    DryRun probe(gpu);
+    return probe.running();
+}
+
 }  // namespace
 
 class DryRunCall : public kiln::test::GpuTest {};
@@ -143,10 +148,7 @@ KILN_GPU_TEST_SUITE(DryRunCall);
 // product's partial sums depend on it, a few KiB next to megabytes of activations, hence 1%.
 TEST_P(DryRunCall, PeakIsARealCallsPeak) {
     Backend& gpu = this->gpu();
-    {
-        DryRun probe(gpu);
-        if (!probe.running()) GTEST_SKIP() << device_name(gpu.device()) << " has no dry run";
-    }
+    if (!has_dry_run(gpu)) GTEST_SKIP() << device_name(gpu.device()) << " has no dry run";
     for (const char* name : {"sd15-mini", "sdxl-mini"}) {
         const StableDiffusionModel m = kiln::test::load_fixture_f32(name, gpu.device(), false);
         for (const auto& [w, h, rows] : {std::tuple{64, 48, 2}, std::tuple{96, 64, 4}}) {
@@ -166,10 +168,7 @@ TEST_P(DryRunCall, PeakIsARealCallsPeak) {
 // live at once. Planning moves no weight, whether the UNet is offloaded or placed for streaming.
 TEST_P(DryRunCall, StreamedPlanIsARealStreamedCallsPeak) {
     Backend& gpu = this->gpu();
-    {
-        DryRun probe(gpu);
-        if (!probe.running()) GTEST_SKIP() << device_name(gpu.device()) << " has no dry run";
-    }
+    if (!has_dry_run(gpu)) GTEST_SKIP() << device_name(gpu.device()) << " has no dry run";
     for (const char* name : {"sd15-mini", "sdxl-mini"}) {
         const StableDiffusionModel m = kiln::test::load_fixture_f32(name, gpu.device(), true);
         for (const auto& [w, h, batch] : {std::tuple{64, 48, 1}, std::tuple{96, 64, 2}}) {
@@ -207,10 +206,7 @@ TEST_P(DryRunCall, StreamedPlanIsARealStreamedCallsPeak) {
 // not count (measured: 32 on sd15-mini, 48 on sdxl-mini), and its first call times the products' builds: 1%.
 TEST_P(DryRunCall, StreamedGenerationsDenoiseIsThePlans) {
     Backend& gpu = this->gpu();
-    {
-        DryRun probe(gpu);
-        if (!probe.running()) GTEST_SKIP() << device_name(gpu.device()) << " has no dry run";
-    }
+    if (!has_dry_run(gpu)) GTEST_SKIP() << device_name(gpu.device()) << " has no dry run";
     for (const char* name : {"sd15-mini", "sdxl-mini"}) {
         const StableDiffusionModel m = kiln::test::load_fixture_f32(name, gpu.device(), true);
         GenerationRequest r = kiln::test::small_generation(2);

@@ -78,6 +78,16 @@ void expect_unet_as_quantized_at_load(const std::string& input, const std::strin
     EXPECT_GT(kept, 0) << dtype_name(w);  // 3x3 convolutions of whole-block rows
 }
 
+// The two models' UNet call (the fixture's inputs) and VAE decode of fixed latents, bit for bit.
+void expect_unet_and_decode_identical(const StableDiffusionModel& a, const StableDiffusionModel& b,
+                                      const kiln::test::FixtureUNetCall& call) {
+    const UNetInputs in = call.inputs();
+    expect_identical(a.unet->forward(in), b.unet->forward(in), "UNet");
+    Tensor latents({1, 4, 8, 8});
+    for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = float((i * 37) % 19) / 9.0f - 1.0f;
+    expect_identical(a.vae->decode(latents), b.vae->decode(latents), "VAE decode");
+}
+
 }  // namespace
 
 class GgufConvert : public ::testing::TestWithParam<DType> {};
@@ -91,12 +101,7 @@ TEST_P(GgufConvert, Sd15MiniLoadsAsTheOriginalWithTheSameWeightsOption) {
     LoadOptions options;
     options.weights = w;
     const StableDiffusionModel a = load_model(out, options), b = load_model(input, options);
-    const kiln::test::FixtureUNetCall call;
-    const UNetInputs in = call.inputs();
-    expect_identical(a.unet->forward(in), b.unet->forward(in), "UNet");
-    Tensor latents({1, 4, 8, 8});
-    for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = float((i * 37) % 19) / 9.0f - 1.0f;
-    expect_identical(a.vae->decode(latents), b.vae->decode(latents), "VAE decode");
+    expect_unet_and_decode_identical(a, b, kiln::test::FixtureUNetCall());
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, GgufConvert,
@@ -299,12 +304,7 @@ TEST_P(GgufConvertDiffusers, FolderGivesTheSingleFilesTensorsAndComputesAsTheFol
         expect_identical(x.penultimate, y.penultimate, "text encoder penultimate " + std::to_string(i));
         expect_identical(x.pooled, y.pooled, "text encoder pooled " + std::to_string(i));
     }
-    const kiln::test::FixtureUNetCall call(model);
-    const UNetInputs in = call.inputs();
-    expect_identical(c.unet->forward(in), d.unet->forward(in), "UNet");
-    Tensor latents({1, 4, 8, 8});
-    for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = float((i * 37) % 19) / 9.0f - 1.0f;
-    expect_identical(c.vae->decode(latents), d.vae->decode(latents), "VAE decode");
+    expect_unet_and_decode_identical(c, d, kiln::test::FixtureUNetCall(model));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GgufConvertDiffusers,
