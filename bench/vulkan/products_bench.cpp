@@ -121,11 +121,11 @@ int main(int argc, char** argv) {
                                      "^2 -> " + std::to_string(co),
                                  2.0 * b * co * hw * hw * c * 9, [=] { return ops::conv2d(x, w, nullptr, 1, 1); }});
             }
-            std::printf("\n%-34s %5s %14s %14s %14s\n", "product", "dtype", "128x128 tiles", "64x64 tiles",
-                        "matrix units");
+            std::printf("\n%-34s %5s %14s %14s %14s %14s %14s\n", "product", "dtype", "128x128 tiles", "64x64 tiles",
+                        "64x128 tiles", "128x64 tiles", "matrix units");
             for (const Case& c : cases) {
                 std::printf("%-34s %5s", c.name.c_str(), dtype_name(t));
-                for (Products p : {Products::Large, Products::Small, Products::Matrix}) {
+                for (Products p : {Products::Large, Products::Small, Products::Rows64, Products::Cols64, Products::Matrix}) {
                     if ((p == Products::Matrix && (t != DType::F16 || !vk.physical().matrix_products)) ||
                         (only == "matrix" && p != Products::Matrix)) {
                         std::printf(" %14s", "-");

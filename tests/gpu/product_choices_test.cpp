@@ -127,7 +127,8 @@ TEST(ProductChoices, AMeasuredCallRecordsItsChoice) {
     EXPECT_FLOAT_EQ(y[0], 13 * 0.125f);
     const auto choice = kept.find("matmul_f32 17 11 13 1 fma");
     ASSERT_TRUE(choice) << "no choice recorded under the expected key";
-    EXPECT_TRUE(*choice == "large" || *choice == "small") << *choice;
+    // One of the FMA builds timed for it (float32: no matrix units).
+    EXPECT_TRUE(*choice == "large" || *choice == "small" || *choice == "rows64" || *choice == "cols64") << *choice;
     vk->set_products(was);
 }
 #endif

@@ -53,7 +53,7 @@ void for_each_build(vulkan::VulkanBackend& vk, const std::vector<P>& builds, con
 }
 
 std::string tag(P build, int slices, DType t) {
-    const char* names[] = {"measured", "128x128", "64x64", "direct", "matrix"};
+    const char* names[] = {"measured", "128x128", "64x64", "direct", "matrix", "64x128", "128x64"};
     return std::string(" (") + names[int(build)] + ", " + std::to_string(slices) + " slices, " + dtype_name(t) + ")";
 }
 
@@ -71,7 +71,7 @@ TEST(VulkanFusedOps, EveryBuildAndSplitK) {
     for (DType t : {DType::F32, DType::F16}) {
         const bool matrix = t == DType::F16;
         if (!vk->supports(t) || (matrix && !vk->physical().matrix_products)) continue;
-        const std::vector<P> builds = matrix ? std::vector<P>{P::Matrix} : std::vector<P>{P::Direct, P::Large, P::Small};
+        const std::vector<P> builds = matrix ? std::vector<P>{P::Matrix} : std::vector<P>{P::Direct, P::Large, P::Small, P::Rows64, P::Cols64};
         const auto sums = [matrix](double k) { return matrix ? 1.5 * k + 1 : k; };
         const auto random = [t](Shape s, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
             return test::random_in(std::move(s), seed, t, lo, hi);

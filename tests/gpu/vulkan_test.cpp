@@ -198,9 +198,9 @@ TEST(VulkanPipelineCache, WrittenOnceAndReadBack) {
 #endif
 
 #if KILN_HAS_VULKAN
-// The three builds of the product kernels (128x128 and 64x64 shared-memory tiles for GPUs, direct reads
+// The builds of the product kernels (128x128, 64x128, 128x64 and 64x64 shared-memory tiles for GPUs, direct reads
 // for CPU devices) against each other, whichever the device uses by default, so CI's lavapipe checks the
-// GPU kernels too. Each sums
+// GPU kernels too; the shapes leave partial tiles of every size along both sides. Each sums
 // K products in float32 in its own order: |tiled - direct| <= 2 (K + 2) u S per element, S the sum of
 // |a||b| (the op run on absolute values). A wrong index is off by O(|value|).
 TEST(VulkanProducts, TiledAndDirectKernelsAgree) {
@@ -211,15 +211,15 @@ TEST(VulkanProducts, TiledAndDirectKernelsAgree) {
     auto fill = [](Shape s, uint32_t seed) { return uniform_values(std::move(s), seed); };
     auto both = [&](const std::function<Tensor(P)>& run, const Tensor& scale, double k, const char* what) {
         const Tensor direct = run(P::Direct);
-        for (P tiled_build : {P::Large, P::Small}) {
+        for (P tiled_build : {P::Large, P::Small, P::Rows64, P::Cols64}) {
             const Tensor tiled = run(tiled_build);
             double worst = 0;
             for (int64_t i = 0; i < scale.numel(); ++i)
                 worst = std::max(worst, std::fabs(double(tiled[i]) - direct[i]) /
                                             (2 * (k + 2) * std::ldexp(1.0, -24) * scale[i] + 1e-30));
-            EXPECT_LE(worst, 1.0) << what;
-            std::printf("[ vulkan ] %s: %s tiles vs direct, err/bound %.3f\n", what,
-                        tiled_build == P::Large ? "128x128" : "64x64", worst);
+            EXPECT_LE(worst, 1.0) << what << ", build " << int(tiled_build);
+            const char* names[] = {"", "128x128", "64x64", "", "", "64x128", "128x64"};
+            std::printf("[ vulkan ] %s: %s tiles vs direct, err/bound %.3f\n", what, names[int(tiled_build)], worst);
         }
     };
     const Tensor x = fill({1, 130, 70}, 1), w = fill({135, 70}, 2), b = fill({135}, 3), abs_b = abs_of(b);
@@ -316,7 +316,7 @@ TEST(VulkanProducts, SplitKAgreesWithOneSlice) {
     const int was_split = vk.split_k();
     auto fill = [](Shape s, uint32_t seed) { return uniform_values(std::move(s), seed); };
     auto check = [&](const std::function<Tensor()>& run, const Tensor& scale, double k, const std::string& what) {
-        for (P build : {P::Direct, P::Large, P::Small}) {
+        for (P build : {P::Direct, P::Large, P::Small, P::Rows64, P::Cols64}) {
             vk.set_products(build);
             vk.set_split_k(1);
             const Tensor whole = run();
@@ -588,6 +588,8 @@ TEST(VulkanSettings, ProductBuildsAndSplitKFromTheEnvironment) {
     EXPECT_EQ(vulkan::products_from_env("measured", true), P::Measured);
     EXPECT_EQ(vulkan::products_from_env("matrix", false), P::Matrix);
     EXPECT_EQ(vulkan::products_from_env("small", false), P::Small);
+    EXPECT_EQ(vulkan::products_from_env("rows64", false), P::Rows64);
+    EXPECT_EQ(vulkan::products_from_env("cols64", false), P::Cols64);
     EXPECT_EQ(vulkan::split_k_from_env(nullptr), 0);
     EXPECT_EQ(vulkan::split_k_from_env("1"), 1);
     EXPECT_EQ(vulkan::split_k_from_env("16"), 16);

@@ -2,7 +2,8 @@
 # A shader's defines choose the storage type of its tensors: T_F16 makes the tensors float16 (arithmetic
 # stays float32), otherwise float32. The matmul kernels name their three operands' types separately
 # (A_F16, B_F16, C_F16) for attention, whose scores and probabilities stay float32. Products come in four
-# builds (gemm_build.glsl): 128x128 tiles (gemm_tile.glsl), SMALL 64x64 tiles (gemm_tile_small.glsl), DIRECT,
+# builds (gemm_build.glsl): 128x128 tiles (gemm_tile.glsl; its "_r64" and "_c64" builds, of matmul and conv2d only,
+# 64x128 and 128x64), SMALL 64x64 tiles (gemm_tile_small.glsl), DIRECT,
 # without shared memory (gemm_direct.glsl), for devices that run on the CPU, and, for float16 products, COOP
 # on matrix units through VK_NV_cooperative_matrix (gemm_coop.glsl), made only on devices that have them;
 # the "_coopk_" kernels are that build through VK_KHR_cooperative_matrix (COOP_KHR), compiled by glslangValidator
@@ -31,6 +32,14 @@ set(KILN_VULKAN_KERNELS
   "matmul_pv_small_f16|matmul.comp|SMALL,B_F16,C_F16"
   "conv2d_small_f32|conv2d.comp|SMALL"
   "conv2d_small_f16|conv2d.comp|SMALL,T_F16"
+  "matmul_r64_f32|matmul.comp|TILE_ROWS_64"
+  "matmul_r64_f16|matmul.comp|TILE_ROWS_64,A_F16,B_F16,C_F16"
+  "matmul_c64_f32|matmul.comp|TILE_COLS_64"
+  "matmul_c64_f16|matmul.comp|TILE_COLS_64,A_F16,B_F16,C_F16"
+  "conv2d_r64_f32|conv2d.comp|TILE_ROWS_64"
+  "conv2d_r64_f16|conv2d.comp|TILE_ROWS_64,T_F16"
+  "conv2d_c64_f32|conv2d.comp|TILE_COLS_64"
+  "conv2d_c64_f16|conv2d.comp|TILE_COLS_64,T_F16"
   "matmul_direct_f32|matmul.comp|DIRECT"
   "matmul_direct_f16|matmul.comp|DIRECT,A_F16,B_F16,C_F16"
   "matmul_scores_direct_f16|matmul.comp|DIRECT,A_F16,B_F16"

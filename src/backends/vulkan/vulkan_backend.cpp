@@ -34,9 +34,10 @@ VulkanBackend::Products products_from_env(const char* value, bool runs_on_cpu) {
     const std::string v = value ? value : "";
     if (v.empty()) return runs_on_cpu ? P::Direct : P::Measured;
     for (auto [name, p] : {std::pair{"measured", P::Measured}, {"large", P::Large}, {"small", P::Small},
-                           {"direct", P::Direct}, {"matrix", P::Matrix}})
+                           {"direct", P::Direct}, {"matrix", P::Matrix}, {"rows64", P::Rows64}, {"cols64", P::Cols64}})
         if (v == name) return p;
-    fail(ErrorKind::InvalidArgument, "KILN_VULKAN_GEMM=" + v + ": expected measured, large, small, direct or matrix");
+    fail(ErrorKind::InvalidArgument,
+         "KILN_VULKAN_GEMM=" + v + ": expected measured, large, small, direct, matrix, rows64 or cols64");
 }
 
 int split_k_from_env(const char* value) {

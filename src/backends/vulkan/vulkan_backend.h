@@ -109,10 +109,11 @@ public:
     // Which build of the product kernels (matmul, conv2d) runs: on GPUs the first call of each shape times
     // 128x128 and 64x64 tiles, and for float16 products the matrix units where the device has them
     // (PhysicalDevice::matrix_products), and keeps the fastest (Measured); on a device that runs on the CPU,
-    // where barriers are expensive, Direct (no shared memory). KILN_VULKAN_GEMM=large|small|direct|matrix|measured
-    // overrides (matrix: on the matrix units wherever they can run it, else 128x128 tiles); tests switch
+    // where barriers are expensive, Direct (no shared memory). KILN_VULKAN_GEMM=large|small|direct|matrix|measured|
+    // rows64|cols64 overrides (matrix: on the matrix units wherever they can run it, else 128x128 tiles; rows64 and
+    // cols64: the 64x128 and 128x64 tiles for matmul and conv2d, 128x128 for the other products); tests switch
     // with set_products.
-    enum class Products { Measured, Large, Small, Direct, Matrix };
+    enum class Products { Measured, Large, Small, Direct, Matrix, Rows64, Cols64 };
     Products products() const { return products_; }
     void set_products(Products p) { products_ = p; }
     // Split-K slices: 0 lets each product decide (VulkanDeviceOps::split_k), N forces N (1: never split).

@@ -259,16 +259,20 @@ uint64_t VulkanDeviceOps::bind(const Tensor* t) const { return t ? bind(*t) : 0;
 namespace {
 struct ProductBuild {
     const char* variant;
-    uint32_t tile;
+    uint32_t tile_m, tile_n;
 };
 // kMatrixWide: sg32's 32x32 blocks in 128x128 tiles of 16 subgroups (gemm_coop.glsl, COOP_WIDE), a second matrix
 // build the measured choice times beside the default one where the default is sg32 (session 21, H200: the UNet's
-// convolutions 3-25% faster, some linears 24% slower; docs/VULKAN.md).
-constexpr ProductBuild kBuilds[] = {{"", 128}, {"_small", 64}, {"_coop", 128}, {"_direct", 32}, {"_coopk_sg32w", 128}};
-constexpr int kLarge = 0, kSmall = 1, kMatrix = 2, kDirect = 3, kMatrixWide = 4;
+// convolutions 3-25% faster, some linears 24% slower; docs/VULKAN.md). kRows64 and kCols64: the 128x128 FMA tiles
+// halved along rows or columns (gemm_tile.glsl): no empty half-tile where rows or columns end 64 past a multiple of
+// 128 (SD's 320 channels), and twice the workgroups where 128x128 tiles leave multiprocessors idle (session 25).
+constexpr ProductBuild kBuilds[] = {{"", 128, 128},         {"_small", 64, 64},  {"_coop", 128, 128},
+                                    {"_direct", 32, 32},    {"_coopk_sg32w", 128, 128},
+                                    {"_r64", 64, 128},      {"_c64", 128, 64}};
+constexpr int kLarge = 0, kSmall = 1, kMatrix = 2, kDirect = 3, kMatrixWide = 4, kRows64 = 5, kCols64 = 6;
 bool is_matrix(int build) { return build == kMatrix || build == kMatrixWide; }
 // kBuilds' names in the file of choices kept on disk (ProductChoices); -1 for a name this build does not know.
-constexpr const char* kBuildNames[] = {"large", "small", "matrix", "direct", "matrix_wide"};
+constexpr const char* kBuildNames[] = {"large", "small", "matrix", "direct", "matrix_wide", "rows64", "cols64"};
 int build_named(const std::string& name) {
     for (int b = 0; b < int(std::size(kBuildNames)); ++b)
         if (name == kBuildNames[b]) return b;
@@ -285,15 +289,22 @@ void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const Prod
     const std::string khr = "_coopk" + backend_.matrix_variant();
     auto go_with = [&](const ProductRun& r, int b) {
         if (b == kMatrix && backend_.physical().matrix_khr)
-            return r(khr.c_str(), kBuilds[b].tile, backend_.matrix_tile_n());
-        r(kBuilds[b].variant, kBuilds[b].tile, kBuilds[b].tile);
+            return r(khr.c_str(), kBuilds[b].tile_m, backend_.matrix_tile_n());
+        r(kBuilds[b].variant, kBuilds[b].tile_m, kBuilds[b].tile_n);
     };
     auto go = [&](int b) { go_with(run, b); };
+    const std::string& name = std::get<0>(key);
+    // Whether this product's kernel has build b (names end in _f16 or _f32).
+    const auto embedded_build = [&](int b) {
+        return embedded_kernel((name.substr(0, name.size() - 4) + kBuilds[b].variant + name.substr(name.size() - 4)).c_str());
+    };
     switch (backend_.products()) {
         case P::Direct: return go(kDirect);
         case P::Large: return go(kLarge);
         case P::Small: return go(kSmall);
         case P::Matrix: return go(matrix ? kMatrix : kLarge);
+        case P::Rows64: return go(embedded_build(kRows64) ? kRows64 : kLarge);
+        case P::Cols64: return go(embedded_build(kCols64) ? kCols64 : kLarge);
         case P::Measured: break;
     }
     // The choice is kept per shape, not per matrix kernel: where the kernel selected now cannot take this product
@@ -302,12 +313,14 @@ void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const Prod
     // No timing inside a recording, nor in a dry run (whose choice is not kept: a real call times the builds).
     if (backend_.recording_call() || backend_.dry_run()) return go(matrix ? kMatrix : kSmall);
     // The wide matrix tiles where the default matrix kernel is sg32 and this product has a wide build.
-    const std::string& name = std::get<0>(key);
-    const bool wide = matrix && wide_matrix_device_ && backend_.matrix_variant() == "_sg32" && name.size() > 4 &&
-                      embedded_kernel((name.substr(0, name.size() - 4) + kBuilds[kMatrixWide].variant +
-                                       name.substr(name.size() - 4)).c_str());
+    const bool wide = matrix && wide_matrix_device_ && backend_.matrix_variant() == "_sg32" && embedded_build(kMatrixWide);
+    // The half tiles where the matrix units do not take the product (the FMA path: float32, or a GPU without them);
+    // beside the matrix units they never won (kiln_vulkan_products_bench, H200), so timing them would only lengthen
+    // a first call.
+    const bool rows64 = !matrix && embedded_build(kRows64), cols64 = !matrix && embedded_build(kCols64);
     const auto may_take = [&](int b) {
-        return b == kLarge || b == kSmall || (b == kMatrix && matrix) || (b == kMatrixWide && wide);
+        return b == kLarge || b == kSmall || (b == kMatrix && matrix) || (b == kMatrixWide && wide) ||
+               (b == kRows64 && rows64) || (b == kCols64 && cols64);
     };
     // A choice an earlier process timed on this device, driver and kiln build (kept beside the pipeline cache).
     ProductChoices& kept = backend_.kernels().product_choices();
@@ -323,7 +336,7 @@ void VulkanDeviceOps::run_product(const ProductKey& key, bool matrix, const Prod
     int best = -1, last = -1;
     double best_seconds = 0;
     const ProductRun& timed = trial ? *trial : run;
-    for (int b : {kLarge, kSmall, kMatrix, kMatrixWide}) {
+    for (int b : {kLarge, kSmall, kMatrix, kMatrixWide, kRows64, kCols64}) {
         if (!may_take(b)) continue;
         last = b;
         go_with(timed, b);

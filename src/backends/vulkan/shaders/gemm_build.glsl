@@ -1,6 +1,7 @@
 // The build of a product kernel, chosen by its defines (kernels.cmake): COOP, matrix units
 // (gemm_coop.glsl, in the geometry its defines choose); DIRECT, no shared memory, for
-// devices that run on the CPU; SMALL, 64x64 tiles; else 128x128 tiles. Each provides gemm(m0, n0, M, N,
+// devices that run on the CPU; SMALL, 64x64 tiles; else 128x128 tiles (64x128 or 128x64 with TILE_ROWS_64 or
+// TILE_COLS_64). Each provides gemm(m0, n0, M, N,
 // k_begin, K, a_k_fast, b_k_fast), the sum over k in [k_begin, K) for the tile at (m0, n0), and TILE, its
 // size (or TILE_M x TILE_N); the including shader defines load_a, load_b and store_c first, and
 // partial(m, n, slice) for sum_slices.
@@ -16,7 +17,7 @@
 #endif
 #include "gemm_micro.glsl"
 #endif
-#ifndef TILE_M  // tiles of TILE_M x TILE_N: square but for gemm_coop.glsl's other geometries
+#ifndef TILE_M  // tiles of TILE_M x TILE_N: square but for gemm_tile.glsl's and gemm_coop.glsl's other geometries
 #define TILE_M TILE
 #define TILE_N TILE
 #endif
