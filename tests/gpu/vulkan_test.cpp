@@ -634,6 +634,7 @@ TEST(VulkanSettings, ProductBuildsAndSplitKFromTheEnvironment) {
     EXPECT_EQ(vulkan::matrix_extension_from_env(nullptr), "");
     EXPECT_EQ(vulkan::matrix_extension_from_env("khr"), "khr");
     EXPECT_EQ(vulkan::matrix_extension_from_env("nv"), "nv");
+    EXPECT_EQ(vulkan::matrix_extension_from_env("off"), "off");
     for (const char* bad : {"KHR", "both", "nv "}) {
         try {
             vulkan::matrix_extension_from_env(bad);

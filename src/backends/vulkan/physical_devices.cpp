@@ -83,6 +83,7 @@ MatrixUnits matrix_units(const Api& a, VkPhysicalDevice h, bool fp16_storage) {
     MatrixUnits out;
     if (!fp16_storage) return out;
     const std::string only = matrix_extension_from_env(std::getenv("KILN_VULKAN_MATRIX"));
+    if (only == "off") return out;  // as a GPU without matrix units (the RX 580 proxy, docs/VULKAN.md)
     const bool khr = only != "nv" && has_extension(a, h, "VK_KHR_cooperative_matrix") && embedded_kernel("matmul_coopk_f16");
     const bool nv = only != "khr" && has_extension(a, h, "VK_NV_cooperative_matrix");
     if (!khr && !nv) return out;
@@ -126,8 +127,8 @@ bool khr_float16_sums(const PhysicalDevice& d) {
 
 std::string matrix_extension_from_env(const char* value) {
     const std::string s = value ? value : "";
-    require(s.empty() || s == "khr" || s == "nv", ErrorKind::InvalidArgument,
-            "KILN_VULKAN_MATRIX=" + s + ": expected khr or nv");
+    require(s.empty() || s == "khr" || s == "nv" || s == "off", ErrorKind::InvalidArgument,
+            "KILN_VULKAN_MATRIX=" + s + ": expected khr, nv or off");
     return s;
 }
 

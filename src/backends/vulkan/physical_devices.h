@@ -33,7 +33,8 @@ struct PhysicalDevice {
 };
 
 // The developer setting KILN_VULKAN_MATRIX: "khr" or "nv" limits the matrix units to that extension (to compare
-// them on a device that has both), "" (unset) takes KHR where this build has its kernels, else NV; another value
+// them on a device that has both), "off" leaves them unused (the device then runs as one without them: the FMA
+// tiles, the FMA flash kernel), "" (unset) takes KHR where this build has its kernels, else NV; another value
 // is an InvalidArgument naming it.
 std::string matrix_extension_from_env(const char* value);
 
