@@ -165,12 +165,13 @@ struct LayoutParams {
 constexpr int64_t kScoreBudgetBytes = int64_t(64) << 20;
 
 // flash_attention.comp: 64 queries per workgroup (or 128: its two-row-group builds, "_rg2", for heads of up to 64
-// dimensions), builds for heads of up to 16 x 2, 3, 4, 5, 8, 10 and 16 dimensions, and the shared memory it declares
-// (1088 vec4 and 2048 floats; 2112 vec4 and 2048 floats with two row groups). flash_attention_coop.comp takes 64
-// queries per workgroup too.
+// dimensions), builds for heads of up to 16 x 2, 3, 4, 5, 8, 10 and 16 dimensions, and the most shared memory a build
+// declares (its vec4 array and its floats for V: 1088 vec4 and 2048 floats; with two row groups 2304 vec4 and 1536
+// floats, for heads of up to 48, whose one step of 48 dimensions holds Q^T and K^T together).
+// flash_attention_coop.comp takes 64 queries per workgroup too.
 constexpr int64_t kFlashQueries = 64, kFlashMaxHead = 256;
 constexpr int kFlashCols[] = {2, 3, 4, 5, 8, 10, 16};
-constexpr uint32_t kFlashSharedBytes = 1088 * 16 + 2048 * 4, kWideFlashSharedBytes = 2112 * 16 + 2048 * 4;
+constexpr uint32_t kFlashSharedBytes = 1088 * 16 + 2048 * 4, kWideFlashSharedBytes = 2304 * 16 + 1536 * 4;
 // The FMA flash kernel's build for a head: the fewest output columns a thread that cover it (so heads of 40, 80 and
 // 160 dimensions compute 48, 80 and 160 columns, not whole chunks of 64: session 24).
 int flash_cols(int64_t head_dim) {

@@ -44,7 +44,10 @@ layout(push_constant) uniform Params {
 // Keys of V a step of the output's product: VK rows of D_MAX columns fill at most 2048 floats (8 KiB).
 #define VK (COLS <= 4u ? 32u : COLS <= 8u ? 16u : 8u)
 #define BC 64u   // keys per tile
-#define DK 32u   // head dimensions per step of the scores' product
+// Head dimensions per step of the scores' product: with two row groups, heads of up to 48 (SD 1.5's first level, 40)
+// in one step, two barriers a key tile fewer than two steps of 32 (session 25, H200: 4096x4096 d40 2.31 -> 2.22 ms;
+// with one row group the same step was 20% slower, so it keeps steps of 32).
+#define DK (COLS == 3u && RG == 2u ? 48u : 32u)
 #define Q_ROW (16u * RG)      // vec4 per column of Q^T (BR / 4)
 #define P_ROW (16u * RG + 1u)  // vec4 per key row of the probabilities (BR / 4, + 1 of padding against bank conflicts)
 
@@ -64,15 +67,16 @@ vec4 ld4_row(Ts t, uint at, bool in_rows, uint col) {
     return x;
 }
 
-// One shared array, used in three phases of each key tile (RG 1 / 2: 1088 / 2112 vec4, and shv's 2048 floats beside
-// it: VulkanDeviceOps::flash_attention):
-//   scores:  [0, SH_K) Q^T, [c][row / 4] (4 rows of column c per vec4); [SH_K, SH_K + 512) K^T, [c][key % 16] (keys
+// One shared array, used in three phases of each key tile (RG 1 / 2: 1088 / 2112 vec4, 2304 with two row groups for
+// heads of up to 48, and shv's at most 2048 floats beside it: VulkanDeviceOps::flash_attention):
+//   scores:  [0, SH_K) Q^T, [c][row / 4] (4 rows of column c per vec4); [SH_K, SH_QK) K^T, [c][key % 16] (keys
 //            key % 16 + 16 j as component j);
 //   softmax: [0, 4 BR) the row reductions' partial values (row_reduce);
 //   output:  [0, SH_V) probabilities^T, [key][row / 4], P_ROW per key; shv: VK rows of V, D_MAX floats each.
 #define SH_K (DK * Q_ROW)
+#define SH_QK (SH_K + DK * 16u)
 #define SH_V (BC * P_ROW)
-shared vec4 sh[SH_V];
+shared vec4 sh[SH_QK > SH_V ? SH_QK : SH_V];
 shared float shv[VK * D_MAX];
 
 // The maximum (max_not_sum) or sum over a row group's 16 threads of each of this thread's 4 RG rows (x[g][r]: row
@@ -117,15 +121,15 @@ void main() {
         [[unroll]] for (uint g = 0u; g < RG; ++g)
             [[unroll]] for (uint r = 0u; r < 4u; ++r) s[g][r] = vec4(0.0);
         for (uint c0 = 0u; c0 < p.d; c0 += DK) {
-            // BR rows x 32 columns of Q and 64 rows x 32 columns of K: each thread reads 4 columns of one row, 2 RG
-            // times for Q and twice for K; consecutive threads take consecutive rows, so the transposed stores hit
-            // distinct banks.
-            [[unroll]] for (uint i = 0u; i < 2u * RG; ++i) {
+            // BR rows x DK columns of Q and 64 rows x DK columns of K: each thread reads 4 columns of one row, DK RG / 16
+            // times for Q and DK / 16 times for K; consecutive threads take consecutive rows, so the transposed stores
+            // hit distinct banks.
+            [[unroll]] for (uint i = 0u; i < DK * RG / 16u; ++i) {
                 const uint e = t + 256u * i, row = e % BR, cg = e / BR * 4u, qi = q0 + row, col = c0 + cg;
                 const vec4 qx = ld4_row(p.q, qb + qi * p.sq + col, qi < p.lq, col);
                 [[unroll]] for (uint c = 0u; c < 4u; ++c) sh[(cg + c) * Q_ROW + (row >> 2)][row & 3u] = qx[c];
             }
-            [[unroll]] for (uint i = 0u; i < 2u; ++i) {
+            [[unroll]] for (uint i = 0u; i < DK / 16u; ++i) {
                 const uint e = t + 256u * i, row = e & 63u, cg = (e >> 6) * 4u, kj = j0 + row, col = c0 + cg;
                 const vec4 kx = ld4_row(p.k, kb + kj * p.sk + col, kj < p.lk, col);
                 [[unroll]] for (uint c = 0u; c < 4u; ++c) sh[SH_K + (cg + c) * 16u + (row & 15u)][row >> 4] = kx[c];
