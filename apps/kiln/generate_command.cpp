@@ -31,6 +31,17 @@ namespace kiln::cli {
 
 namespace {
 
+// Gives back what a loaded model holds on its GPU: its weights, the recorded calls that name them, and the memory
+// the backend keeps cached for reuse.
+void unload_from_device(StableDiffusionModel& model) {
+    if (model.unet) model.unet->device_weights().forget_recordings();
+    for (const TextEncoder& te : model.text_encoders) te.model.device_weights().forget_recordings();
+    if (model.vae) model.vae->device_weights().forget_recordings();
+    const Device device = model.device;
+    model = StableDiffusionModel{};
+    backend_for(device).release_cached_memory();
+}
+
 std::string output_path(const std::string& base, int index, int count) {
     if (count == 1) return base;
     const fs::path p(base);
@@ -162,7 +173,14 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     StableDiffusionModel model;
     {
         StageScope zone(Stage::Load);
-        model = load_model(o.model, load);
+        try {
+            model = load_model(o.model, load);
+        } catch (const Error& e) {
+            // Loading does not retry (the generation does, below); the error says how to fit.
+            if (e.kind() != ErrorKind::OutOfMemory || load.device.is_cpu() || req.vram_budget >= 0) throw;
+            throw Error(ErrorKind::OutOfMemory, std::string(e.what()) +
+                                                    "; --vram auto keeps the weights off the device until a stage needs them");
+        }
     }
     // AUTOMATIC1111's "Model hash" reads the whole file (about 2 s of CPU for a 2 GB checkpoint) and is
     // needed only when the first PNG is written, so it is computed beside the sampling, not before it: at
@@ -190,7 +208,29 @@ int run_generate(const GenerateOptions& o, bool img2img) {
         req.seed = seed + i;
         ProgressBar bar(o.batch_count > 1 ? "batch " + std::to_string(i + 1) : "sampling", show);
         req.progress = [&](int done, int total) { bar.update(done, total); };
-        GenerationResult result = generate(model, req);
+        GenerationResult result;
+        try {
+            result = generate(model, req);
+        } catch (const Error& e) {
+            // Without --vram every weight stays on the GPU. Where the device runs out all the same, the model is
+            // loaded again with its weights off the device and this image and the rest run under --vram auto,
+            // whose plan brings them by stage or block (issue 21: out-of-memory is recoverable). Once: a failure
+            // under the budget is the error.
+            if (e.kind() != ErrorKind::OutOfMemory || load.device.is_cpu() || req.vram_budget >= 0) throw;
+            bar.finish();
+            req.notice(std::string("out of device memory (") + e.what() +
+                       "); trying again with the weights off the device, under --vram auto");
+            unload_from_device(model);
+            const VramBudget fit = apply_vram_limit("auto", load.device);
+            req.notice(fit.describe(device_name(load.device)));
+            req.vram_budget = fit.bytes;
+            load.offload_weights = true;
+            {
+                StageScope zone(Stage::Load);
+                model = load_model(o.model, load);
+            }
+            result = generate(model, req);
+        }
         bar.finish();
         if (!o.latents_out.empty())
             write_safetensors(output_path(o.latents_out, i, o.batch_count), {{"latents", result.final_latent}});
