@@ -197,6 +197,7 @@ std::vector<PhysicalDevice> physical_devices(std::string* why) {
             d.matrix_products = units.products;
             d.matrix_khr = units.khr;
             d.matrix_subgroup_32 = units.subgroup_32;
+            d.matrix_off = matrix_extension_from_env(std::getenv("KILN_VULKAN_MATRIX")) == "off";
             VkPhysicalDeviceMemoryProperties mem;
             a.vkGetPhysicalDeviceMemoryProperties(h, &mem);
             for (uint32_t i = 0; i < mem.memoryHeapCount; ++i)
@@ -241,6 +242,7 @@ DeviceDescription describe(const PhysicalDevice& d, int index, int64_t held_byte
                  (d.fp16_storage ? ", fp16 and fp32" : ", fp32 only (no 16-bit storage)") +
                  (d.matrix_products ? (d.matrix_khr ? ", fp16 products on matrix units (VK_KHR_cooperative_matrix)"
                                                     : ", fp16 products on matrix units (VK_NV_cooperative_matrix)")
+                  : d.cooperative_matrix && d.matrix_off ? ", matrix units left unused (KILN_VULKAN_MATRIX=off)"
                   : d.cooperative_matrix && !embedded_kernel("matmul_coopk_f16") && d.cooperative_matrix_khr
                       ? ", matrix units this build has no shaders for (VK_KHR_cooperative_matrix needs glslang 13: docs/VULKAN.md)"
                   : d.cooperative_matrix ? ", cooperative matrices (not of a kind kiln uses)"

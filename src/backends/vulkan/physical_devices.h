@@ -19,6 +19,7 @@ struct PhysicalDevice {
     bool cooperative_matrix = false;      // VK_NV_cooperative_matrix or VK_KHR_cooperative_matrix offered
     bool cooperative_matrix_khr = false;  // VK_KHR_cooperative_matrix offered
     bool matrix_products = false;         // kiln's fp16 products on matrix units run here (gemm_coop.glsl)
+    bool matrix_off = false;              // KILN_VULKAN_MATRIX=off left any matrix units unused
     bool matrix_khr = false;              // ... through VK_KHR_cooperative_matrix (else VK_NV_cooperative_matrix)
     // The matrix kernels' pipelines ask for 32-wide subgroups (VK_EXT_subgroup_size_control), which gemm_coop.glsl
     // assumes: where the driver's default differs (RDNA's wave64) and wherever the device can be asked.
