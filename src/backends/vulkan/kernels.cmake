@@ -111,7 +111,7 @@ set(KILN_VULKAN_KERNELS
   "timestep_embedding_f16|timestep_embedding.comp|T_F16"
 )
 # Issue 23's other matrix tiles (gemm_coop.glsl's geometries; vulkan_backend.cpp lists the names): four kernels each.
-# sg32w is also the measured choice's second matrix build (vulkan_device_ops.cpp, kMatrixWide).
+# sg32w is also the measured choice's second matrix build (vulkan_product_builds.cpp, kMatrixWide).
 foreach(variant "sg32|COOP_SG32" "f16acc|COOP_F16_SUMS" "sg32w|COOP_SG32,COOP_WIDE")
   string(REPLACE "|" ";" variant "${variant}")
   list(GET variant 0 v)

@@ -115,15 +115,17 @@ private:
     bool matrix_flash_runs(int64_t head_dim, DType dtype) const;  // flash_attention_coop.comp takes it
     void flash_attention(const AttentionOperands& a, Tensor& out, int heads, bool causal) const;
     void layout(int op, const Tensor& a, const Tensor* b, Tensor& y, int64_t c, int64_t c2, int64_t h, int64_t w) const;
-    // Runs a product through run(variant, tile_m, tile_n): variant "" (128x128 tiles), "_small" (64x64),
-    // "_direct" or "_coop" (matrix units, 128 x VulkanBackend::matrix_tile_n; only where `matrix` says the kernel
-    // has that build and the device can run it), as the backend's mode says; in Measured mode the first call of
-    // each shape (key) times the candidate builds and keeps the fastest, whose output stands.
+    // Runs a product through run(variant, tile_m, tile_n): variant "" (128x128 tiles), "_small" (64x64), "_r64" /
+    // "_c64" (64x128 / 128x64), "_direct" or "_coop" (matrix units, 128 x VulkanBackend::matrix_tile_n; only where
+    // `matrix` says the kernel has that build and the device can run it), as the backend's mode says; in Measured
+    // mode the first call of each shape (key) times the candidate builds and keeps the fastest, whose output stands
+    // (vulkan_product_builds.cpp).
     using ProductKey = std::tuple<std::string, int64_t, int64_t, int64_t, int64_t>;
     // A product that adds into its output (accumulate) must run once: its timing runs are `trial`, the same
     // product written to scratch memory, and the chosen build then runs `run` once.
     using ProductRun = std::function<void(const char* variant, uint32_t tile_m, uint32_t tile_n)>;
     void run_product(const ProductKey& key, bool matrix, const ProductRun& run, const ProductRun* trial = nullptr) const;
+    static bool is_direct_build(const char* variant);  // the build without shared memory (devices that run on the CPU)
     // Split-K: a product of `tiles` workgroups too few to fill the GPU runs its k in `slices` slices of `kslice`
     // side by side, each summing into a float32 workspace, then a second pass of the same kernel adds them
     // (sum_slices in gemm_build.glsl). {1, 0}: no split (also when the workspace would need 2^32 values,
