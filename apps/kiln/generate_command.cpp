@@ -170,6 +170,10 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     for (const std::string& arg : o.loras) load.loras.push_back(lora_from_argument(arg));
     load.notice = req.notice;
     load.unet_path = o.unet;
+    // A GPU without --vram holds every weight; where it runs out, --vram auto would have fitted (issue 21).
+    const auto gpu_without_budget_ran_out = [&](const Error& e) {
+        return e.kind() == ErrorKind::OutOfMemory && !load.device.is_cpu() && req.vram_budget < 0;
+    };
     StableDiffusionModel model;
     {
         StageScope zone(Stage::Load);
@@ -177,7 +181,7 @@ int run_generate(const GenerateOptions& o, bool img2img) {
             model = load_model(o.model, load);
         } catch (const Error& e) {
             // Loading does not retry (the generation does, below); the error says how to fit.
-            if (e.kind() != ErrorKind::OutOfMemory || load.device.is_cpu() || req.vram_budget >= 0) throw;
+            if (!gpu_without_budget_ran_out(e)) throw;
             throw Error(ErrorKind::OutOfMemory, std::string(e.what()) +
                                                     "; --vram auto keeps the weights off the device until a stage needs them");
         }
@@ -216,7 +220,7 @@ int run_generate(const GenerateOptions& o, bool img2img) {
             // loaded again with its weights off the device and this image and the rest run under --vram auto,
             // whose plan brings them by stage or block (issue 21: out-of-memory is recoverable). Once: a failure
             // under the budget is the error.
-            if (e.kind() != ErrorKind::OutOfMemory || load.device.is_cpu() || req.vram_budget >= 0) throw;
+            if (!gpu_without_budget_ran_out(e)) throw;
             bar.finish();
             req.notice(std::string("out of device memory (") + e.what() +
                        "); trying again with the weights off the device, under --vram auto");

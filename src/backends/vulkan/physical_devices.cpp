@@ -48,6 +48,7 @@ bool has_extension(const Api& a, VkPhysicalDevice d, const char* name) {
 // qualifies when VK_EXT_subgroup_size_control lets kiln ask for 32 in compute shaders.
 struct MatrixUnits {
     bool products = false, khr = false, subgroup_32 = false;
+    bool off = false;  // KILN_VULKAN_MATRIX=off
 };
 
 // sums: the accumulators' type, float32 for gemm_coop.glsl (float16 for a variant under measurement).
@@ -83,7 +84,8 @@ MatrixUnits matrix_units(const Api& a, VkPhysicalDevice h, bool fp16_storage) {
     MatrixUnits out;
     if (!fp16_storage) return out;
     const std::string only = matrix_extension_from_env(std::getenv("KILN_VULKAN_MATRIX"));
-    if (only == "off") return out;  // as a GPU without matrix units (the RX 580 proxy, docs/VULKAN.md)
+    out.off = only == "off";
+    if (out.off) return out;  // as a GPU without matrix units (the RX 580 proxy, docs/VULKAN.md)
     const bool khr = only != "nv" && has_extension(a, h, "VK_KHR_cooperative_matrix") && embedded_kernel("matmul_coopk_f16");
     const bool nv = only != "khr" && has_extension(a, h, "VK_NV_cooperative_matrix");
     if (!khr && !nv) return out;
@@ -197,7 +199,7 @@ std::vector<PhysicalDevice> physical_devices(std::string* why) {
             d.matrix_products = units.products;
             d.matrix_khr = units.khr;
             d.matrix_subgroup_32 = units.subgroup_32;
-            d.matrix_off = matrix_extension_from_env(std::getenv("KILN_VULKAN_MATRIX")) == "off";
+            d.matrix_off = units.off;
             VkPhysicalDeviceMemoryProperties mem;
             a.vkGetPhysicalDeviceMemoryProperties(h, &mem);
             for (uint32_t i = 0; i < mem.memoryHeapCount; ++i)

@@ -10,15 +10,12 @@
 #if defined(TILE_ROWS_64)
 #define TILE_M 64u
 #define TILE_N 128u
-#define TILE_LARGER 128u
 #elif defined(TILE_COLS_64)
 #define TILE_M 128u
 #define TILE_N 64u
-#define TILE_LARGER 128u
 #else
 #define TILE_M 128u
 #define TILE_N 128u
-#define TILE_LARGER 128u
 #endif
 #define TILE_K 16u  // k per step between barriers (8 before session 22)
 #define MICRO_M (TILE_M / 16u)
@@ -40,7 +37,8 @@ void gemm_tile(uint m0, uint n0, uint M, uint N, uint k_begin, uint K, bool a_k_
     const bool b_by_4 = false;
 #endif
     for (uint k0 = k_begin; k0 < K; k0 += TILE_K) {
-        [[unroll]] for (uint r = 0u; r < TILE_LARGER * TILE_K / 256u; ++r) {
+        // Passes over the larger operand; the smaller one is loaded in the first of them.
+        [[unroll]] for (uint r = 0u; r < max(TILE_M, TILE_N) * TILE_K / 256u; ++r) {
             const uint e = tid + 256u * r;
             if (r < TILE_M * TILE_K / 256u) {
                 const uint kk = a_k_fast ? e % TILE_K : e / TILE_M;
