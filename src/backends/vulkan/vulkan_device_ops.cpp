@@ -184,14 +184,14 @@ int flash_cols(int64_t head_dim) {
 constexpr int64_t kEnoughFlashGroups = 256;
 
 // flash_attention_coop.comp, on the matrix units: builds for heads of up to 16 x 3, 4, 5, 8 and 10 dimensions, and
-// the most shared memory one declares (5 tiles: K and V 2 x 64 x 11 uvec4, scratch 4 x 16 x 17 uvec4, 128 floats).
+// the most shared memory one declares (10 tiles: K and V 2 x 32 x 21 uvec4, scratch 4 x 16 x 9 uvec4, 128 floats).
 constexpr int kMatrixFlashTiles[] = {3, 4, 5, 8, 10};
 constexpr int64_t kMatrixFlashMaxHead = 160;
 // The wide matrix tiles' workgroup (kMatrixWide below): 512 threads and 36 KiB of shared memory (A's and B's
 // 128 x 32 float16 operands in padded rows of 5 x 16 bytes, a 16x16 float32 staging for each of 16 subgroups),
 // more than Vulkan's guaranteed minimums (128 threads, 16 KiB).
 constexpr uint32_t kWideThreads = 512, kWideSharedBytes = 2 * 128 * 5 * 16 + 16 * 256 * 4;
-constexpr uint32_t kMatrixFlashSharedBytes = 2 * 64 * 11 * 16 + 4 * 16 * 17 * 16 + 128 * 4;
+constexpr uint32_t kMatrixFlashSharedBytes = 2 * 32 * 21 * 16 + 4 * 16 * 9 * 16 + 128 * 4;
 int matrix_flash_tiles(int64_t head_dim) {
     for (int t : kMatrixFlashTiles)
         if (16 * t >= head_dim) return t;
