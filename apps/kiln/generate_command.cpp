@@ -33,11 +33,11 @@ namespace {
 
 // Gives back what a loaded model holds on its GPU: its weights, the recorded calls that name them, and the memory
 // the backend keeps cached for reuse.
-void unload_from_device(StableDiffusionModel& model) {
+// `device`: the model's (a load that failed leaves the model empty, its device unset).
+void unload_from_device(StableDiffusionModel& model, const Device& device) {
     if (model.unet) model.unet->device_weights().forget_recordings();
     for (const TextEncoder& te : model.text_encoders) te.model.device_weights().forget_recordings();
     if (model.vae) model.vae->device_weights().forget_recordings();
-    const Device device = model.device;
     model = StableDiffusionModel{};
     backend_for(device).release_cached_memory();
 }
@@ -170,21 +170,32 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     for (const std::string& arg : o.loras) load.loras.push_back(lora_from_argument(arg));
     load.notice = req.notice;
     load.unet_path = o.unet;
-    // A GPU without --vram holds every weight; where it runs out, --vram auto would have fitted (issue 21).
+    // A GPU without --vram holds every weight, loaded at once; where it runs out, --vram auto may fit (issue 21).
     const auto gpu_without_budget_ran_out = [&](const Error& e) {
         return e.kind() == ErrorKind::OutOfMemory && !load.device.is_cpu() && req.vram_budget < 0;
     };
-    StableDiffusionModel model;
-    {
+    // Where the device runs out all the same, the model goes off it (its weights, the recordings naming them, the
+    // backend's cache) and loads again with its weights off the device, and what is left runs under --vram auto,
+    // whose plan brings them by stage or block (issue 21: out-of-memory is recoverable). Once: a failure under the
+    // budget is the error.
+    const auto fit_under_vram_auto = [&](const Error& e, StableDiffusionModel& model, const char* where) {
+        req.notice(std::string("out of device memory ") + where + " (" + e.what() +
+                   "); loading again with the weights off the device, under --vram auto");
+        unload_from_device(model, load.device);
+        const VramBudget fit = apply_vram_limit("auto", load.device);
+        req.notice(fit.describe(device_name(load.device)));
+        req.vram_budget = fit.bytes;
+        load.offload_weights = true;
         StageScope zone(Stage::Load);
-        try {
-            model = load_model(o.model, load);
-        } catch (const Error& e) {
-            // Loading does not retry (the generation does, below); the error says how to fit.
-            if (!gpu_without_budget_ran_out(e)) throw;
-            throw Error(ErrorKind::OutOfMemory, std::string(e.what()) +
-                                                    "; --vram auto keeps the weights off the device until a stage needs them");
-        }
+        model = load_model(o.model, load);
+    };
+    StableDiffusionModel model;
+    try {
+        StageScope zone(Stage::Load);
+        model = load_model(o.model, load);
+    } catch (const Error& e) {
+        if (!gpu_without_budget_ran_out(e)) throw;
+        fit_under_vram_auto(e, model, "while loading");
     }
     // AUTOMATIC1111's "Model hash" reads the whole file (about 2 s of CPU for a 2 GB checkpoint) and is
     // needed only when the first PNG is written, so it is computed beside the sampling, not before it: at
@@ -216,23 +227,10 @@ int run_generate(const GenerateOptions& o, bool img2img) {
         try {
             result = generate(model, req);
         } catch (const Error& e) {
-            // Without --vram every weight stays on the GPU. Where the device runs out all the same, the model is
-            // loaded again with its weights off the device and this image and the rest run under --vram auto,
-            // whose plan brings them by stage or block (issue 21: out-of-memory is recoverable). Once: a failure
-            // under the budget is the error.
+            // Without --vram every weight stays on the GPU: this image and the rest run again under --vram auto.
             if (!gpu_without_budget_ran_out(e)) throw;
             bar.finish();
-            req.notice(std::string("out of device memory (") + e.what() +
-                       "); trying again with the weights off the device, under --vram auto");
-            unload_from_device(model);
-            const VramBudget fit = apply_vram_limit("auto", load.device);
-            req.notice(fit.describe(device_name(load.device)));
-            req.vram_budget = fit.bytes;
-            load.offload_weights = true;
-            {
-                StageScope zone(Stage::Load);
-                model = load_model(o.model, load);
-            }
+            fit_under_vram_auto(e, model, "while generating");
             result = generate(model, req);
         }
         bar.finish();
