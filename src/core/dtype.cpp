@@ -30,6 +30,8 @@ const char* dtype_name(DType dtype) {
         case DType::Q4_K: return "Q4_K";
         case DType::Q5_K: return "Q5_K";
         case DType::Q6_K: return "Q6_K";
+        case DType::Q2_K: return "Q2_K";
+        case DType::Q3_K: return "Q3_K";
     }
     return "?";
 }
@@ -53,7 +55,9 @@ size_t dtype_size(DType dtype) {
         case DType::Q5_1:
         case DType::Q4_K:
         case DType::Q5_K:
-        case DType::Q6_K: return 0;
+        case DType::Q6_K:
+        case DType::Q2_K:
+        case DType::Q3_K: return 0;
     }
     return 0;
 }
@@ -70,6 +74,8 @@ size_t dtype_block_bytes(DType dtype) {
         case DType::Q4_K: return quant::kQ4_KBytes;
         case DType::Q5_K: return quant::kQ5_KBytes;
         case DType::Q6_K: return quant::kQ6_KBytes;
+        case DType::Q2_K: return quant::kQ2_KBytes;
+        case DType::Q3_K: return quant::kQ3_KBytes;
         default: return 0;
     }
 }
@@ -83,7 +89,9 @@ int64_t dtype_block_values(DType dtype) {
         case DType::Q5_1: return quant::kBlockValues;
         case DType::Q4_K:
         case DType::Q5_K:
-        case DType::Q6_K: return quant::kKBlockValues;
+        case DType::Q6_K:
+        case DType::Q2_K:
+        case DType::Q3_K: return quant::kKBlockValues;
         default: return 0;
     }
 }

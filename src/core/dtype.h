@@ -9,7 +9,7 @@
 
 namespace kiln {
 
-enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K };
+enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K };
 
 const char* dtype_name(DType dtype);  // "F32", ... as spelled in safetensors headers; "Q8_0", ... as GGUF's
 // Bytes per element; 0 for the block formats, whose elements have no whole size (see dtype_storage_bytes).

@@ -21,9 +21,9 @@ struct TypeEntry {
 const TypeEntry kTypes[] = {
     {0, "F32", DType::F32},        {1, "F16", DType::F16},        {2, "Q4_0", DType::Q4_0},
     {3, "Q4_1", DType::Q4_1},      {6, "Q5_0", DType::Q5_0},      {7, "Q5_1", DType::Q5_1},
-    {8, "Q8_0", DType::Q8_0},      {9, "Q8_1", {}},               {10, "Q2_K", {}},
-    {11, "Q3_K", {}},              {12, "Q4_K", DType::Q4_K},     {13, "Q5_K", DType::Q5_K},
-    {14, "Q6_K", DType::Q6_K},              {15, "Q8_K", {}},              {16, "IQ2_XXS", {}},
+    {8, "Q8_0", DType::Q8_0},      {9, "Q8_1", {}},               {10, "Q2_K", DType::Q2_K},
+    {11, "Q3_K", DType::Q3_K},     {12, "Q4_K", DType::Q4_K},     {13, "Q5_K", DType::Q5_K},
+    {14, "Q6_K", DType::Q6_K},     {15, "Q8_K", {}},              {16, "IQ2_XXS", {}},
     {17, "IQ2_XS", {}},            {18, "IQ3_XXS", {}},           {19, "IQ1_S", {}},
     {20, "IQ4_NL", {}},            {21, "IQ3_S", {}},             {22, "IQ2_S", {}},
     {23, "IQ4_XS", {}},            {24, "I8", DType::I8},         {25, "I16", DType::I16},
@@ -240,7 +240,7 @@ GgufLayout parse_gguf_layout(const uint8_t* file, uint64_t size, const std::stri
                                              ", which kiln does not know");
         if (!entry->dtype)
             fail(ErrorKind::Unsupported, path + ": " + what + " is " + entry->name + " (ggml type " +
-                                             std::to_string(type) + "); kiln reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K");
+                                             std::to_string(type) + "); kiln reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K");
         const DType dtype = *entry->dtype;
         uint64_t nbytes;
         if (is_block_quantized(dtype)) {

@@ -16,7 +16,7 @@ void require_floating(const SafetensorsFile& file, const std::string& name) {
     require(t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64 || is_block_quantized(t),
             ErrorKind::InvalidModel,
             "tensor " + quote_name(name) + " in " + file.path() + " has dtype " + dtype_name(t) +
-                "; kiln reads weights of F32, F16, BF16, F64 or a GGUF block format (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)");
+                "; kiln reads weights of F32, F16, BF16, F64 or a GGUF block format (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K)");
 }
 
 }  // namespace

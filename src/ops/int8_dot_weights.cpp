@@ -214,7 +214,11 @@ void widen_row(DType dtype, const uint8_t* src, int64_t k_blocks, bool simd, uin
 
 }  // namespace
 
-bool int8_products_take(DType dtype) { return is_block_quantized(dtype); }
+// q2_K and q3_K (read, never written by kiln) have sub-scales and minimums per 16 values, which these 32-value
+// products do not carry: linear and conv2d take them a tile of dequantized rows at a time (weight_rows.h).
+bool int8_products_take(DType dtype) {
+    return is_block_quantized(dtype) && dtype != DType::Q2_K && dtype != DType::Q3_K;
+}
 
 Int8Weights::Int8Weights(const Tensor& w, const char* op)
     : dtype_(w.dtype()),

@@ -1,5 +1,13 @@
-// GGUF's k-quants q4_K, q5_K, q6_K: 256-value blocks of sub-blocks with their own scales, quantized against
-// the block's fp16 scales. Layouts (facts from ggml's ggml-common.h; the code is kiln's own):
+// GGUF's k-quants q2_K, q3_K, q4_K, q5_K, q6_K: 256-value blocks of sub-blocks with their own scales, quantized
+// against the block's fp16 scales. Layouts (facts from ggml's ggml-common.h; the code is kiln's own):
+//   q2_K (84 B): 16 B of sub-scales (low nibble sc, high nibble m, one byte per sub-block of 16), 64 B of 2-bit
+//                codes, fp16 d, fp16 dmin; value = d*sc[s] * q - dmin*m[s], q in 0..3.
+//   q3_K (110 B): 32 B hmask (the codes' third bits), 64 B of 2-bit codes, 12 B of 6-bit sub-scales, fp16 d;
+//                value = d*(sc[s] - 32) * q, q = low bits - (third bit set ? 0 : 4), in -4..3; sub-blocks of 16.
+// q2_K/q3_K: value 128h+32k+l (h < 2, k < 4, l < 32) has its 2 low bits at bits 2k, 2k+1 of code byte 32h+l, and
+// (q3_K) its third bit at bit 4h+k of hmask[l]. q3_K's sub-scale s: bits 0-3 from byte s (s < 8: low nibble) or
+// s-8 (high nibble), bits 4-5 from bits 2(s/4), 2(s/4)+1 of byte 8 + s%4. kiln reads them and does not write them
+// (load only: `kiln convert` and --weights take the formats below).
 //   q4_K (144 B): fp16 d, fp16 dmin, 12 B of 6-bit sub-scales sc[8] and minimums m[8], 128 B of nibbles;
 //                 value = d*sc[s] * q - dmin*m[s] for the 8 sub-blocks s of 32 values.
 //   q5_K (176 B): as q4_K with 32 B qh of fifth bits between the scales and the nibbles; q in 0..31.
@@ -22,7 +30,7 @@
 namespace kiln::quant {
 
 constexpr int kKBlockValues = 256;
-constexpr int kQ4_KBytes = 144, kQ5_KBytes = 176, kQ6_KBytes = 210;
+constexpr int kQ2_KBytes = 84, kQ3_KBytes = 110, kQ4_KBytes = 144, kQ5_KBytes = 176, kQ6_KBytes = 210;
 
 namespace detail {
 
@@ -122,6 +130,34 @@ KILN_HOST_DEVICE bool quantize_k_affine(const float* x, int top, uint8_t* block,
 // ---- dequantization, 32 values at a time: part p (0..7) of a block is its values [32 p, 32 p + 32) ----
 // (a GPU thread decodes one part: cuda/dequantize.cu; the whole-block functions below are the 8 parts)
 
+// q2_K and q3_K: part p holds code bits 2k of bytes 32h .. 32h + 31 (h = p / 4, k = p % 4), sub-blocks 2p, 2p + 1.
+KILN_HOST_DEVICE void dequantize_q2_K_part(const uint8_t* block, int p, float* out) {
+    const float d = half_to_float(detail::load_u16(block + 80)), dmin = half_to_float(detail::load_u16(block + 82));
+    const uint8_t* q = block + 16 + 32 * (p / 4);
+    const int shift = 2 * (p % 4);
+    for (int l = 0; l < 32; ++l) {
+        const int s = block[2 * p + l / 16];
+        const float step = d * float(s & 0x0f), off = dmin * float(s >> 4);
+        out[l] = step * float((q[l] >> shift) & 3) - off;
+    }
+}
+
+KILN_HOST_DEVICE int q3_K_scale(const uint8_t* scales, int s) {
+    const int low = s < 8 ? scales[s] & 0x0f : scales[s - 8] >> 4;
+    return (low | (((scales[8 + s % 4] >> (2 * (s / 4))) & 3) << 4)) - 32;
+}
+
+KILN_HOST_DEVICE void dequantize_q3_K_part(const uint8_t* block, int p, float* out) {
+    const float d = half_to_float(detail::load_u16(block + 108));
+    const uint8_t *hmask = block, *q = block + 32 + 32 * (p / 4);
+    const int shift = 2 * (p % 4);
+    for (int l = 0; l < 32; ++l) {
+        const float step = d * float(q3_K_scale(block + 96, 2 * p + l / 16));
+        const int code = ((q[l] >> shift) & 3) - ((hmask[l] >> p) & 1 ? 0 : 4);
+        out[l] = step * float(code);
+    }
+}
+
 KILN_HOST_DEVICE void dequantize_q4_K_part(const uint8_t* block, int p, float* out) {
     const float d = half_to_float(detail::load_u16(block)), dmin = half_to_float(detail::load_u16(block + 2));
     int sc, m;
@@ -152,6 +188,12 @@ KILN_HOST_DEVICE void dequantize_q6_K_part(const uint8_t* block, int p, float* o
     }
 }
 
+KILN_HOST_DEVICE void dequantize_q2_K(const uint8_t* block, float* out) {
+    for (int p = 0; p < 8; ++p) dequantize_q2_K_part(block, p, out + 32 * p);
+}
+KILN_HOST_DEVICE void dequantize_q3_K(const uint8_t* block, float* out) {
+    for (int p = 0; p < 8; ++p) dequantize_q3_K_part(block, p, out + 32 * p);
+}
 KILN_HOST_DEVICE void dequantize_q4_K(const uint8_t* block, float* out) {
     for (int p = 0; p < 8; ++p) dequantize_q4_K_part(block, p, out + 32 * p);
 }

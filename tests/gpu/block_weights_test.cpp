@@ -18,6 +18,7 @@
 #include "gpu_test_util.h"
 #include "kiln/error.h"
 #include "ops/cpu_q8_products.h"
+#include "common/random_blocks.h"
 #include "ops/ops.h"
 #if KILN_HAS_VULKAN
 #include "backends/vulkan/vulkan_backend.h"
@@ -30,15 +31,19 @@ using kiln::test::expect_close;
 
 namespace {
 
-constexpr DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                              DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+constexpr DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                              DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K};
 
 Tensor random(Shape shape, uint32_t seed, DType t, float lo = -1.0f, float hi = 1.0f) {
     return kiln::test::random_in(std::move(shape), seed, t, lo, hi);
 }
 
-// Random weights of `shape` quantized to `format` on the host (rows of whole blocks).
-Tensor blocks(Shape shape, uint32_t seed, DType format) { return random(std::move(shape), seed, DType::F32).converted(format); }
+// Random weights of `shape` quantized to `format` on the host (rows of whole blocks); random blocks where kiln reads
+// the format and does not write it (q2_K, q3_K).
+Tensor blocks(Shape shape, uint32_t seed, DType format) {
+    if (format == DType::Q2_K || format == DType::Q3_K) return kiln::test::random_read_only_blocks(std::move(shape), seed, format);
+    return random(std::move(shape), seed, DType::F32).converted(format);
+}
 
 // The values bit for bit (NaN never appears: the blocks decode to finite values).
 void expect_same_bits(const Tensor& got, const Tensor& want, const std::string& what) {

@@ -18,8 +18,8 @@ using namespace kiln::test;
 namespace {
 
 // Metadata of every kind (scalars, strings, an array of strings, a nested array, a bool) and tensors of the
-// dtypes kiln reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, I8), one of them empty.
-constexpr size_t kSeedData = 1412;
+// dtypes kiln reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K, I8), one of them empty.
+constexpr size_t kSeedData = 1646;
 std::string seed_file() {
     std::vector<std::string> kvs = {
         kv_string("general.architecture", "fuzz"), kv_u32("general.alignment", 32),
@@ -31,7 +31,7 @@ std::string seed_file() {
         {"a", {32, 2}, 0, 0},   {"b", {3}, 1, 256},    {"c", {2, 1}, 30, 288}, {"q8", {64}, 8, 320},
         {"q4", {32, 2}, 2, 416}, {"q41", {32}, 3, 480}, {"i", {5}, 24, 512},   {"e", {0, 32}, 8, 544},
         {"q50", {32}, 6, 576},   {"q51", {32}, 7, 608}, {"q4k", {256}, 12, 640}, {"q5k", {256}, 13, 800},
-        {"q6k", {256, 2}, 14, 992}};  // 992 + 2 * 210 = kSeedData
+        {"q6k", {256, 2}, 14, 992}, {"q2k", {256}, 10, 1440}, {"q3k", {256}, 11, 1536}};  // 1536 + 110 = kSeedData
     std::string data(kSeedData, '\0');
     for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 29 + 3);
     return gguf_bytes(kvs, t, data);

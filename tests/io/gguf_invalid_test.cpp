@@ -51,7 +51,7 @@ TEST_F(GgufInvalid, Versions) {
 }
 
 TEST_F(GgufInvalid, UnsupportedTensorTypesAreNamed) {
-    expect(gguf_bytes({}, {{"k", {256, 1}, 10, 0}}, std::string(256, '\0')), ErrorKind::Unsupported, "Q2_K");
+    expect(gguf_bytes({}, {{"k", {256, 1}, 15, 0}}, std::string(512, '\0')), ErrorKind::Unsupported, "Q8_K");
     expect(gguf_bytes({}, {{"k", {32, 1}, 20, 0}}, std::string(64, '\0')), ErrorKind::Unsupported, "IQ4_NL");
     expect(gguf_bytes({}, {{"k", {32, 1}, 9, 0}}, std::string(64, '\0')), ErrorKind::Unsupported, "Q8_1");
     expect(gguf_bytes({}, {{"k", {32, 1}, 77, 0}}, std::string(64, '\0')), ErrorKind::Unsupported, "ggml type 77");

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/random_blocks.h"
 #include "harness.h"
 #include "ops/cpu_q8_products.h"
 #include "ops/ops.h"
@@ -48,6 +49,13 @@ Tensor scaled(const Tensor& t, double factor) {
     return map_values(t, [factor](double v, int64_t) { return v * factor; });
 }
 
+// Weights of `wtype`: random floats quantized to it, or random blocks where kiln reads the format and does not
+// write it (q2_K, q3_K).
+Tensor weights(const Shape& shape, uint64_t seed, DType wtype) {
+    if (wtype == DType::Q2_K || wtype == DType::Q3_K) return kiln::test::random_read_only_blocks(shape, uint32_t(seed), wtype);
+    return random_tensor(shape, seed).converted(wtype);
+}
+
 // ---------------------------------------------------------------------------------------------- linear
 // F16/BF16 weights: the op converts tiles of weight rows (weight_budget bytes of float32 at a time);
 // the reference gets the same values as float32 (exact), so the float32 bound applies unchanged.
@@ -55,7 +63,7 @@ Check linear_check(const Shape& x_shape, int64_t out, bool with_bias, uint64_t s
                    int64_t weight_budget = detail::kWeightTileBudgetBytes) {
     const ScopedCpuQ8Products exact(CpuQ8Products::Dequantize);
     const Tensor x = random_tensor(x_shape, seed);
-    const Tensor wq = random_tensor({out, x_shape.back()}, seed + 1).converted(wtype);
+    const Tensor wq = weights({out, x_shape.back()}, seed + 1, wtype);
     const Tensor w = wq.to_f32();
     const Tensor b = random_tensor({out}, seed + 2);
     const Tensor* bp = with_bias ? &b : nullptr;
@@ -92,6 +100,9 @@ CaseList cases_linear() {
         {"q4_k_weight_tiles_of_1_row", [] { return linear_check({3, 256}, 5, true, 92, DType::Q4_K, 1); }},
         {"q5_k_weight_one_tile", [] { return linear_check({2, 5, 512}, 3, true, 93, DType::Q5_K); }},
         {"q6_k_weight_tiles_of_3_rows", [] { return linear_check({4, 256}, 7, true, 94, DType::Q6_K, 3 * 256 * 4); }},
+        // read, not written: random blocks (tests/common/random_blocks.h)
+        {"q2_k_weight_tiles_of_2_rows", [] { return linear_check({3, 512}, 5, true, 95, DType::Q2_K, 2 * 512 * 4); }},
+        {"q3_k_weight_one_tile", [] { return linear_check({2, 3, 256}, 9, false, 97, DType::Q3_K); }},
     };
 }
 
@@ -105,7 +116,7 @@ Check conv_check(const ConvShape& s, bool with_bias, int64_t budget_bytes, uint6
                  int64_t weight_budget = detail::kWeightTileBudgetBytes) {
     const ScopedCpuQ8Products exact(CpuQ8Products::Dequantize);
     const Tensor x = random_tensor({s.n, s.c, s.h, s.w}, seed);
-    const Tensor wq = random_tensor({s.o, s.c, s.kh, s.kw}, seed + 1).converted(wtype);
+    const Tensor wq = weights({s.o, s.c, s.kh, s.kw}, seed + 1, wtype);
     const Tensor w = wq.to_f32();
     const Tensor b = random_tensor({s.o}, seed + 2);
     const Tensor* bp = with_bias ? &b : nullptr;
@@ -226,6 +237,8 @@ CaseList cases_conv2d() {
         {"q4_k_weight_3x3_tiles_of_2_channels",
          [] { return conv_check({1, 256, 5, 4, 5, 3, 3, 1, 1}, true, kDefault, 95, DType::Q4_K, 2 * 256 * 9 * 4); }},
         {"q6_k_weight_1x1", [] { return conv_check({2, 256, 3, 5, 4, 1, 1, 1, 0}, false, kDefault, 96, DType::Q6_K); }},
+        {"q3_k_weight_1x1", [] { return conv_check({1, 256, 4, 3, 5, 1, 1, 1, 0}, true, kDefault, 98, DType::Q3_K); }},
+        {"q2_k_weight_1x1", [] { return conv_check({2, 512, 3, 3, 3, 1, 1, 1, 0}, false, kDefault, 99, DType::Q2_K); }},
         {"norm_silu_q8_0_weight", [] { return fused_norm_conv_check({1, 32, 6, 5, 7, 3, 3, 1, 1}, 8, kDefault, 87, DType::Q8_0); }},
         {"bf16_weight_tiles_of_1_channel_1x1", [] { return conv_check({1, 6, 5, 4, 3, 1, 1, 1, 0}, false, kDefault, 40, DType::BF16, 1); }},
         // Upsampled inputs: odd sizes (odd upsampled columns start and end rows of taps), one pixel, no and

@@ -1,4 +1,4 @@
-// dequantize: block-format weights (Q8_0 ... Q6_K) widened to float32, float16 or bfloat16 on the device, by the
+// dequantize: block-format weights (Q8_0 ... Q6_K, Q2_K, Q3_K) widened to float32, float16 or bfloat16 on the device, by the
 // decoders the host uses (quant/block_formats.h, quant/k_quants.h): one thread decodes 32 values (a block of the
 // 32-value formats, a part of a k-quant's 256), each value computed in float32 exactly as on the CPU and rounded
 // once to the destination type. This file is compiled with --fmad=false (CMakeLists.txt; HIP: the pragma below),
@@ -32,6 +32,8 @@ __device__ __forceinline__ void decode_part(const uint8_t* blocks, int64_t part,
         case DType::Q4_K: return dequantize_q4_K_part(blocks + (part / 8) * kQ4_KBytes, int(part % 8), v);
         case DType::Q5_K: return dequantize_q5_K_part(blocks + (part / 8) * kQ5_KBytes, int(part % 8), v);
         case DType::Q6_K: return dequantize_q6_K_part(blocks + (part / 8) * kQ6_KBytes, int(part % 8), v);
+        case DType::Q2_K: return dequantize_q2_K_part(blocks + (part / 8) * kQ2_KBytes, int(part % 8), v);
+        case DType::Q3_K: return dequantize_q3_K_part(blocks + (part / 8) * kQ3_KBytes, int(part % 8), v);
         default: return;
     }
 }
@@ -105,6 +107,8 @@ void dispatch_format(DType type, F&& f) {
         case DType::Q4_K: return f(std::integral_constant<DType, DType::Q4_K>{});
         case DType::Q5_K: return f(std::integral_constant<DType, DType::Q5_K>{});
         case DType::Q6_K: return f(std::integral_constant<DType, DType::Q6_K>{});
+        case DType::Q2_K: return f(std::integral_constant<DType, DType::Q2_K>{});
+        case DType::Q3_K: return f(std::integral_constant<DType, DType::Q3_K>{});
         default:
             fail(ErrorKind::InvalidArgument,
                  std::string("kiln::cuda::dequantize: ") + dtype_name(type) + " is not a block format");

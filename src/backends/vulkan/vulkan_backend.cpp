@@ -594,8 +594,8 @@ void VulkanBackend::convert(const void* src, DType src_type, void* dst, DType ds
     if (is_block_quantized(src_type)) {
         require(n % dtype_block_values(src_type) == 0, ErrorKind::InvalidArgument,
                 std::to_string(n) + " values are not whole " + dtype_name(src_type) + " blocks");
-        constexpr DType kCodes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                                    DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+        constexpr DType kCodes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                                    DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K};
         p.format = uint32_t(std::find(std::begin(kCodes), std::end(kCodes), src_type) - std::begin(kCodes));
         if (src_type == DType::Q8_0 && dst_type == DType::F16 && p.dst % 16 == 0) {  // 8 values a 16-byte store
             p.n = uint32_t(n / 8);

@@ -1,4 +1,4 @@
-// dst = the values of block-format weights (Q8_0 ... Q6_K), each decoded in float32 as the host's decoders do
+// dst = the values of block-format weights (Q8_0 ... Q6_K, Q2_K, Q3_K), each decoded in float32 as the host's decoders do
 // (quant/block_formats.h, quant/k_quants.h; reading the blocks: blocks.glsl), then rounded once to dst's type
 // (T_F16: float16, else float32; the float32 build needs no 16-bit storage). One invocation per value. `precise`
 // keeps q * d + m and step * q - off two roundings, as on the host: float32 results are the host's bit for bit.
@@ -6,7 +6,7 @@
 #include "common.glsl"
 #include "blocks.glsl"
 layout(local_size_x = 256) in;
-// format: 0 q8_0, 1 q4_0, 2 q4_1, 3 q5_0, 4 q5_1, 5 q4_K, 6 q5_K, 7 q6_K (VulkanBackend::convert)
+// format: 0 q8_0, 1 q4_0, 2 q4_1, 3 q5_0, 4 q5_1, 5 q4_K, 6 q5_K, 7 q6_K, 8 q2_K, 9 q3_K (VulkanBackend::convert)
 layout(push_constant) uniform Params { U32s src; Ts dst; uint n; uint format; } p;
 
 uint byte_at(uint off) { return block_byte(p.src, off); }
@@ -42,6 +42,20 @@ float value(uint i) {
         return v;
     }
     const uint j = i & 255u, part = j >> 5, l = j & 31u;
+    if (p.format == 8u) {  // q2_K, 84 bytes: 2-bit codes at bits 2 (part % 4) of byte 32 (part / 4) + l
+        const uint b = (i >> 8) * 84u, s = byte_at(b + j / 16u);
+        const float step = half_at(b + 80u) * float(s & 15u), off = half_at(b + 82u) * float(s >> 4);
+        precise float v = step * float((byte_at(b + 16u + 32u * (part >> 2) + l) >> (2u * (part & 3u))) & 3u) - off;
+        return v;
+    }
+    if (p.format == 9u) {  // q3_K, 110 bytes: the same 2-bit codes at byte 32, the third bit at bit part of hmask[l]
+        const uint b = (i >> 8) * 110u, s = j / 16u;
+        const uint low = s < 8u ? byte_at(b + 96u + s) & 15u : byte_at(b + 88u + s) >> 4;
+        const int sc = int(low | (((byte_at(b + 104u + (s & 3u)) >> (2u * (s >> 2))) & 3u) << 4)) - 32;
+        const int code = int((byte_at(b + 32u + 32u * (part >> 2) + l) >> (2u * (part & 3u))) & 3u) -
+                         (((byte_at(b + l) >> part) & 1u) != 0u ? 0 : 4);
+        return (half_at(b + 108u) * float(sc)) * float(code);
+    }
     if (p.format == 7u) {  // q6_K, 210 bytes: half h, quarter k of 32 values
         const uint b = (i >> 8) * 210u, h = part >> 2, k = part & 3u;
         const uint lo = byte_at(b + 64u * h + l + 32u * (k & 1u));
