@@ -87,6 +87,8 @@ inline std::optional<DType> weights_option(const std::string& s) {
     if (s == "q4_K") return DType::Q4_K;
     if (s == "q5_K") return DType::Q5_K;
     if (s == "q6_K") return DType::Q6_K;
+    if (s == "q2_K") return DType::Q2_K;
+    if (s == "q3_K") return DType::Q3_K;
     return s == "f32" ? DType::F32 : s == "f16" ? DType::F16 : DType::BF16;
 }
 

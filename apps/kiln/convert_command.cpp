@@ -15,9 +15,9 @@ CLI::App* add_convert_command(CLI::App& app, ConvertOptions& o) {
                                                   "single-file layout's names (kiln and stable-diffusion.cpp load it)");
     cmd->add_option("-m,--model", o.model, "the checkpoint: a .safetensors or .gguf single file, or a diffusers folder")
         ->required();
-    cmd->add_option("--weights", o.weights, "f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_K | q5_K | q6_K")
+    cmd->add_option("--weights", o.weights, "f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_K | q3_K | q4_K | q5_K | q6_K")
         ->required()
-        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q5_K", "q6_K"}));
+        ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"}));
     cmd->add_option("-o,--output", o.output, "the GGUF file to write (never the input)")->required();
     cmd->add_flag("-q,--quiet", o.quiet, "no progress bar");
     return cmd;

@@ -110,8 +110,8 @@ BlockCodec block_codec(DType dtype) {
         case DType::Q4_K: return {quant::dequantize_q4_K, quant::quantize_q4_K};
         case DType::Q5_K: return {quant::dequantize_q5_K, quant::quantize_q5_K};
         case DType::Q6_K: return {quant::dequantize_q6_K, quant::quantize_q6_K};
-        case DType::Q2_K: return {quant::dequantize_q2_K, nullptr};  // read, not written (k_quants.h)
-        case DType::Q3_K: return {quant::dequantize_q3_K, nullptr};
+        case DType::Q2_K: return {quant::dequantize_q2_K, quant::quantize_q2_K};
+        case DType::Q3_K: return {quant::dequantize_q3_K, quant::quantize_q3_K};
         default: break;
     }
     assert(false && "block_codec: not a block format");
@@ -210,9 +210,6 @@ void quantize_values(DType dtype, const float* src, uint8_t* dst, size_t n) {
                 std::to_string(values) + " values");
     const size_t bytes = dtype_block_bytes(dtype);
     auto* quantize = block_codec(dtype).quantize;
-    require(quantize != nullptr, ErrorKind::Unsupported,
-            std::string("kiln reads ") + dtype_name(dtype) + " weights but does not quantize to it (" +
-                "--weights and kiln convert take q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K and q6_K)");
     const long long blocks = static_cast<long long>(n / values);
     long long first_bad = blocks;  // no exception may leave the parallel loop: find the first bad block
 #pragma omp parallel for schedule(static) reduction(min : first_bad) if (n >= kParallelMinElements)

@@ -72,8 +72,10 @@ bool quantize_matrix(const std::string& name, const Shape& shape) {
 
 std::optional<DType> quantized_dtype(const std::string& name, const Shape& shape, DType want, bool innermost_blocks) {
     if (!is_block_quantized(want) || !quantize_matrix(name, shape)) return std::nullopt;
-    // At 4 bits the down/upsampling convolutions and the text encoder's layers stay 16-bit too (docs/QUANT.md).
-    const bool four_bits = want == DType::Q4_0 || want == DType::Q4_1 || want == DType::Q4_K;
+    // At 4 bits or fewer the down/upsampling convolutions and the text encoder's layers stay 16-bit too
+    // (docs/QUANT.md).
+    const bool four_bits = want == DType::Q4_0 || want == DType::Q4_1 || want == DType::Q4_K || want == DType::Q3_K ||
+                           want == DType::Q2_K;
     if (four_bits && !quant_all() && (contains(name, "samplers.") || name.rfind("text_model.", 0) == 0)) return std::nullopt;
     const int64_t row = shape_numel(shape) / shape[0], inner = shape.back();
     auto fits = [&](DType t) {
@@ -84,6 +86,7 @@ std::optional<DType> quantized_dtype(const std::string& name, const Shape& shape
     const DType fallback = want == DType::Q4_K   ? fallback_override().value_or(DType::Q5_0)
                            : want == DType::Q5_K ? fallback_override().value_or(DType::Q5_1)
                            : want == DType::Q6_K ? fallback_override().value_or(DType::Q8_0)
+                           : want == DType::Q3_K || want == DType::Q2_K ? fallback_override().value_or(DType::Q4_0)
                                                  : want;
     if (fallback != want && fits(fallback)) return fallback;
     return std::nullopt;

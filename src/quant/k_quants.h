@@ -6,8 +6,7 @@
 //                value = d*(sc[s] - 32) * q, q = low bits - (third bit set ? 0 : 4), in -4..3; sub-blocks of 16.
 // q2_K/q3_K: value 128h+32k+l (h < 2, k < 4, l < 32) has its 2 low bits at bits 2k, 2k+1 of code byte 32h+l, and
 // (q3_K) its third bit at bit 4h+k of hmask[l]. q3_K's sub-scale s: bits 0-3 from byte s (s < 8: low nibble) or
-// s-8 (high nibble), bits 4-5 from bits 2(s/4), 2(s/4)+1 of byte 8 + s%4. kiln reads them and does not write them
-// (load only: `kiln convert` and --weights take the formats below).
+// s-8 (high nibble), bits 4-5 from bits 2(s/4), 2(s/4)+1 of byte 8 + s%4.
 //   q4_K (144 B): fp16 d, fp16 dmin, 12 B of 6-bit sub-scales sc[8] and minimums m[8], 128 B of nibbles;
 //                 value = d*sc[s] * q - dmin*m[s] for the 8 sub-blocks s of 32 values.
 //   q5_K (176 B): as q4_K with 32 B qh of fifth bits between the scales and the nibbles; q in 0..31.
@@ -21,7 +20,8 @@
 // Quantization is kiln's own (ggml's search differs, so codes may differ from ggml's; the format is the same):
 // per sub-block, 13 candidate scales around range/levels, the codes of each refit by least squares (scale
 // and, for q4_K/q5_K, an offset kept <= 0 as the format stores it), the best by squared error; sub-scales
-// rounded to 6 (q6_K: 8) bits against d = largest/63 (127), codes rounded again against the stored scales.
+// rounded to 6 (q6_K: 8) bits against d = largest/63 (127), codes rounded again against the stored scales; q2_K and
+// q3_K likewise per 16 values (below).
 #pragma once
 #include <cstdint>
 
@@ -253,6 +253,70 @@ KILN_HOST_DEVICE bool quantize_q6_K(const float* x, uint8_t* block) {
         }
     }
     detail::store_u16(block + 208, dh);
+    return true;
+}
+
+// q2_K: per 16 values a scale and an offset (codes 0..3), as q4_K's per 32; sub-scales and minimums rounded to 4
+// bits against d = largest/15 and dmin = largest/15.
+KILN_HOST_DEVICE bool quantize_q2_K(const float* x, uint8_t* block) {
+    if (!detail::all_finite(x, 256)) return false;
+    float a[16], m[16], max_a = 0.0f, max_m = 0.0f;
+    for (int s = 0; s < 16; ++s) {
+        detail::fit_scale(x + 16 * s, 16, 0, 3, true, &a[s], &m[s]);
+        m[s] = -m[s];
+        max_a = a[s] > max_a ? a[s] : max_a;
+        max_m = m[s] > max_m ? m[s] : max_m;
+    }
+    const float d = max_a / 15.0f, dmin = max_m / 15.0f;
+    const uint16_t dh = float_to_half(d), mh = float_to_half(dmin);
+    if (detail::fp16_overflows(dh) || detail::fp16_overflows(mh)) return false;
+    const float ds = half_to_float(dh), ms = half_to_float(mh);
+    for (int i = 0; i < 80; ++i) block[i] = 0;
+    for (int s = 0; s < 16; ++s) {
+        const int sc = d > 0.0f ? detail::clamp_int(detail::round_half_away(a[s] / d), 0, 15) : 0;
+        const int mq = dmin > 0.0f ? detail::clamp_int(detail::round_half_away(m[s] / dmin), 0, 15) : 0;
+        block[s] = uint8_t(sc | (mq << 4));
+        const float step = ds * float(sc), off = ms * float(mq);  // as dequantization sees them
+        for (int j = 0; j < 16; ++j) {
+            const int i = 16 * s + j;
+            const int q = step > 0.0f ? detail::clamp_int(detail::round_half_away((x[i] + off) / step), 0, 3) : 0;
+            block[16 + 32 * (i / 128) + i % 32] |= uint8_t(q << (2 * ((i % 128) / 32)));
+        }
+    }
+    detail::store_u16(block + 80, dh);
+    detail::store_u16(block + 82, mh);
+    return true;
+}
+
+// q3_K: per 16 values a signed scale (codes -4..3, the largest magnitude onto -4), sub-scales rounded to 6 bits
+// (-32..31) against d = the sub-scale of largest magnitude / -32.
+KILN_HOST_DEVICE bool quantize_q3_K(const float* x, uint8_t* block) {
+    if (!detail::all_finite(x, 256)) return false;
+    float a[16], big = 0.0f, unused;
+    for (int s = 0; s < 16; ++s) {
+        detail::fit_scale(x + 16 * s, 16, -4, 3, false, &a[s], &unused);
+        if (detail::magnitude(a[s]) > detail::magnitude(big)) big = a[s];
+    }
+    const float d = big / -32.0f;
+    const uint16_t dh = float_to_half(d);
+    if (detail::fp16_overflows(dh)) return false;
+    const float ds = half_to_float(dh);
+    for (int i = 0; i < 108; ++i) block[i] = 0;
+    uint8_t *hmask = block, *qs = block + 32, *scales = block + 96;
+    for (int s = 0; s < 16; ++s) {
+        const int sc = d != 0.0f ? detail::clamp_int(detail::round_half_away(a[s] / d), -32, 31) : 0;
+        const int u = sc + 32;  // stored: low 4 bits by nibbles, high 2 bits in bytes 8..11
+        scales[s % 8] |= uint8_t((u & 0x0f) << (s < 8 ? 0 : 4));
+        scales[8 + s % 4] |= uint8_t((u >> 4) << (2 * (s / 4)));
+        const float step = ds * float(sc);
+        for (int j = 0; j < 16; ++j) {
+            const int i = 16 * s + j, h = i / 128, k = (i % 128) / 32, l = i % 32;
+            const int q = (step != 0.0f ? detail::clamp_int(detail::round_half_away(x[i] / step), -4, 3) : 0) + 4;
+            qs[32 * h + l] |= uint8_t((q & 3) << (2 * k));
+            if (q >= 4) hmask[l] |= uint8_t(1 << (4 * h + k));
+        }
+    }
+    detail::store_u16(block + 108, dh);
     return true;
 }
 

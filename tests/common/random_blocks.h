@@ -1,6 +1,6 @@
-// Random weights in a block format kiln reads and does not write (q2_K, q3_K: quant/k_quants.h), made as blocks:
-// random codes and sub-scales, fp16 super-block scales d (and q2_K's dmin) in [2^-9, 2^-7], so that values stay
-// near the unit range like the tests' float weights.
+// Random q2_K or q3_K weights (quant/k_quants.h) made as blocks: every code and sub-scale at random (files from other
+// tools' quantizers reach codes kiln's may not), fp16 super-block scales d (and q2_K's dmin) in [2^-9, 2^-7], so that
+// values stay near the unit range like the tests' float weights.
 #pragma once
 #include <cstdint>
 #include <random>
@@ -11,7 +11,7 @@
 
 namespace kiln::test {
 
-inline Tensor random_read_only_blocks(Shape shape, uint32_t seed, DType format) {
+inline Tensor random_low_bit_blocks(Shape shape, uint32_t seed, DType format) {
     const int64_t n = shape_numel(shape);
     const size_t bytes = dtype_block_bytes(format), blocks = size_t(n / dtype_block_values(format));
     std::mt19937 g(seed);

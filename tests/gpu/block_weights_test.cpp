@@ -38,10 +38,10 @@ Tensor random(Shape shape, uint32_t seed, DType t, float lo = -1.0f, float hi = 
     return kiln::test::random_in(std::move(shape), seed, t, lo, hi);
 }
 
-// Random weights of `shape` quantized to `format` on the host (rows of whole blocks); random blocks where kiln reads
-// the format and does not write it (q2_K, q3_K).
+// Random weights of `shape` quantized to `format` on the host (rows of whole blocks); for q2_K and q3_K random
+// blocks (every code and sub-scale).
 Tensor blocks(Shape shape, uint32_t seed, DType format) {
-    if (format == DType::Q2_K || format == DType::Q3_K) return kiln::test::random_read_only_blocks(std::move(shape), seed, format);
+    if (format == DType::Q2_K || format == DType::Q3_K) return kiln::test::random_low_bit_blocks(std::move(shape), seed, format);
     return random(std::move(shape), seed, DType::F32).converted(format);
 }
 

@@ -106,7 +106,7 @@ TEST_P(GgufConvert, Sd15MiniLoadsAsTheOriginalWithTheSameWeightsOption) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, GgufConvert,
                          ::testing::Values(DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K,
-                                           DType::Q5_K, DType::Q6_K, DType::F32, DType::BF16),
+                                           DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K, DType::F32, DType::BF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(GgufConvertModels, Sd2SdxlAndDemoModelConvertAndLoad) {

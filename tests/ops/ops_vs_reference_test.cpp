@@ -49,10 +49,9 @@ Tensor scaled(const Tensor& t, double factor) {
     return map_values(t, [factor](double v, int64_t) { return v * factor; });
 }
 
-// Weights of `wtype`: random floats quantized to it, or random blocks where kiln reads the format and does not
-// write it (q2_K, q3_K).
+// Weights of `wtype`: random floats quantized to it, or for q2_K and q3_K random blocks (every code and sub-scale).
 Tensor weights(const Shape& shape, uint64_t seed, DType wtype) {
-    if (wtype == DType::Q2_K || wtype == DType::Q3_K) return kiln::test::random_read_only_blocks(shape, uint32_t(seed), wtype);
+    if (wtype == DType::Q2_K || wtype == DType::Q3_K) return kiln::test::random_low_bit_blocks(shape, uint32_t(seed), wtype);
     return random_tensor(shape, seed).converted(wtype);
 }
 

@@ -1,5 +1,5 @@
-// GGUF tensors in q2_K and q3_K (formats kiln reads and does not write: quant/k_quants.h) open as their blocks and
-// load as the decoders' values (which quant_oracle_test.cpp holds to gguf-py's bit for bit).
+// GGUF tensors in q2_K and q3_K (quant/k_quants.h; session 26) open as their blocks and load as the decoders' values
+// (which quant_oracle_test.cpp holds to gguf-py's bit for bit).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -13,8 +13,8 @@
 using namespace kiln;
 using namespace kiln::test;
 
-TEST(GgufReadOnlyFormats, Q2KAndQ3KTensorsReadAsTheirBlocks) {
-    const Tensor q2 = random_read_only_blocks({2, 512}, 1, DType::Q2_K), q3 = random_read_only_blocks({3, 256}, 2, DType::Q3_K);
+TEST(GgufLowBitKQuants, Q2KAndQ3KTensorsReadAsTheirBlocks) {
+    const Tensor q2 = random_low_bit_blocks({2, 512}, 1, DType::Q2_K), q3 = random_low_bit_blocks({3, 256}, 2, DType::Q3_K);
     const size_t q2_bytes = size_t(dtype_storage_bytes(DType::Q2_K, q2.numel()));  // 4 blocks of 84 bytes
     const size_t q3_bytes = size_t(dtype_storage_bytes(DType::Q3_K, q3.numel()));  // 3 of 110
     std::string data(384 + q3_bytes, '\0');
