@@ -18,6 +18,7 @@ set(KILN_VULKAN_KERNELS
   "dequantize_f32|dequantize.comp"
   "dequantize_f16|dequantize.comp|T_F16"
   "dequantize_q8_f16x8|dequantize.comp|T_F16,PACK8"
+  "dequantize_k_f16x8|dequantize.comp|T_F16,PACK8K"
   "matmul_f32|matmul.comp"
   "matmul_f16|matmul.comp|A_F16,B_F16,C_F16"
   "matmul_scores_f16|matmul.comp|A_F16,B_F16"

@@ -597,9 +597,12 @@ void VulkanBackend::convert(const void* src, DType src_type, void* dst, DType ds
         constexpr DType kCodes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
                                     DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q2_K, DType::Q3_K};
         p.format = uint32_t(std::find(std::begin(kCodes), std::end(kCodes), src_type) - std::begin(kCodes));
-        if (src_type == DType::Q8_0 && dst_type == DType::F16 && p.dst % 16 == 0) {  // 8 values a 16-byte store
+        // 8 values a 16-byte store: q8_0, and the k-quants (256-value blocks) with their sub-block's scale read once.
+        const bool k_quant = dtype_block_values(src_type) == 256;
+        if ((src_type == DType::Q8_0 || k_quant) && dst_type == DType::F16 && p.dst % 16 == 0) {
             p.n = uint32_t(n / 8);
-            return dispatch("dequantize_q8_f16x8", p, uint32_t(std::min<int64_t>((p.n + 255) / 256, 65535)));
+            return dispatch(k_quant ? "dequantize_k_f16x8" : "dequantize_q8_f16x8", p,
+                            uint32_t(std::min<int64_t>((p.n + 255) / 256, 65535)));
         }
         return dispatch(dst_type == DType::F32 ? "dequantize_f32" : "dequantize_f16", p, groups);
     }

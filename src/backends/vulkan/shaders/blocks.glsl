@@ -21,7 +21,7 @@ float q8_0_value(U32s b, uint i) {
     const uint block = (i >> 5) * 34u;
     return float(block_int8(b, block + 2u + (i & 31u))) * block_half(b, block);
 }
-#if defined(COOP) || defined(PACK8)
+#if defined(COOP) || defined(PACK8) || defined(PACK8K)
 // The matrix-unit builds' 16-byte operand, and dequantize.comp's PACK8 build's store: values i .. i+7 of a q8_0
 // tensor (i a multiple of 8, so all in one block), each the exact float32 product of code and scale rounded once
 // to float16, as dequantize.comp rounds it value by value: the same float16 bits either way.
