@@ -21,7 +21,7 @@
 // The reference moves only when a probability would pass 2^LAZY (rare after the first block): then the block's
 // exact row maxima are taken through the scratch (the one step that needs whole rows), and the sums and the
 // output's matrices are rescaled element by element. (Until session 26 every block's scores went through shared
-// memory and were read back by rows: SD 1.5's first-level self-attention 0.96 -> 0.56 ms on the H200.)
+// memory and were read back by rows: SD 1.5's first-level self-attention 0.96 -> 0.69 ms on the H200.)
 //
 // D_TILES: 16-column tiles of the head dimension (d <= 16 D_TILES; columns past d are zeros).
 #version 450
@@ -48,7 +48,7 @@ layout(buffer_reference, std430, buffer_reference_align = 16) buffer U128s { uve
 #define BR 64u  // queries per workgroup
 #define DP (16u * D_TILES)
 // 32 keys a block (session 26: 64 held more registers, two workgroups a multiprocessor on NVIDIA's driver against
-// three, and took SD 1.5's first-level self-attention 0.81 -> 0.56 ms)
+// three, and took SD 1.5's first-level self-attention 0.81 -> 0.69 ms)
 #define BC 32u
 #define KT (BC / 16u)        // 16-key tiles per block
 #define ROW (DP / 8u + 1u)   // uvec4 (8 float16) per shared row of K or V, + 1 of padding against bank conflicts
