@@ -99,7 +99,7 @@ CaseList cases_linear() {
         {"q4_k_weight_tiles_of_1_row", [] { return linear_check({3, 256}, 5, true, 92, DType::Q4_K, 1); }},
         {"q5_k_weight_one_tile", [] { return linear_check({2, 5, 512}, 3, true, 93, DType::Q5_K); }},
         {"q6_k_weight_tiles_of_3_rows", [] { return linear_check({4, 256}, 7, true, 94, DType::Q6_K, 3 * 256 * 4); }},
-        // read, not written: random blocks (tests/common/random_blocks.h)
+        // q2_K, q3_K: random blocks (tests/common/random_blocks.h)
         {"q2_k_weight_tiles_of_2_rows", [] { return linear_check({3, 512}, 5, true, 95, DType::Q2_K, 2 * 512 * 4); }},
         {"q3_k_weight_one_tile", [] { return linear_check({2, 3, 256}, 9, false, 97, DType::Q3_K); }},
     };
