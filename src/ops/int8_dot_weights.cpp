@@ -130,8 +130,23 @@ void widen_q6_part(const uint8_t* blk, int p, bool simd, uint8_t* c, int* sums) 
     }
 }
 
+// q3_K sub-block p of a 256-value block (quant/k_quants.h's layout): its 32 codes (-4..3) and each half's code sum.
+void widen_q3_part(const uint8_t* blk, int p, uint8_t* c, int* sums) {
+    const uint8_t *q = blk + 32 + 32 * (p / 4), *hmask = blk;
+    const int shift = 2 * (p % 4);
+    for (int half = 0; half < 2; ++half) {  // a loop per half: the compiler vectorises it
+        int sum = 0;
+        for (int l = 16 * half; l < 16 * half + 16; ++l) {
+            const int v = ((q[l] >> shift) & 3) - ((hmask[l] >> p) & 1 ? 0 : 4);
+            c[l] = uint8_t(v);
+            sum += v;
+        }
+        sums[half] = sum;
+    }
+}
+
 // One row of k_blocks sub-blocks: codes (32 a sub-block), scales, offsets (128 x the codes' sum; with halves,
-// two a sub-block), mins, halves (q6_K). simd: by AVX-512 (the same integers).
+// two a sub-block), mins, halves (q6_K, q3_K). simd: by AVX-512 (the same integers).
 void widen_row(DType dtype, const uint8_t* src, int64_t k_blocks, bool simd, uint8_t* codes, float* scales,
                int32_t* offsets, float* mins, int32_t* halves) {
 #if KILN_WIDEN_X86
@@ -205,6 +220,18 @@ void widen_row(DType dtype, const uint8_t* src, int64_t k_blocks, bool simd, uin
             offsets[2 * b + 1] = 128 * sums[1];
             continue;
         }
+        case DType::Q3_K: {  // as q6_K: the block's d, each half's integer factor sc - 32
+            const uint8_t* blk = src + (b / 8) * quant::kQ3_KBytes;
+            const int p = int(b % 8);
+            scales[b] = half_at(blk + 108);
+            halves[2 * b] = quant::q3_K_scale(blk + 96, 2 * p);
+            halves[2 * b + 1] = quant::q3_K_scale(blk + 96, 2 * p + 1);
+            int sums[2];
+            widen_q3_part(blk, p, c, sums);
+            offsets[2 * b] = 128 * sums[0];
+            offsets[2 * b + 1] = 128 * sums[1];
+            continue;
+        }
         default:
             break;  // not taken (int8_products_take)
         }
@@ -214,11 +241,9 @@ void widen_row(DType dtype, const uint8_t* src, int64_t k_blocks, bool simd, uin
 
 }  // namespace
 
-// q2_K and q3_K (read, never written by kiln) have sub-scales and minimums per 16 values, which these 32-value
-// products do not carry: linear and conv2d take them a tile of dequantized rows at a time (weight_rows.h).
-bool int8_products_take(DType dtype) {
-    return is_block_quantized(dtype) && dtype != DType::Q2_K && dtype != DType::Q3_K;
-}
+// q2_K has a minimum per 16 values, which these products (one a 32-value sub-block) do not carry: linear and conv2d
+// take it a tile of dequantized rows at a time (weight_rows.h). q3_K's per-16 scales are q6_K's halves.
+bool int8_products_take(DType dtype) { return is_block_quantized(dtype) && dtype != DType::Q2_K; }
 
 Int8Weights::Int8Weights(const Tensor& w, const char* op)
     : dtype_(w.dtype()),

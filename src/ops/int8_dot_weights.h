@@ -1,13 +1,13 @@
 // A block weight's rows as the int8 product reads them (int8_dot.h): sub-blocks of 32 values along K, each
 //     value_i = scale * code_i + min        (code_i an int8; no min for q8_0, q4_0 and q5_0)
 // q8_0's codes are its blocks' bytes, read in place. The other formats (q4_0, q4_1, q5_0, q5_1, q4_K, q5_K,
-// q6_K) are widened a tile of rows at a time into a small scratch just before the tile's dot products, so no
+// q6_K, q3_K) are widened a tile of rows at a time into a small scratch just before the tile's dot products, so no
 // widened copy of the whole matrix ever exists. Codes: q4_0 q - 8, q5_0 q - 16, q6_K q - 32 (signed), the
 // others q as stored (0..31); scale and min as the dequantizers compute them (quant/*.h): d, m; q4_K/q5_K d * sc
 // and -(dmin * m), each one float32 rounding. q6_K has a scale per 16 values, d * sc[s] with sc an int8: its
 // sub-block's scale is d, and each half of 16 values has the integer factor sc[s] (halves), so that
 //     value_i = d * (sc[s] * code_i)   exactly its dequantizer's d * sc * (q - 32): 11 + 7 + 5 significant bits,
-// no rounding.
+// no rounding. q3_K likewise: codes q (-4..3), halves sc - 32, scale d (11 + 6 + 3 bits).
 #pragma once
 #include <cstdint>
 
@@ -40,7 +40,7 @@ public:
     int64_t rows() const { return rows_; }
     int64_t k_blocks() const { return k_blocks_; }  // 32-value sub-blocks a row
     bool has_mins() const;
-    bool has_halves() const { return dtype_ == DType::Q6_K; }
+    bool has_halves() const { return dtype_ == DType::Q6_K || dtype_ == DType::Q3_K; }
     // Scratch bytes rows_view needs for `count` rows: 0 where the rows are read in place (q8_0).
     int64_t scratch_bytes(int count) const;
     // Rows [first, first + count) into out[0..count): views of the weight, or widened into scratch (scratch_bytes

@@ -28,9 +28,9 @@ struct ForcedIsa {
     Int8Isa saved;
 };
 
-// The formats the int8 products take (int8_dot_weights.h: all the block formats), and K a multiple of their block.
-constexpr DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                              DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+// The formats the int8 products take (int8_dot_weights.h: the block formats but q2_K), and K a multiple of their block.
+constexpr DType kFormats[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                              DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q3_K};
 bool fits(DType f, int64_t k) { return k % dtype_block_values(f) == 0; }
 
 Tensor block_weight(const Shape& shape, DType f, uint64_t seed) { return random_tensor(shape, seed).converted(f); }
@@ -194,7 +194,7 @@ TEST(Int8Dot, WidenedRowsAreTheDequantizedValues) {
             std::fill(src.data() + 512, src.data() + 768, 0.375f);
             const Tensor wq = src.converted(f), w = wq.to_f32();
             const detail::Int8Weights weights(wq, "test");
-            ASSERT_EQ(weights.has_halves(), f == DType::Q6_K);
+            ASSERT_EQ(weights.has_halves(), f == DType::Q6_K || f == DType::Q3_K);
             std::vector<uint8_t> scratch(size_t(weights.scratch_bytes(3)) + 4);
             detail::Int8Row rows[3];
             weights.rows_view(0, 3, scratch.data(), rows);
