@@ -91,16 +91,25 @@ KILN_HOST_DEVICE bool all_finite(const float* x, int n) {
 }
 KILN_HOST_DEVICE bool fp16_overflows(uint16_t h) { return (h & 0x7c00u) == 0x7c00u; }
 
+// The affine k-quants' sub-blocks (q2_K: 16 of 16 values, q4_K/q5_K: 8 of 32): each one's fitted scale a[s] and
+// minimum m[s] >= 0 (value ~ a q - m, codes 0..top), and the largest of each.
+KILN_HOST_DEVICE void fit_affine_sub_blocks(const float* x, int subs, int top, float* a, float* m, float* max_a,
+                                            float* max_m) {
+    const int len = 256 / subs;
+    *max_a = 0.0f, *max_m = 0.0f;
+    for (int s = 0; s < subs; ++s) {
+        fit_scale(x + len * s, len, 0, top, true, &a[s], &m[s]);
+        m[s] = -m[s];
+        *max_a = a[s] > *max_a ? a[s] : *max_a;
+        *max_m = m[s] > *max_m ? m[s] : *max_m;
+    }
+}
+
 // q4_K/q5_K: scales into block[0..16), codes 0..top into codes[256].
 KILN_HOST_DEVICE bool quantize_k_affine(const float* x, int top, uint8_t* block, uint8_t* codes) {
     if (!all_finite(x, 256)) return false;
-    float a[8], m[8], max_a = 0.0f, max_m = 0.0f;
-    for (int s = 0; s < 8; ++s) {
-        fit_scale(x + 32 * s, 32, 0, top, true, &a[s], &m[s]);
-        m[s] = -m[s];
-        max_a = a[s] > max_a ? a[s] : max_a;
-        max_m = m[s] > max_m ? m[s] : max_m;
-    }
+    float a[8], m[8], max_a, max_m;
+    fit_affine_sub_blocks(x, 8, top, a, m, &max_a, &max_m);
     const float d = max_a / 63.0f, dmin = max_m / 63.0f;
     const uint16_t dh = float_to_half(d), mh = float_to_half(dmin);
     if (fp16_overflows(dh) || fp16_overflows(mh)) return false;
@@ -135,10 +144,10 @@ KILN_HOST_DEVICE void dequantize_q2_K_part(const uint8_t* block, int p, float* o
     const float d = half_to_float(detail::load_u16(block + 80)), dmin = half_to_float(detail::load_u16(block + 82));
     const uint8_t* q = block + 16 + 32 * (p / 4);
     const int shift = 2 * (p % 4);
-    for (int l = 0; l < 32; ++l) {
-        const int s = block[2 * p + l / 16];
+    for (int half = 0; half < 2; ++half) {  // sub-block 2p + half: its scale and minimum once
+        const int s = block[2 * p + half];
         const float step = d * float(s & 0x0f), off = dmin * float(s >> 4);
-        out[l] = step * float((q[l] >> shift) & 3) - off;
+        for (int l = 16 * half; l < 16 * half + 16; ++l) out[l] = step * float((q[l] >> shift) & 3) - off;
     }
 }
 
@@ -151,10 +160,10 @@ KILN_HOST_DEVICE void dequantize_q3_K_part(const uint8_t* block, int p, float* o
     const float d = half_to_float(detail::load_u16(block + 108));
     const uint8_t *hmask = block, *q = block + 32 + 32 * (p / 4);
     const int shift = 2 * (p % 4);
-    for (int l = 0; l < 32; ++l) {
-        const float step = d * float(q3_K_scale(block + 96, 2 * p + l / 16));
-        const int code = ((q[l] >> shift) & 3) - ((hmask[l] >> p) & 1 ? 0 : 4);
-        out[l] = step * float(code);
+    for (int half = 0; half < 2; ++half) {  // sub-block 2p + half: its scale once
+        const float step = d * float(q3_K_scale(block + 96, 2 * p + half));
+        for (int l = 16 * half; l < 16 * half + 16; ++l)
+            out[l] = step * float(((q[l] >> shift) & 3) - ((hmask[l] >> p) & 1 ? 0 : 4));
     }
 }
 
@@ -260,13 +269,8 @@ KILN_HOST_DEVICE bool quantize_q6_K(const float* x, uint8_t* block) {
 // bits against d = largest/15 and dmin = largest/15.
 KILN_HOST_DEVICE bool quantize_q2_K(const float* x, uint8_t* block) {
     if (!detail::all_finite(x, 256)) return false;
-    float a[16], m[16], max_a = 0.0f, max_m = 0.0f;
-    for (int s = 0; s < 16; ++s) {
-        detail::fit_scale(x + 16 * s, 16, 0, 3, true, &a[s], &m[s]);
-        m[s] = -m[s];
-        max_a = a[s] > max_a ? a[s] : max_a;
-        max_m = m[s] > max_m ? m[s] : max_m;
-    }
+    float a[16], m[16], max_a, max_m;
+    detail::fit_affine_sub_blocks(x, 16, 3, a, m, &max_a, &max_m);
     const float d = max_a / 15.0f, dmin = max_m / 15.0f;
     const uint16_t dh = float_to_half(d), mh = float_to_half(dmin);
     if (detail::fp16_overflows(dh) || detail::fp16_overflows(mh)) return false;
