@@ -50,7 +50,6 @@ layout(buffer_reference, std430, buffer_reference_align = 16) buffer U128s { uve
 // 32 keys a block (session 26: 64 held more registers, two workgroups a multiprocessor on NVIDIA's driver against
 // three, and took SD 1.5's first-level self-attention 0.81 -> 0.69 ms)
 #define BC 32u
-#define KT (BC / 16u)        // 16-key tiles per block
 #define ROW (DP / 8u + 1u)   // uvec4 (8 float16) per shared row of K or V, + 1 of padding against bank conflicts
 #define SROW (BC / 4u + 1u)  // uvec4 (4 float32) per row of a subgroup's staging (a block's scores), + 1
 #define PROW (BC / 8u + 1u)  // uvec4 (8 float16) per row of its probabilities, + 1 (over the staging's space)
@@ -144,7 +143,7 @@ void subgroup_sync() {
 #else
 #define FOR_D2(X, c) X(c, 0) X(c, 1) X(c, 2) X(c, 3) X(c, 4) X(c, 5) X(c, 6) X(c, 7) X(c, 8) X(c, 9)
 #endif
-#define FOR_KT(X) X(0) X(1)  // the block's 16-key tiles
+#define FOR_KT(X) X(0) X(1)  // the block's BC / 16 tiles of 16 keys
 #define DECLARE_Q(j) MatA qm##j;
 #define LOAD_Q(j) coopMatLoad(qm##j, sh_kv, 16u * sg * ROW + 2u * j, ROW, ROW_MAJOR);
 #define DECLARE_O(j) MatC om##j = MatC(0.0);
