@@ -65,6 +65,9 @@ TEST_F(GgufInvalid, MalformedLayouts) {
     // bytes does not fit 160 bytes of data.
     expect(gguf_bytes({}, {{"k", {32, 8}, 12, 0}}, data), ErrorKind::InvalidModel, "256-value block");
     expect(gguf_bytes({}, {{"k", {256}, 14, 0}}, std::string(160, '\0')), ErrorKind::InvalidModel, "truncated");
+    // The same for the 2- and 3-bit k-quants: q2_K rows of 128 values; a q3_K block of 110 bytes in 96.
+    expect(gguf_bytes({}, {{"k", {128, 2}, 10, 0}}, data), ErrorKind::InvalidModel, "256-value block");
+    expect(gguf_bytes({}, {{"k", {256}, 11, 0}}, std::string(96, '\0')), ErrorKind::InvalidModel, "truncated");
     // Offsets: not aligned; past the end; overlapping.
     expect(gguf_bytes({}, {{"w", {32, 2}, 0, 16}}, data), ErrorKind::InvalidModel, "not a multiple of the alignment");
     expect(gguf_bytes({}, {{"w", {32, 2}, 0, 320}}, data), ErrorKind::InvalidModel, "truncated");
