@@ -282,7 +282,8 @@ TEST(VulkanProducts, MatrixUnitsAgreeWithDirect) {
         }
         vk.set_matrix_variant(was_variant);
     };
-    for (auto [rows, in, out] : {std::tuple{1, 16, 16}, {130, 70, 135}, {300, 320, 257}}) {
+    // 264 outputs: whole rows of 8 float16 values (16 bytes), the last 16-wide block half past N.
+    for (auto [rows, in, out] : {std::tuple{1, 16, 16}, {130, 70, 135}, {300, 320, 257}, {300, 320, 264}}) {
         const Tensor x = fill({1, rows, in}, 1), w = fill({out, in}, 2), b = fill({out}, 3), abs_b = abs_of(b);
         const std::string what = "linear " + std::to_string(rows) + "x" + std::to_string(in) + " -> " + std::to_string(out);
         both([&](P build) {
@@ -297,6 +298,14 @@ TEST(VulkanProducts, MatrixUnitsAgreeWithDirect) {
         vk.set_products(build);
         return ops::conv2d(img.to_device(vk, DType::F16), kern.to_device(vk, DType::F16), nullptr, 1, 1).to_host();
     }, ops::conv2d(abs_of(img), abs_of(kern), nullptr, 1, 1), 144, "conv2d 16x19x17 -> 131, 3x3");
+    // 16x16 pixels with a bias: whole rows of 8 float16 values, and the bias in the epilogue.
+    const Tensor img16 = fill({2, 16, 16, 16}, 6), kern40 = fill({40, 16, 3, 3}, 7), b40 = fill({40}, 8),
+                 abs_b40 = abs_of(b40);
+    both([&](P build) {
+        vk.set_products(build);
+        const Tensor bd = b40.to_device(vk, DType::F16);
+        return ops::conv2d(img16.to_device(vk, DType::F16), kern40.to_device(vk, DType::F16), &bd, 1, 1).to_host();
+    }, ops::conv2d(abs_of(img16), abs_of(kern40), &abs_b40, 1, 1), 144, "conv2d 16x16x16 -> 40, 3x3, bias");
     vk.set_products(was);
     vk.set_split_k(was_split);
 }
