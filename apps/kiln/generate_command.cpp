@@ -31,17 +31,6 @@ namespace kiln::cli {
 
 namespace {
 
-// Gives back what a loaded model holds on its GPU: its weights, the recorded calls that name them, and the memory
-// the backend keeps cached for reuse.
-// `device`: the model's (a load that failed leaves the model empty, its device unset).
-void unload_from_device(StableDiffusionModel& model, const Device& device) {
-    if (model.unet) model.unet->device_weights().forget_recordings();
-    for (const TextEncoder& te : model.text_encoders) te.model.device_weights().forget_recordings();
-    if (model.vae) model.vae->device_weights().forget_recordings();
-    model = StableDiffusionModel{};
-    backend_for(device).release_cached_memory();
-}
-
 std::string output_path(const std::string& base, int index, int count) {
     if (count == 1) return base;
     const fs::path p(base);
@@ -170,32 +159,26 @@ int run_generate(const GenerateOptions& o, bool img2img) {
     for (const std::string& arg : o.loras) load.loras.push_back(lora_from_argument(arg));
     load.notice = req.notice;
     load.unet_path = o.unet;
-    // A GPU without --vram holds every weight, loaded at once; where it runs out, --vram auto may fit (issue 21).
-    const auto gpu_without_budget_ran_out = [&](const Error& e) {
-        return e.kind() == ErrorKind::OutOfMemory && !load.device.is_cpu() && req.vram_budget < 0;
-    };
-    // Where the device runs out all the same, the model goes off it (its weights, the recordings naming them, the
-    // backend's cache) and loads again with its weights off the device, and what is left runs under --vram auto,
-    // whose plan brings them by stage or block (issue 21: out-of-memory is recoverable). Once: a failure under the
-    // budget is the error.
-    const auto fit_under_vram_auto = [&](const Error& e, StableDiffusionModel& model, const char* where) {
-        req.notice(std::string("out of device memory ") + where + " (" + e.what() +
+    // A GPU without --vram holds every weight, loaded at once. Where the load runs out of device memory, what it
+    // placed goes (its weights, the recordings naming them, the backend's cache) and the model loads again with
+    // its weights off the device, to run under --vram auto, whose plan brings them by stage or block (issue 21:
+    // out-of-memory is recoverable). Once: a failure under the budget is the error. (A generation that runs out
+    // recovers inside generate().)
+    StableDiffusionModel model;
+    try {
+        StageScope zone(Stage::Load);
+        model = load_model(o.model, load);
+    } catch (const Error& e) {
+        if (e.kind() != ErrorKind::OutOfMemory || load.device.is_cpu() || req.vram_budget >= 0) throw;
+        req.notice(std::string("out of device memory while loading (") + e.what() +
                    "); loading again with the weights off the device, under --vram auto");
-        unload_from_device(model, load.device);
+        backend_for(load.device).release_cached_memory();  // what the failed load placed is gone with it
         const VramBudget fit = apply_vram_limit("auto", load.device);
         req.notice(fit.describe(device_name(load.device)));
         req.vram_budget = fit.bytes;
         load.offload_weights = true;
         StageScope zone(Stage::Load);
         model = load_model(o.model, load);
-    };
-    StableDiffusionModel model;
-    try {
-        StageScope zone(Stage::Load);
-        model = load_model(o.model, load);
-    } catch (const Error& e) {
-        if (!gpu_without_budget_ran_out(e)) throw;
-        fit_under_vram_auto(e, model, "while loading");
     }
     // AUTOMATIC1111's "Model hash" reads the whole file (about 2 s of CPU for a 2 GB checkpoint) and is
     // needed only when the first PNG is written, so it is computed beside the sampling, not before it: at
@@ -223,16 +206,9 @@ int run_generate(const GenerateOptions& o, bool img2img) {
         req.seed = seed + i;
         ProgressBar bar(o.batch_count > 1 ? "batch " + std::to_string(i + 1) : "sampling", show);
         req.progress = [&](int done, int total) { bar.update(done, total); };
-        GenerationResult result;
-        try {
-            result = generate(model, req);
-        } catch (const Error& e) {
-            // Without --vram every weight stays on the GPU: this image and the rest run again under --vram auto.
-            if (!gpu_without_budget_ran_out(e)) throw;
-            bar.finish();
-            fit_under_vram_auto(e, model, "while generating");
-            result = generate(model, req);
-        }
+        // Without --vram, generate() itself runs again under --vram auto where the GPU runs out (its
+        // fit_on_out_of_memory), with the weights moved off the device in place.
+        const GenerationResult result = generate(model, req);
         bar.finish();
         if (!o.latents_out.empty())
             write_safetensors(output_path(o.latents_out, i, o.batch_count), {{"latents", result.final_latent}});

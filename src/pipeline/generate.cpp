@@ -16,6 +16,7 @@
 #include "pipeline/gpu_memory_plan.h"
 #include "pipeline/memory_check.h"
 #include "pipeline/memory_plan.h"
+#include "pipeline/vram_budget.h"
 #include "rng/noise_generator_factory.h"
 #include "runtime/process_usage.h"
 #include "runtime/profiler.h"
@@ -355,39 +356,10 @@ void notice_plan(const GenerationRequest& r, const GpuMemoryPlan& p) {
                  (p.vae_tiled ? "; the VAE decodes in bands" : "") + " (predicted peak " + format_mib(p.peak()) + ")");
 }
 
-}  // namespace
-
-GenerationResult generate(const StableDiffusionModel& model, const GenerationRequest& r) {
-    validate_request(r);
-    PlanExtras extras;  // a prompt's AND parts add UNet rows
-    extras.unet_rows_per_image = unet_rows_per_image(r.prompt, r.prompt_syntax, r.cfg_scale > 1.0f);
-    if (model.device.is_cpu()) {
-        // Where the host runs out all the same (a cgroup's or ulimit's cap, the plan's estimates short), the
-        // generation runs again once, from the same seed, with the leanest configuration the tiling allows: the
-        // UNet's pages read block by block, the VAE in bands. Both give the same image on the CPU.
-        const MemoryPlan first =
-            plan_cpu_memory(model, r.width, r.height, r.batch_size, r.memory_budget, r.vae_tiling, extras);
-        try {
-            return generate_with(model, r, GpuMemoryPlan{}, first);
-        } catch (const Error& e) {
-            if (e.kind() != ErrorKind::OutOfMemory) throw;
-            const MemoryPlan leanest =
-                cpu_memory_plans(model, r.width, r.height, r.batch_size, r.vae_tiling, first.fixed, extras).back();
-            if (first.stream_unet == leanest.stream_unet && first.vae_tiled == leanest.vae_tiled) throw;
-            if (r.notice)
-                r.notice(std::string("out of memory (") + e.what() + "); trying again with " +
-                         (leanest.stream_unet ? "the UNet's weights read block by block" : "") +
-                         (leanest.stream_unet && leanest.vae_tiled ? " and " : "") +
-                         (leanest.vae_tiled ? "the VAE in bands" : ""));
-            return generate_with(model, r, GpuMemoryPlan{}, leanest);
-        }
-    }
-    // On a GPU, a --vram budget decides where the weights are at each stage (gpu_memory_plan.h).
-    if (!r.gpu_weights.empty())
-        return generate_with(model, r,
-                             gpu_memory_plan_with(model, r.width, r.height, r.batch_size,
-                                                  parse_gpu_weight_placement(r.gpu_weights), r.vae_tiling, extras),
-                             MemoryPlan{});
+// A GPU generation under r.vram_budget (none: every weight resident): the plan, and where the device runs out under
+// a budget all the same, each leaner plan in turn.
+GenerationResult generate_planned(const StableDiffusionModel& model, const GenerationRequest& r,
+                                  const PlanExtras& extras) {
     GpuMemoryPlan plan =
         plan_gpu_memory(model, r.width, r.height, r.batch_size, r.vram_budget, r.vae_tiling, extras);
     // A placement that ran out of memory is not tried again for the same call (--batch-count, a bench), unless
@@ -432,6 +404,101 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
             plan = *next;
         }
     }
+}
+
+// Every weight of the model off its GPU, kept in host memory (DeviceBuffer::offload), with the recorded calls that
+// name them and the memory the backend caches: what a load with LoadOptions::offload_weights leaves.
+void offload_model(const StableDiffusionModel& model) {
+    for (const TextEncoder& te : model.text_encoders) {
+        te.model.device_weights().forget_recordings();
+        te.model.device_weights().offload();
+    }
+    if (model.unet) {
+        model.unet->device_weights().forget_recordings();
+        model.unet->device_weights().offload();
+    }
+    if (model.vae) {
+        model.vae->device_weights().forget_recordings();
+        model.vae->device_weights().offload();
+    }
+    backend_for(model.device).release_cached_memory();
+}
+
+GenerationResult generate_under_vram_auto(const StableDiffusionModel& model, const GenerationRequest& r,
+                                          const PlanExtras& extras, bool say) {
+    offload_model(model);
+    Backend& backend = backend_for(model.device);
+    const VramBudget fit = resolve_vram_budget("auto", backend);
+    if (say && r.notice) r.notice(fit.describe(device_name(model.device)));
+    // The backend's cap holds every allocation to the budget for this generation only: the caller set none.
+    require(backend.set_memory_limit(fit.bytes), ErrorKind::OutOfMemory,
+            device_name(model.device) + " ran out of memory and cannot cap its memory to fit");
+    struct Uncap {
+        Backend& backend;
+        ~Uncap() { backend.set_memory_limit(0); }
+    } uncap{backend};
+    GenerationRequest budgeted = r;
+    budgeted.vram_budget = fit.bytes;
+    return generate_planned(model, budgeted, extras);
+}
+
+}  // namespace
+
+GenerationResult generate(const StableDiffusionModel& model, const GenerationRequest& r) {
+    validate_request(r);
+    PlanExtras extras;  // a prompt's AND parts add UNet rows
+    extras.unet_rows_per_image = unet_rows_per_image(r.prompt, r.prompt_syntax, r.cfg_scale > 1.0f);
+    if (model.device.is_cpu()) {
+        // Where the host runs out all the same (a cgroup's or ulimit's cap, the plan's estimates short), the
+        // generation runs again once, from the same seed, with the leanest configuration the tiling allows: the
+        // UNet's pages read block by block, the VAE in bands. Both give the same image on the CPU.
+        const MemoryPlan first =
+            plan_cpu_memory(model, r.width, r.height, r.batch_size, r.memory_budget, r.vae_tiling, extras);
+        try {
+            return generate_with(model, r, GpuMemoryPlan{}, first);
+        } catch (const Error& e) {
+            if (e.kind() != ErrorKind::OutOfMemory) throw;
+            const MemoryPlan leanest =
+                cpu_memory_plans(model, r.width, r.height, r.batch_size, r.vae_tiling, first.fixed, extras).back();
+            if (first.stream_unet == leanest.stream_unet && first.vae_tiled == leanest.vae_tiled) throw;
+            if (r.notice)
+                r.notice(std::string("out of memory (") + e.what() + "); trying again with " +
+                         (leanest.stream_unet ? "the UNet's weights read block by block" : "") +
+                         (leanest.stream_unet && leanest.vae_tiled ? " and " : "") +
+                         (leanest.vae_tiled ? "the VAE in bands" : ""));
+            return generate_with(model, r, GpuMemoryPlan{}, leanest);
+        }
+    }
+    // On a GPU, a --vram budget decides where the weights are at each stage (gpu_memory_plan.h).
+    if (!r.gpu_weights.empty())
+        return generate_with(model, r,
+                             gpu_memory_plan_with(model, r.width, r.height, r.batch_size,
+                                                  parse_gpu_weight_placement(r.gpu_weights), r.vae_tiling, extras),
+                             MemoryPlan{});
+    if (r.vram_budget >= 0 || !r.fit_on_out_of_memory) return generate_planned(model, r, extras);
+    // Without a budget every weight stays on the GPU. Where the device runs out all the same (a model larger than
+    // the card, another process's memory), the weights leave it and the generation runs again under the budget
+    // --vram auto gives, as do this model's later generations: the plan then keeps whatever fits resident.
+    static std::mutex fitted_mutex;
+    static std::set<uint64_t> fitted;  // models (StableDiffusionModel::serial) that ran out without a budget
+    bool known;
+    {
+        std::lock_guard lock(fitted_mutex);
+        known = fitted.count(model.serial) > 0;
+    }
+    if (!known) {
+        try {
+            return generate_planned(model, r, extras);
+        } catch (const Error& e) {
+            if (e.kind() != ErrorKind::OutOfMemory) throw;
+            std::lock_guard lock(fitted_mutex);
+            fitted.insert(model.serial);
+            if (r.notice)
+                r.notice(std::string("out of device memory with every weight on ") + device_name(model.device) +
+                         " (" + e.what() + "); trying again with the weights off the device, under --vram auto");
+        }
+    }
+    return generate_under_vram_auto(model, r, extras, !known);
 }
 
 }  // namespace kiln

@@ -41,6 +41,12 @@ struct GenerationRequest {
     // (gpu_memory_plan.h). The model should be loaded with LoadOptions::offload_weights, so that loading fits too;
     // the backend's own cap (Backend::set_memory_limit) is what holds every allocation to it.
     int64_t vram_budget = -1;
+    // Without vram_budget, a GPU generation that runs out of device memory runs again once with the model's weights
+    // moved off the device (kept in host memory), under the budget --vram auto gives (free device memory less a
+    // margin, the backend capped to it for that generation only), one notice saying so; the model's later
+    // generations start there. False: the OutOfMemory is thrown. (Moving weights, here as under a budget, is not
+    // safe while another thread generates with the same model.)
+    bool fit_on_out_of_memory = true;
     // Where the weights are by stage, chosen rather than planned from vram_budget (tests, and kiln bench's
     // --weights-placement to time each): "resident", "stages", "each_stage" or "streamed".
     std::string gpu_weights;

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "common/fixtures.h"
@@ -78,4 +79,51 @@ TEST_P(AllocationFailures, GenerationRecoversOrFailsAndTheBackendStaysUsable) {
     std::printf("[ allocation failures ] %s: %lld allocations a run; %d of %d points failed, %d recovered\n",
                 device.c_str(), static_cast<long long>(total), failed, points, recovered);
     EXPECT_GT(failed + recovered, 0);
+}
+
+// Without a budget, a generation that runs out of device memory runs again with the model's weights moved off the
+// device, under the budget --vram auto gives (GenerationRequest::fit_on_out_of_memory): one notice saying so, the
+// uninjected image, and the model's later generations start there (no second notice). With the option off the
+// OutOfMemory is the caller's. The point: the first N at which a generation with the option off throws.
+TEST_P(AllocationFailures, WithoutABudgetARunThatRunsOutFitsUnderVramAuto) {
+#if defined(__SANITIZE_ADDRESS__)
+    GTEST_SKIP() << "the sanitizer pass reaches the same path through GenerationRecoversOrFails...'s points";
+#endif
+    Backend& gpu = this->gpu();
+    const std::string device = device_name(gpu.device());
+    const StableDiffusionModel model = kiln::test::load_fixture_f32("sd15-mini", gpu.device(), false);
+    std::vector<std::string> notices;
+    GenerationRequest r = kiln::test::small_generation(2);
+    r.notice = [&](const std::string& line) { notices.push_back(line); };
+    const GenerationResult want = generate(model, r);
+    GenerationRequest strict = r;
+    strict.fit_on_out_of_memory = false;
+    int64_t n = 1;
+    for (;; n *= 2) {
+        fail_allocation_at(device, n);
+        try {
+            generate(model, strict);
+        } catch (const Error& e) {
+            ASSERT_EQ(e.kind(), ErrorKind::OutOfMemory) << device << " N = " << n << ": " << e.what();
+            break;
+        }
+        ASSERT_LT(n, 1 << 16) << device << ": no injected failure reached the caller";
+    }
+    fail_allocation_at(device, 0);
+    generate(model, r);  // the state before the point (recordings made again), as at the point's first try
+    notices.clear();
+    fail_allocation_at(device, n);
+    const GenerationResult got = generate(model, r);
+    fail_allocation_at(device, 0);
+    EXPECT_LE(levels_apart(got.image, want.image), 1) << device << " N = " << n;
+    std::string said;
+    for (const std::string& line : notices) said += line + "\n";
+    EXPECT_NE(said.find("trying again with the weights off the device, under --vram auto"), std::string::npos) << said;
+    EXPECT_NE(said.find("--vram auto: "), std::string::npos) << said;
+    notices.clear();
+    const GenerationResult later = generate(model, r);
+    EXPECT_LE(levels_apart(later.image, want.image), 1) << device;
+    for (const std::string& line : notices) EXPECT_EQ(line.find("trying again"), std::string::npos) << line;
+    std::printf("[ allocation failures ] %s: without a budget, N = %lld ran out and ran again under --vram auto\n",
+                device.c_str(), static_cast<long long>(n));
 }
