@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_info.h"
 #include "kiln/error.h"
@@ -74,6 +75,38 @@ TEST(CudaCheck, AHugeAllocationIsOutOfMemory) {
         EXPECT_NE(std::string(e.what()).find("cudaMalloc"), std::string::npos) << e.what();
     }
     EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // allocation failures are not sticky
+}
+
+// Under a cap (--vram), a request that needs a new block gives back the smallest cached block that makes room for it
+// (else the largest ones until there is room), not the whole cache: the others stay cached for the sizes that use
+// them, with no wait for the device and no cudaMalloc when those come again.
+TEST(CudaAllocator, AtItsCapGivesBackOnlyWhatItMust) {
+    if (cuda_devices().empty()) GTEST_SKIP() << "no CUDA GPU on this machine";
+    KILN_CUDA_CHECK(cudaSetDevice(0));
+    constexpr int64_t MiB = int64_t(1) << 20;
+    CudaAllocator a(0);
+    a.set_limit(64 * MiB);
+    void* big = a.allocate(32 * MiB);
+    void* mid = a.allocate(16 * MiB);
+    void* small = a.allocate(8 * MiB);
+    for (void* p : {big, mid, small}) a.deallocate(p);
+    ASSERT_EQ(a.reserved_bytes(), 56 * MiB);
+    // 20 MiB (no cached block within a quarter of it): 56 + 20 is 12 past the cap; the 16 MiB block is the smallest
+    // that covers that alone, so it goes, and the 32 and 8 MiB blocks stay cached.
+    void* twenty = a.allocate(20 * MiB);
+    EXPECT_EQ(a.reserved_bytes(), 60 * MiB);
+    EXPECT_EQ(a.allocate(32 * MiB), big);
+    EXPECT_EQ(a.allocate(8 * MiB), small);
+    EXPECT_EQ(a.reserved_bytes(), 60 * MiB);
+    // Nothing cached and 60 + 8 past the cap: OutOfMemory naming it.
+    try {
+        a.allocate(8 * MiB);
+        ADD_FAILURE() << "an allocation past the cap with nothing cached succeeded";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory) << e.what();
+        EXPECT_NE(std::string(e.what()).find("--vram"), std::string::npos) << e.what();
+    }
+    for (void* p : {twenty, big, small}) a.deallocate(p);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "backends/cuda/cuda_allocator.h"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/gpu_runtime.h"
@@ -44,7 +46,7 @@ void* CudaAllocator::allocate(int64_t bytes) {
         return p;
     }
     if (limit_ > 0 && reserved_ + size > limit_) {
-        release_cached();
+        make_room(size);
         if (reserved_ + size > limit_)
             throw Error(ErrorKind::OutOfMemory, "cuda:" + std::to_string(device_) + ": the memory limit of " +
                                                     mib(limit_) + " (--vram) is reached: asked for " + mib(bytes) +
@@ -97,6 +99,30 @@ void CudaAllocator::release_pool(int pool) noexcept {
     }
     free_[pool].clear();
     released_[pool] = true;
+}
+
+void CudaAllocator::make_room(int64_t size) noexcept {
+    // Near the cap most requests come here: giving the whole cache back made every later request of the step call
+    // cudaMalloc again after a device-wide wait. So the smallest cached block that covers what is missing goes, or
+    // where none does, the largest ones until it is covered; the rest stay cached for the sizes that use them.
+    std::vector<std::pair<int, std::multimap<int64_t, void*>::iterator>> cached;
+    for (size_t i = 0; i < free_.size(); ++i) {
+        if (i != 0 && !released_[i]) continue;  // a live recording's pool keeps its blocks
+        for (auto it = free_[i].begin(); it != free_[i].end(); ++it) cached.emplace_back(int(i), it);
+    }
+    if (cached.empty()) return;
+    const int64_t missing = reserved_ + size - limit_;
+    std::sort(cached.begin(), cached.end(), [](const auto& a, const auto& b) { return a.second->first > b.second->first; });
+    auto covering = cached.end();  // the smallest that covers `missing` alone
+    for (auto c = cached.begin(); c != cached.end() && c->second->first >= missing; ++c) covering = c;
+    if (covering != cached.end()) cached = {*covering};
+    cudaDeviceSynchronize();  // stream order: work queued on a cached block may still run
+    for (const auto& [pool, it] : cached) {
+        if (reserved_ + size <= limit_) break;
+        cudaFree(it->second);
+        reserved_ -= it->first;
+        free_[pool].erase(it);
+    }
 }
 
 void CudaAllocator::release_cached() noexcept {
