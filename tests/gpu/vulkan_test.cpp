@@ -548,6 +548,31 @@ TEST(VulkanMemoryLimit, HoldsAndGivesTheCacheBackFirst) {
     vk.deallocate(fits);
     vk.release_cached_memory();
 }
+
+// Only the cached allocations a request needs go back (session 27; before, all of them): cached 40 and 24 MiB, a cap
+// 20 MiB short of a 16 MiB request: the 24 MiB one is the smallest that covers that alone, so the 40 MiB one stays
+// cached and serves the next 40 MiB request with nothing allocated.
+TEST(VulkanMemoryLimit, GivesBackOnlyWhatARequestNeeds) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    vk.synchronize();
+    vk.release_cached_memory();
+    constexpr int64_t kMiB = int64_t(1) << 20;
+    void* forty = vk.allocate(40 * kMiB);
+    void* twenty_four = vk.allocate(24 * kMiB);
+    vk.deallocate(forty);
+    vk.deallocate(twenty_four);
+    const int64_t base = vk.reserved_bytes();
+    ASSERT_TRUE(vk.set_memory_limit(base + 16 * kMiB - 20 * kMiB));
+    void* sixteen = vk.allocate(16 * kMiB);
+    EXPECT_EQ(vk.reserved_bytes(), base - 24 * kMiB + 16 * kMiB);
+    EXPECT_EQ(vk.allocate(40 * kMiB), forty);
+    EXPECT_EQ(vk.reserved_bytes(), base - 24 * kMiB + 16 * kMiB);
+    ASSERT_TRUE(vk.set_memory_limit(0));
+    vk.deallocate(forty);
+    vk.deallocate(sixteen);
+    vk.release_cached_memory();
+}
 #endif
 
 #if KILN_HAS_VULKAN

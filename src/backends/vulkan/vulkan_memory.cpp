@@ -68,7 +68,7 @@ uint64_t VulkanMemory::new_chunk(int64_t size, bool slab) {
     if (max_allocation_ > 0 && size > max_allocation_)
         out_of_memory(size, "; the driver allows at most " + mib(max_allocation_) + " in one allocation");
     if (limit_ > 0 && reserved_ + size > limit_) {
-        release_free_chunks();
+        make_room(reserved_ + size - limit_);
         if (reserved_ + size > limit_)
             fail(ErrorKind::OutOfMemory, name_ + ": the memory limit of " + mib(limit_) + " (--vram) is reached: asked for " +
                                              mib(size) + ", kiln holds " + mib(reserved_));
@@ -182,6 +182,35 @@ void VulkanMemory::deallocate(void* p) noexcept {
     const Block b = it->second;
     free_[released_[b.pool] ? 0 : b.pool].emplace(b.size, it->first);
     live_.erase(it);
+}
+
+void VulkanMemory::make_room(int64_t missing) noexcept {
+    // Near the cap most new chunks come here: giving every cached chunk back made the next requests allocate again
+    // (as CudaAllocator::make_room, session 27). So the smallest cached dedicated chunk that covers `missing` goes,
+    // or where none does, the largest ones until it is covered.
+    std::vector<std::multimap<int64_t, uint64_t>::iterator> cached;
+    auto& pool = free_[0];  // a live recording's pool keeps its blocks
+    for (auto it = pool.begin(); it != pool.end(); ++it) {
+        auto c = chunks_.find(it->second);
+        if (c != chunks_.end() && !c->second.slab && c->second.size == it->first) cached.push_back(it);
+    }
+    if (cached.empty()) return;
+    std::sort(cached.begin(), cached.end(), [](const auto& a, const auto& b) { return a->first > b->first; });
+    auto covering = cached.end();  // the smallest that covers `missing` alone
+    for (auto c = cached.begin(); c != cached.end() && (*c)->first >= missing; ++c) covering = c;
+    if (covering != cached.end()) cached = {*covering};
+    wait_idle_();  // work queued on a cached chunk may still run
+    const Api& a = api();
+    for (auto it : cached) {
+        if (missing <= 0) break;
+        auto c = chunks_.find(it->second);
+        a.vkDestroyBuffer(device_, c->second.buffer, nullptr);
+        a.vkFreeMemory(device_, c->second.memory, nullptr);
+        reserved_ -= c->second.size;
+        missing -= c->second.size;
+        chunks_.erase(c);
+        pool.erase(it);
+    }
 }
 
 void VulkanMemory::release_free_chunks() noexcept {

@@ -47,8 +47,9 @@ public:
     Location locate(const void* address) const;
 
     int64_t reserved_bytes() const { return reserved_; }
-    // Caps what is held from the device, slabs and cache included (--vram; 0: no cap): past it the cached
-    // dedicated allocations go back to the driver first, then the request is OutOfMemory naming the cap.
+    // Caps what is held from the device, slabs and cache included (--vram; 0: no cap): past it cached dedicated
+    // allocations go back to the driver until the request fits (the smallest that is enough by itself, else the
+    // largest first), else the request is OutOfMemory naming the cap.
     void set_limit(int64_t bytes) { limit_ = bytes; }
     int64_t limit() const { return limit_; }
     // Dedicated allocations no block uses go back to the driver (slabs stay: their blocks are cached).
@@ -83,6 +84,7 @@ private:
     };
     uint64_t new_chunk(int64_t size, bool slab);  // its address; OutOfMemory when the driver refuses
     void release_free_chunks() noexcept;  // dedicated chunks no block uses back to the driver
+    void make_room(int64_t missing) noexcept;  // some of them, until `missing` bytes went
     [[noreturn]] void out_of_memory(int64_t bytes, const std::string& why) const;
 
     VkDevice device_;
