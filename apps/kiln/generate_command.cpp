@@ -206,9 +206,16 @@ int run_generate(const GenerateOptions& o, bool img2img) {
         req.seed = seed + i;
         ProgressBar bar(o.batch_count > 1 ? "batch " + std::to_string(i + 1) : "sampling", show);
         req.progress = [&](int done, int total) { bar.update(done, total); };
+        // A notice during the sampling goes on a line of its own, the bar going on below it.
+        const auto say = req.notice;
+        req.notice = [&bar, say](const std::string& line) {
+            bar.finish();
+            say(line);
+        };
         // Without --vram, generate() itself runs again under --vram auto where the GPU runs out (its
         // fit_on_out_of_memory), with the weights moved off the device in place.
         const GenerationResult result = generate(model, req);
+        req.notice = say;
         bar.finish();
         if (!o.latents_out.empty())
             write_safetensors(output_path(o.latents_out, i, o.batch_count), {{"latents", result.final_latent}});

@@ -51,6 +51,8 @@ public:
         (void)bytes;
         return false;
     }
+    // The cap set_memory_limit set (0: none, or a backend that cannot cap).
+    virtual int64_t memory_limit() const { return 0; }
     // Gives memory the backend caches but does not use back to the device.
     virtual void release_cached_memory() {}
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "kiln/error.h"
@@ -424,22 +425,66 @@ void offload_model(const StableDiffusionModel& model) {
     backend_for(model.device).release_cached_memory();
 }
 
-GenerationResult generate_under_vram_auto(const StableDiffusionModel& model, const GenerationRequest& r,
-                                          const PlanExtras& extras, bool say) {
-    offload_model(model);
+// A generation under `budget` bytes, the backend capped to it for this generation only (or to the caller's own cap
+// where that is lower), the previous cap given back after it.
+GenerationResult generate_capped(const StableDiffusionModel& model, const GenerationRequest& r,
+                                 const PlanExtras& extras, int64_t budget) {
     Backend& backend = backend_for(model.device);
-    const VramBudget fit = resolve_vram_budget("auto", backend);
-    if (say && r.notice) r.notice(fit.describe(device_name(model.device)));
-    // The backend's cap holds every allocation to the budget for this generation only: the caller set none.
-    require(backend.set_memory_limit(fit.bytes), ErrorKind::OutOfMemory,
-            device_name(model.device) + " ran out of memory and cannot cap its memory to fit");
-    struct Uncap {
+    const int64_t previous = backend.memory_limit();
+    const int64_t cap = previous > 0 ? std::min(previous, budget) : budget;
+    backend.set_memory_limit(cap);
+    struct Restore {
         Backend& backend;
-        ~Uncap() { backend.set_memory_limit(0); }
-    } uncap{backend};
+        int64_t previous;
+        ~Restore() { backend.set_memory_limit(previous); }
+    } restore{backend, previous};
     GenerationRequest budgeted = r;
-    budgeted.vram_budget = fit.bytes;
+    budgeted.vram_budget = cap;
     return generate_planned(model, budgeted, extras);
+}
+
+// Whether an OutOfMemory is the model's GPU's (the allocators name their device first: "cuda:0: ..."), not the
+// host's.
+bool device_ran_out(const Error& e, const Device& device) {
+    return e.kind() == ErrorKind::OutOfMemory && std::string(e.what()).find(device_name(device) + ":") != std::string::npos;
+}
+
+// Without a budget every weight stays on the GPU. Where the device runs out all the same (a model larger than the card,
+// another process's memory), the weights leave it in place and the generation runs again under the budget --vram auto
+// gives, as do this model's later generations (the budget remembered, so that their plans are the ones that
+// worked): their plans keep resident whatever fits. A failure there is the error.
+GenerationResult generate_fitting(const StableDiffusionModel& model, const GenerationRequest& r,
+                                  const PlanExtras& extras) {
+    static std::mutex fitted_mutex;
+    static std::map<uint64_t, int64_t> fitted;  // StableDiffusionModel::serial -> the budget it runs under
+    std::optional<int64_t> known;
+    {
+        std::lock_guard lock(fitted_mutex);
+        if (auto it = fitted.find(model.serial); it != fitted.end()) known = it->second;
+    }
+    if (known) return generate_capped(model, r, extras, *known);
+    try {
+        return generate_planned(model, r, extras);
+    } catch (const Error& e) {
+        if (!device_ran_out(e, model.device)) throw;
+        Backend& backend = backend_for(model.device);
+        VramBudget fit;
+        try {  // auto counts what kiln holds as its own, so it is the same before the weights leave as after
+            fit = resolve_vram_budget("auto", backend);
+        } catch (const Error&) {
+            throw e;  // the margin leaves nothing: the device's own error is the one to see
+        }
+        if (r.notice) {
+            r.notice(std::string("out of device memory with every weight on ") + device_name(model.device) + " (" +
+                     e.what() + "); trying again with the weights off the device, under --vram auto");
+            r.notice(fit.describe(device_name(model.device)));
+        }
+        offload_model(model);
+        GenerationResult result = generate_capped(model, r, extras, fit.bytes);
+        std::lock_guard lock(fitted_mutex);
+        fitted[model.serial] = fit.bytes;
+        return result;
+    }
 }
 
 }  // namespace
@@ -476,29 +521,7 @@ GenerationResult generate(const StableDiffusionModel& model, const GenerationReq
                                                   parse_gpu_weight_placement(r.gpu_weights), r.vae_tiling, extras),
                              MemoryPlan{});
     if (r.vram_budget >= 0 || !r.fit_on_out_of_memory) return generate_planned(model, r, extras);
-    // Without a budget every weight stays on the GPU. Where the device runs out all the same (a model larger than
-    // the card, another process's memory), the weights leave it and the generation runs again under the budget
-    // --vram auto gives, as do this model's later generations: the plan then keeps whatever fits resident.
-    static std::mutex fitted_mutex;
-    static std::set<uint64_t> fitted;  // models (StableDiffusionModel::serial) that ran out without a budget
-    bool known;
-    {
-        std::lock_guard lock(fitted_mutex);
-        known = fitted.count(model.serial) > 0;
-    }
-    if (!known) {
-        try {
-            return generate_planned(model, r, extras);
-        } catch (const Error& e) {
-            if (e.kind() != ErrorKind::OutOfMemory) throw;
-            std::lock_guard lock(fitted_mutex);
-            fitted.insert(model.serial);
-            if (r.notice)
-                r.notice(std::string("out of device memory with every weight on ") + device_name(model.device) +
-                         " (" + e.what() + "); trying again with the weights off the device, under --vram auto");
-        }
-    }
-    return generate_under_vram_auto(model, r, extras, !known);
+    return generate_fitting(model, r, extras);
 }
 
 }  // namespace kiln

@@ -42,10 +42,11 @@ struct GenerationRequest {
     // the backend's own cap (Backend::set_memory_limit) is what holds every allocation to it.
     int64_t vram_budget = -1;
     // Without vram_budget, a GPU generation that runs out of device memory runs again once with the model's weights
-    // moved off the device (kept in host memory), under the budget --vram auto gives (free device memory less a
-    // margin, the backend capped to it for that generation only), one notice saying so; the model's later
-    // generations start there. False: the OutOfMemory is thrown. (Moving weights, here as under a budget, is not
-    // safe while another thread generates with the same model.)
+    // moved off the device (kept in host memory), under the budget --vram auto gives (the device's free memory plus
+    // what kiln holds, less a margin; the backend capped to it, or to a lower cap of the caller's, for that
+    // generation only), with two notices saying so and what auto gave; the model's later generations run under that
+    // budget. False: the OutOfMemory is thrown. (Moving weights, here as under a budget, and the backend's cap are
+    // not safe while another thread generates on the same device.)
     bool fit_on_out_of_memory = true;
     // Where the weights are by stage, chosen rather than planned from vram_budget (tests, and kiln bench's
     // --weights-placement to time each): "resident", "stages", "each_stage" or "streamed".

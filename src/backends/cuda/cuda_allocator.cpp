@@ -116,10 +116,18 @@ void CudaAllocator::make_room(int64_t size) noexcept {
     auto covering = cached.end();  // the smallest that covers `missing` alone
     for (auto c = cached.begin(); c != cached.end() && c->second->first >= missing; ++c) covering = c;
     if (covering != cached.end()) cached = {*covering};
-    cudaDeviceSynchronize();  // stream order: work queued on a cached block may still run
+    // Stream order: work queued on a cached block may still run. A wait that fails (inside a graph capture, say)
+    // gives nothing back: the request is then OutOfMemory, which a recording answers by running eagerly.
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
     for (const auto& [pool, it] : cached) {
         if (reserved_ + size <= limit_) break;
-        cudaFree(it->second);
+        if (cudaFree(it->second) != cudaSuccess) {
+            cudaGetLastError();
+            return;
+        }
         reserved_ -= it->first;
         free_[pool].erase(it);
     }

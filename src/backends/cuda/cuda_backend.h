@@ -42,7 +42,7 @@ public:
         allocator_.set_limit(bytes);
         return true;
     }
-    int64_t memory_limit() const { return allocator_.limit(); }  // the --vram cap; 0: none
+    int64_t memory_limit() const override { return allocator_.limit(); }  // the --vram cap; 0: none
     void release_cached_memory() override { allocator_.release_cached(); }
     void* allocate(int64_t bytes) override;
     void deallocate(void* p) noexcept override;

@@ -199,7 +199,7 @@ void VulkanMemory::make_room(int64_t missing) noexcept {
     auto covering = cached.end();  // the smallest that covers `missing` alone
     for (auto c = cached.begin(); c != cached.end() && (*c)->first >= missing; ++c) covering = c;
     if (covering != cached.end()) cached = {*covering};
-    wait_idle_();  // work queued on a cached chunk may still run
+    if (!waited_idle()) return;  // work queued on a cached chunk may still run
     const Api& a = api();
     for (auto it : cached) {
         if (missing <= 0) break;
@@ -213,8 +213,19 @@ void VulkanMemory::make_room(int64_t missing) noexcept {
     }
 }
 
+bool VulkanMemory::waited_idle() noexcept {
+    // Waiting throws inside a recording (no submit there): then nothing is given back, and the request is
+    // OutOfMemory, which the recorder answers by running the call eagerly. (It terminated the process before.)
+    try {
+        wait_idle_();
+        return true;
+    } catch (...) {
+        return false;
+    }
+}
+
 void VulkanMemory::release_free_chunks() noexcept {
-    wait_idle_();
+    if (!waited_idle()) return;
     const Api& a = api();
     auto& pool = free_[0];  // a live recording's pool keeps its blocks
     for (auto it = pool.begin(); it != pool.end();) {

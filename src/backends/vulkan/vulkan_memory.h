@@ -85,6 +85,7 @@ private:
     uint64_t new_chunk(int64_t size, bool slab);  // its address; OutOfMemory when the driver refuses
     void release_free_chunks() noexcept;  // dedicated chunks no block uses back to the driver
     void make_room(int64_t missing) noexcept;  // some of them, until `missing` bytes went
+    bool waited_idle() noexcept;  // wait_idle_, false where it could not (inside a recording)
     [[noreturn]] void out_of_memory(int64_t bytes, const std::string& why) const;
 
     VkDevice device_;
