@@ -86,7 +86,8 @@ TEST_P(AllocationFailures, GenerationRecoversOrFailsAndTheBackendStaysUsable) {
 // Without a budget, a generation that runs out of device memory runs again with the model's weights moved off the
 // device, under the budget --vram auto gives (GenerationRequest::fit_on_out_of_memory): one notice saying so, the
 // uninjected image, and the model's later generations start there (no second notice). With the option off the
-// OutOfMemory is the caller's. The point: the first N at which a generation with the option off throws.
+// OutOfMemory is the caller's, as is the host's. The point: the first N at which a generation with the option off
+// throws.
 TEST_P(AllocationFailures, WithoutABudgetARunThatRunsOutFitsUnderVramAuto) {
 #if defined(__SANITIZE_ADDRESS__)
     GTEST_SKIP() << "the sanitizer pass reaches the same path through GenerationRecoversOrFails...'s points";
@@ -98,6 +99,21 @@ TEST_P(AllocationFailures, WithoutABudgetARunThatRunsOutFitsUnderVramAuto) {
     GenerationRequest r = kiln::test::small_generation(2);
     r.notice = [&](const std::string& line) { notices.push_back(line); };
     const GenerationResult want = generate(model, r);
+    // A host OutOfMemory is the caller's: no weight moves. (Some host failures are recovered in place; the first
+    // that reaches the caller is what the fit would have caught, had it taken any OutOfMemory.)
+    for (int64_t h = 1;; h *= 2) {
+        ASSERT_LT(h, 1 << 16) << device << ": no failed host allocation reached the caller";
+        fail_allocation_at("cpu", h);
+        try {
+            generate(model, r);
+        } catch (const Error& e) {
+            EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory) << e.what();
+            EXPECT_EQ(std::string(e.what()).rfind("cpu:", 0), 0u) << e.what();
+            break;
+        }
+    }
+    fail_allocation_at(device, 0);
+    for (const std::string& line : notices) EXPECT_EQ(line.find("with every weight on"), std::string::npos) << line;
     GenerationRequest strict = r;
     strict.fit_on_out_of_memory = false;
     int64_t n = 1;
