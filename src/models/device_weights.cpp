@@ -20,7 +20,13 @@ int64_t DeviceWeights::resident_bytes() const {
 }
 
 void DeviceWeights::offload() const {
-    for (const Entry& e : entries_) e.buffer->offload();
+    bool moved = false;
+    for (const Entry& e : entries_)
+        if (e.buffer->resident()) {
+            e.buffer->offload();
+            moved = true;
+        }
+    if (moved) forget_recordings();  // they name the addresses given back
 }
 
 void DeviceWeights::restore() const {

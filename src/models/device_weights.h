@@ -25,7 +25,7 @@ public:
     const std::vector<Entry>& entries() const { return entries_; }
     int64_t bytes() const;           // every buffer's, resident or not
     int64_t resident_bytes() const;  // of the buffers on the device now
-    // Every buffer leaves the device (offload) or comes back (restore). A restore that moved anything forgets
+    // Every buffer leaves the device (offload) or comes back (restore). Either, where it moved anything, forgets
     // the backend's recorded calls whose keys start with the recording prefix: they hold the old addresses.
     // (The UNet streams its blocks' buffers itself: UNet::stream_in/out.)
     void offload() const;

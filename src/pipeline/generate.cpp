@@ -407,21 +407,12 @@ GenerationResult generate_planned(const StableDiffusionModel& model, const Gener
     }
 }
 
-// Every weight of the model off its GPU, kept in host memory (DeviceBuffer::offload), with the recorded calls that
-// name them and the memory the backend caches: what a load with LoadOptions::offload_weights leaves.
+// Every weight of the model off its GPU, kept in host memory (DeviceWeights::offload, which forgets the recordings
+// naming them), and the memory the backend caches: what a load with LoadOptions::offload_weights leaves.
 void offload_model(const StableDiffusionModel& model) {
-    for (const TextEncoder& te : model.text_encoders) {
-        te.model.device_weights().forget_recordings();
-        te.model.device_weights().offload();
-    }
-    if (model.unet) {
-        model.unet->device_weights().forget_recordings();
-        model.unet->device_weights().offload();
-    }
-    if (model.vae) {
-        model.vae->device_weights().forget_recordings();
-        model.vae->device_weights().offload();
-    }
+    for (const TextEncoder& te : model.text_encoders) te.model.device_weights().offload();
+    if (model.unet) model.unet->device_weights().offload();
+    if (model.vae) model.vae->device_weights().offload();
     backend_for(model.device).release_cached_memory();
 }
 
