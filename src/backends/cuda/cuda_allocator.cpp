@@ -1,11 +1,11 @@
 #include "backends/cuda/cuda_allocator.h"
 
-#include <algorithm>
 #include <string>
 #include <utility>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/gpu_runtime.h"
+#include "core/cache_give_back.h"
 #include "core/allocation_faults.h"
 
 namespace kiln::cuda {
@@ -102,28 +102,24 @@ void CudaAllocator::release_pool(int pool) noexcept {
 }
 
 void CudaAllocator::make_room(int64_t size) noexcept {
-    // Near the cap most requests come here: giving the whole cache back made every later request of the step call
-    // cudaMalloc again after a device-wide wait. So the smallest cached block that covers what is missing goes, or
-    // where none does, the largest ones until it is covered; the rest stay cached for the sizes that use them.
     std::vector<std::pair<int, std::multimap<int64_t, void*>::iterator>> cached;
+    std::vector<int64_t> sizes;
     for (size_t i = 0; i < free_.size(); ++i) {
         if (i != 0 && !released_[i]) continue;  // a live recording's pool keeps its blocks
-        for (auto it = free_[i].begin(); it != free_[i].end(); ++it) cached.emplace_back(int(i), it);
+        for (auto it = free_[i].begin(); it != free_[i].end(); ++it) {
+            cached.emplace_back(int(i), it);
+            sizes.push_back(it->first);
+        }
     }
     if (cached.empty()) return;
-    const int64_t missing = reserved_ + size - limit_;
-    std::sort(cached.begin(), cached.end(), [](const auto& a, const auto& b) { return a.second->first > b.second->first; });
-    auto covering = cached.end();  // the smallest that covers `missing` alone
-    for (auto c = cached.begin(); c != cached.end() && c->second->first >= missing; ++c) covering = c;
-    if (covering != cached.end()) cached = {*covering};
     // Stream order: work queued on a cached block may still run. A wait that fails (inside a graph capture, say)
     // gives nothing back: the request is then OutOfMemory, which a recording answers by running eagerly.
     if (cudaDeviceSynchronize() != cudaSuccess) {
         cudaGetLastError();
         return;
     }
-    for (const auto& [pool, it] : cached) {
-        if (reserved_ + size <= limit_) break;
+    for (size_t k : blocks_to_give_back(sizes, reserved_ + size - limit_)) {
+        const auto& [pool, it] = cached[k];
         if (cudaFree(it->second) != cudaSuccess) {
             cudaGetLastError();
             return;

@@ -33,8 +33,8 @@ public:
     void release_pool(int pool) noexcept;
 
     int64_t reserved_bytes() const { return reserved_; }  // held from the device: live + cached
-    // A cap on reserved_bytes() (0: none, the default): a request past it gives cached blocks back until it fits (the
-    // smallest that is enough by itself, else the largest first); else it is OutOfMemory naming the cap (--vram).
+    // A cap on reserved_bytes() (0: none, the default): a request past it gives cached blocks back until it fits
+    // (core/cache_give_back.h chooses which); else it is OutOfMemory naming the cap (--vram).
     void set_limit(int64_t bytes) { limit_ = bytes; }
     int64_t limit() const { return limit_; }
     // Every free block of pool 0 and of released pools back to the device (a live recording's pool keeps its

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "core/allocation_faults.h"
+#include "core/cache_give_back.h"
 #include "kiln/error.h"
 
 namespace kiln::vulkan {
@@ -185,31 +186,25 @@ void VulkanMemory::deallocate(void* p) noexcept {
 }
 
 void VulkanMemory::make_room(int64_t missing) noexcept {
-    // Near the cap most new chunks come here: giving every cached chunk back made the next requests allocate again
-    // (as CudaAllocator::make_room, session 27). So the smallest cached dedicated chunk that covers `missing` goes,
-    // or where none does, the largest ones until it is covered.
-    std::vector<std::multimap<int64_t, uint64_t>::iterator> cached;
+    std::vector<std::multimap<int64_t, uint64_t>::iterator> cached;  // dedicated chunks no block uses
+    std::vector<int64_t> sizes;
     auto& pool = free_[0];  // a live recording's pool keeps its blocks
     for (auto it = pool.begin(); it != pool.end(); ++it) {
         auto c = chunks_.find(it->second);
-        if (c != chunks_.end() && !c->second.slab && c->second.size == it->first) cached.push_back(it);
+        if (c != chunks_.end() && !c->second.slab && c->second.size == it->first) {
+            cached.push_back(it);
+            sizes.push_back(it->first);
+        }
     }
-    if (cached.empty()) return;
-    std::sort(cached.begin(), cached.end(), [](const auto& a, const auto& b) { return a->first > b->first; });
-    auto covering = cached.end();  // the smallest that covers `missing` alone
-    for (auto c = cached.begin(); c != cached.end() && (*c)->first >= missing; ++c) covering = c;
-    if (covering != cached.end()) cached = {*covering};
-    if (!waited_idle()) return;  // work queued on a cached chunk may still run
+    if (cached.empty() || !waited_idle()) return;  // work queued on a cached chunk may still run
     const Api& a = api();
-    for (auto it : cached) {
-        if (missing <= 0) break;
-        auto c = chunks_.find(it->second);
+    for (size_t k : blocks_to_give_back(sizes, missing)) {
+        auto c = chunks_.find(cached[k]->second);
         a.vkDestroyBuffer(device_, c->second.buffer, nullptr);
         a.vkFreeMemory(device_, c->second.memory, nullptr);
         reserved_ -= c->second.size;
-        missing -= c->second.size;
         chunks_.erase(c);
-        pool.erase(it);
+        pool.erase(cached[k]);
     }
 }
 

@@ -48,8 +48,8 @@ public:
 
     int64_t reserved_bytes() const { return reserved_; }
     // Caps what is held from the device, slabs and cache included (--vram; 0: no cap): past it cached dedicated
-    // allocations go back to the driver until the request fits (the smallest that is enough by itself, else the
-    // largest first), else the request is OutOfMemory naming the cap.
+    // allocations go back to the driver until the request fits (core/cache_give_back.h chooses which), else the
+    // request is OutOfMemory naming the cap.
     void set_limit(int64_t bytes) { limit_ = bytes; }
     int64_t limit() const { return limit_; }
     // Dedicated allocations no block uses go back to the driver (slabs stay: their blocks are cached).
