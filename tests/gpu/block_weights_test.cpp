@@ -285,6 +285,52 @@ TEST_P(BlockWeights, ManyProductsInOneRecordedCall) {
     EXPECT_EQ(calls, 2) << "the third and fourth calls should have replayed the recording";
 }
 
+// Block weights asked for in changing orders, one rewritten in place between two uses (an upload, as a weight
+// store's restore makes) and one freed: each product reads the blocks the device holds at the time (CUDA
+// dequantizes a weight on a side stream that waits for the main stream as it was one product earlier,
+// cuda/dequantize_ahead.h; an upload must reach it). Against the CPU; bound: linear's.
+TEST_P(BlockWeights, WeightsAskedInChangingOrdersAndRewritten) {
+    Backend& gpu = this->gpu();
+    const ops::ScopedCpuQ8Products exact(ops::CpuQ8Products::Dequantize);  // CPU references: not int8
+    const int64_t rows = 3, out = 33, in = 256;
+    std::vector<Tensor> w, wd;
+    for (uint32_t i = 0; i < 4; ++i) {
+        w.push_back(blocks({out, in}, 90 + i, i == 3 ? DType::Q4_K : DType::Q8_0));
+        wd.push_back(w.back().to_device(gpu, w.back().dtype()));
+    }
+    const Tensor x = random({rows, in}, 99, DType::F32);
+    const Tensor xd = x.to_device(gpu, DType::F32);
+    auto check = [&](size_t i, const Tensor& host_w, const std::string& how) {
+        const Tensor got = ops::linear(xd, wd[i], nullptr).to_host();
+        expect_close(got, ops::linear(x, host_w, nullptr), ops::linear(abs_of(x), abs_of(host_w.to_f32()), nullptr),
+                     double(in), DType::F32, 2, how);
+    };
+    auto in_order = [&](const std::string& how) {
+        for (size_t i = 0; i < wd.size(); ++i) check(i, w[i], how + ", weight " + std::to_string(i));
+    };
+    in_order("in order");
+    in_order("in order again");
+    check(0, w[0], "0 again");
+    check(2, w[2], "2 after 0");
+    check(1, w[1], "1 after 2");
+    check(3, w[3], "3 after 1");
+
+    in_order("the order once more");
+    check(0, w[0], "0, before 2 is rewritten");
+    const Tensor rewritten = blocks({out, in}, 123, DType::Q8_0);
+    gpu.upload(wd[2].device_data(), rewritten.blocks(), dtype_storage_bytes(DType::Q8_0, out * in));
+    check(1, w[1], "1, before the rewrite of 2");
+    check(2, rewritten, "2 rewritten in place");
+    check(3, w[3], "3 after the rewrite");
+    w[2] = rewritten;
+
+    in_order("the order after the rewrite");
+    wd[1] = Tensor();  // freed
+    check(0, w[0], "0, 1 freed");
+    check(2, w[2], "2 after 0");
+    check(3, w[3], "3 after 2");
+}
+
 // The same for convolutions, whose transients CUDA widens straight into channels-last order and marks so
 // (CudaDeviceOps::widen_weight): inside the capture the mark is set and dropped with the transient, and two
 // filters of two formats follow each other in one call. Bound: conv2d's (k = cin * 9), its sums over both.
