@@ -22,6 +22,7 @@ ProfileSession::ProfileSession(bool profile, std::string trace_path)
         require(probe.good(), ErrorKind::IO, "cannot write trace file " + trace_path_);
     }
     reset_memory_peaks();
+    allocator_counts_ = backend_allocator_counts();
     profiler_ = std::make_unique<Profiler>();
     profiler_->start();
 }
@@ -38,7 +39,16 @@ void ProfileSession::finish() {
     synchronize_backends();  // GPU backends report the GPU time they measured at a wait
     profiler_->stop();
     const ProfileSummary summary = profiler_->summary(!trace_path_.empty());
-    if (profile_) std::fprintf(stderr, "\n%s", format_profile_report(summary, memory_stats()).c_str());
+    if (profile_) {
+        std::fprintf(stderr, "\n%s", format_profile_report(summary, memory_stats()).c_str());
+        // Backends made during the run started at zero.
+        for (const auto& [device, now] : backend_allocator_counts()) {
+            AllocatorCounts before;
+            for (const auto& [d, c] : allocator_counts_)
+                if (d == device) before = c;
+            std::fprintf(stderr, "%s", format_allocator_counts(device, now.since(before)).c_str());
+        }
+    }
     if (!trace_path_.empty()) {
         write_chrome_trace_file(summary, trace_path_);
         std::fprintf(stderr, "trace written to %s (open in ui.perfetto.dev or chrome://tracing)\n",

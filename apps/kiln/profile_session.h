@@ -3,7 +3,10 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "core/allocator_counts.h"
 #include "runtime/profiler.h"
 
 namespace kiln::cli {
@@ -25,6 +28,7 @@ private:
     std::string trace_path_;
     bool created_trace_file_ = false;  // made empty by the check; removed again if the run fails
     std::unique_ptr<Profiler> profiler_;
+    std::vector<std::pair<std::string, AllocatorCounts>> allocator_counts_;  // the backends' at the start
 };
 
 }  // namespace kiln::cli

@@ -151,6 +151,14 @@ void synchronize_backends() {
     for (Backend* b : made) b->synchronize();
 }
 
+std::vector<std::pair<std::string, AllocatorCounts>> backend_allocator_counts() {
+    Registry& r = registry();
+    std::vector<std::pair<std::string, AllocatorCounts>> counts;
+    std::lock_guard lock(r.mutex);
+    for (auto& [key, b] : r.backends) counts.emplace_back(device_name(b->device()), b->allocator_counts());
+    return counts;
+}
+
 namespace {
 
 // The devices of the registered kinds among `kinds` (a GPU backend may be a plugin, loaded by its list).

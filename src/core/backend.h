@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/allocator_counts.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/memory.h"
@@ -53,6 +54,8 @@ public:
     }
     // The cap set_memory_limit set (0: none, or a backend that cannot cap).
     virtual int64_t memory_limit() const { return 0; }
+    // What the allocator asked of the driver since the backend was made (none for a backend without a cache).
+    virtual AllocatorCounts allocator_counts() const { return {}; }
     // Gives memory the backend caches but does not use back to the device.
     virtual void release_cached_memory() {}
 
@@ -172,6 +175,8 @@ void release_backends(DeviceKind kind);
 // Waits for every backend made so far (none is made): the GPU backends then report the op spans they timed
 // to a profiler (ops/op_observer.h), which a profile needs before it stops.
 void synchronize_backends();
+// The allocator counts of every backend made so far, by device name ("cuda:0").
+std::vector<std::pair<std::string, AllocatorCounts>> backend_allocator_counts();
 // Every device of every registered kind, the CPU first; why_none collects the reasons a kind found none.
 std::vector<DeviceDescription> list_devices(std::vector<std::string>* why_none = nullptr);
 // "auto": the first GPU that is not emulated (CUDA before Vulkan), else the CPU. Otherwise parse_device(text), checked to exist.

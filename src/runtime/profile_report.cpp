@@ -57,6 +57,16 @@ std::string format_gpu_op_table(const ProfileSummary& s, int top_ops) {
 
 }  // namespace
 
+std::string format_allocator_counts(const std::string& device, const AllocatorCounts& c) {
+    if (c.empty()) return "";
+    std::string line = "allocator (" + device + "): " + std::to_string(c.device_allocations) +
+                       " allocations from the driver (" + fixed(c.device_allocation_ms, 1) + " ms)";
+    if (c.give_backs > 0)
+        line += "; " + std::to_string(c.give_backs) + " give-backs of " + std::to_string(c.blocks_given_back) +
+                " cached blocks, each after a wait for the device (" + fixed(c.give_back_ms, 1) + " ms)";
+    return line + "\n";
+}
+
 std::string format_memory_report(const DeviceMemoryStats& d) {
     TextTable t({"memory (" + d.device + ")", "current MiB", "peak MiB"});
     for (int k = 0; k < kMemoryCategoryCount; ++k)

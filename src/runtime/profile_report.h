@@ -3,6 +3,7 @@
 #pragma once
 #include <string>
 
+#include "core/allocator_counts.h"
 #include "core/memory.h"
 #include "runtime/profiler.h"
 
@@ -13,5 +14,9 @@ std::string format_profile_report(const ProfileSummary& summary, const MemorySta
 
 // The memory table alone: current and peak bytes per category of one device, plus the process's RSS.
 std::string format_memory_report(const DeviceMemoryStats& device);
+
+// One line on what a device's allocator asked of its driver during the run (core/allocator_counts.h); empty when
+// it asked nothing.
+std::string format_allocator_counts(const std::string& device, const AllocatorCounts& counts);
 
 }  // namespace kiln

@@ -91,6 +91,8 @@ TEST(CudaAllocator, AtItsCapGivesBackOnlyWhatItMust) {
     void* small = a.allocate(8 * MiB);
     for (void* p : {big, mid, small}) a.deallocate(p);
     ASSERT_EQ(a.reserved_bytes(), 56 * MiB);
+    EXPECT_EQ(a.counts().device_allocations, 3);
+    EXPECT_EQ(a.counts().give_backs, 0);
     // 20 MiB (no cached block within a quarter of it): 56 + 20 is 12 past the cap; the 16 MiB block is the smallest
     // that covers that alone, so it goes, and the 32 and 8 MiB blocks stay cached.
     void* twenty = a.allocate(20 * MiB);
@@ -98,6 +100,11 @@ TEST(CudaAllocator, AtItsCapGivesBackOnlyWhatItMust) {
     EXPECT_EQ(a.allocate(32 * MiB), big);
     EXPECT_EQ(a.allocate(8 * MiB), small);
     EXPECT_EQ(a.reserved_bytes(), 60 * MiB);
+    // Counted for --profile (core/allocator_counts.h): one more cudaMalloc, one give-back of one block.
+    EXPECT_EQ(a.counts().device_allocations, 4);
+    EXPECT_EQ(a.counts().give_backs, 1);
+    EXPECT_EQ(a.counts().blocks_given_back, 1);
+    EXPECT_GT(a.counts().give_back_ms, 0.0);
     // Nothing cached and 60 + 8 past the cap: OutOfMemory naming it.
     try {
         a.allocate(8 * MiB);

@@ -563,11 +563,17 @@ TEST(VulkanMemoryLimit, GivesBackOnlyWhatARequestNeeds) {
     vk.deallocate(forty);
     vk.deallocate(twenty_four);
     const int64_t base = vk.reserved_bytes();
+    const AllocatorCounts before = vk.allocator_counts();
     ASSERT_TRUE(vk.set_memory_limit(base + 16 * kMiB - 20 * kMiB));
     void* sixteen = vk.allocate(16 * kMiB);
     EXPECT_EQ(vk.reserved_bytes(), base - 24 * kMiB + 16 * kMiB);
     EXPECT_EQ(vk.allocate(40 * kMiB), forty);
     EXPECT_EQ(vk.reserved_bytes(), base - 24 * kMiB + 16 * kMiB);
+    // Counted for --profile (core/allocator_counts.h): one vkAllocateMemory, one give-back of one allocation.
+    const AllocatorCounts counted = vk.allocator_counts().since(before);
+    EXPECT_EQ(counted.device_allocations, 1);
+    EXPECT_EQ(counted.give_backs, 1);
+    EXPECT_EQ(counted.blocks_given_back, 1);
     ASSERT_TRUE(vk.set_memory_limit(0));
     vk.deallocate(forty);
     vk.deallocate(sixteen);

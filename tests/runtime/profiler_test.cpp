@@ -287,3 +287,17 @@ TEST(ProfileReport, NamesStagesOpKindsAndMemoryCategories) {
     const std::string top = format_profile_report(p.summary(), memory_stats(), 2);
     EXPECT_NE(top.find("(2 more)"), std::string::npos) << top;
 }
+
+// The allocator's line: nothing when it asked the driver for nothing; the counts of a run since its start
+// (AllocatorCounts::since), give-backs only where there were some.
+TEST(ProfileReport, AllocatorCountsOfTheRun) {
+    EXPECT_EQ(format_allocator_counts("cuda:0", {}), "");
+    const AllocatorCounts start{10, 5.0, 1, 2, 0.5};
+    const AllocatorCounts end{13, 5.75, 1, 2, 0.5};
+    EXPECT_EQ(format_allocator_counts("cuda:0", end.since(start)),
+              "allocator (cuda:0): 3 allocations from the driver (0.8 ms)\n");
+    const AllocatorCounts churn{1061, 70.25, 722, 900, 242.5};
+    EXPECT_EQ(format_allocator_counts("vulkan:1", churn),
+              "allocator (vulkan:1): 1061 allocations from the driver (70.2 ms); 722 give-backs of 900 cached blocks, "
+              "each after a wait for the device (242.5 ms)\n");
+}

@@ -53,11 +53,16 @@ void* CudaAllocator::allocate(int64_t bytes) {
                                                     ", kiln holds " + mib(reserved_));
     }
     void* p = nullptr;
-    cudaError_t err = cudaMalloc(&p, static_cast<size_t>(size));
+    auto device_malloc = [&] {
+        AddHostTime timed(counts_.device_allocation_ms);
+        ++counts_.device_allocations;
+        return cudaMalloc(&p, static_cast<size_t>(size));
+    };
+    cudaError_t err = device_malloc();
     if (err == cudaErrorMemoryAllocation) {
         cudaGetLastError();
         release_cached();
-        err = cudaMalloc(&p, static_cast<size_t>(size));
+        err = device_malloc();
     }
     if (err == cudaErrorMemoryAllocation) {
         cudaGetLastError();
@@ -112,6 +117,8 @@ void CudaAllocator::make_room(int64_t size) noexcept {
         }
     }
     if (cached.empty()) return;
+    AddHostTime timed(counts_.give_back_ms);
+    ++counts_.give_backs;
     // Stream order: work queued on a cached block may still run. A wait that fails (inside a graph capture, say)
     // gives nothing back: the request is then OutOfMemory, which a recording answers by running eagerly.
     if (cudaDeviceSynchronize() != cudaSuccess) {
@@ -125,20 +132,25 @@ void CudaAllocator::make_room(int64_t size) noexcept {
             return;
         }
         reserved_ -= it->first;
+        ++counts_.blocks_given_back;
         free_[pool].erase(it);
     }
 }
 
 void CudaAllocator::release_cached() noexcept {
+    AddHostTime timed(counts_.give_back_ms);
     cudaDeviceSynchronize();
+    const int64_t before = counts_.blocks_given_back;
     for (size_t i = 0; i < free_.size(); ++i) {
         if (i != 0 && !released_[i]) continue;  // a live recording's pool keeps its blocks
         for (auto& [size, p] : free_[i]) {
             cudaFree(p);
             reserved_ -= size;
+            ++counts_.blocks_given_back;
         }
         free_[i].clear();
     }
+    if (counts_.blocks_given_back > before) ++counts_.give_backs;
 }
 
 }  // namespace kiln::cuda

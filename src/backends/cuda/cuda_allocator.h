@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/allocator_counts.h"
+
 namespace kiln::cuda {
 
 class CudaAllocator {
@@ -41,6 +43,8 @@ public:
     // blocks). Synchronises the device.
     void release_cached() noexcept;
     int64_t live_bytes() const { return live_bytes_; }
+    // cudaMalloc calls, and give-backs of cached blocks (make_room, release_cached), since the allocator was made.
+    const AllocatorCounts& counts() const { return counts_; }
 
     // The size a request is served with: 512-byte granules below 1 MiB, 2 MiB granules above, so that
     // blocks of near sizes are interchangeable.
@@ -60,6 +64,7 @@ private:
     std::vector<std::multimap<int64_t, void*>> free_;  // per pool: size -> block
     std::vector<bool> released_{false};
     int64_t reserved_ = 0, live_bytes_ = 0, limit_ = 0;
+    AllocatorCounts counts_;
 };
 
 }  // namespace kiln::cuda

@@ -43,6 +43,7 @@ public:
         return true;
     }
     int64_t memory_limit() const override { return allocator_.limit(); }  // the --vram cap; 0: none
+    AllocatorCounts allocator_counts() const override { return allocator_.counts(); }
     void release_cached_memory() override { allocator_.release_cached(); }
     void* allocate(int64_t bytes) override;
     void deallocate(void* p) noexcept override;

@@ -40,6 +40,7 @@ public:
         return true;
     }
     int64_t memory_limit() const override { return memory_->limit(); }
+    AllocatorCounts allocator_counts() const override { return memory_->counts(); }
     void release_cached_memory() override { memory_->release_cached(); }
     // A shape-only pass (core/dry_run.h): the ops run their checks and ask for their tensors and scratch as in a
     // real call, which the backend counts; no kernel, copy or timing runs. Not inside a recorded call.

@@ -106,10 +106,15 @@ uint64_t VulkanMemory::new_chunk(int64_t size, bool slab) {
     alloc.allocationSize = req.size;
     alloc.memoryTypeIndex = memory_type_;
     VkDeviceMemory memory = VK_NULL_HANDLE;
-    VkResult r = a.vkAllocateMemory(device_, &alloc, nullptr, &memory);
+    auto device_allocate = [&] {
+        AddHostTime timed(counts_.device_allocation_ms);
+        ++counts_.device_allocations;
+        return a.vkAllocateMemory(device_, &alloc, nullptr, &memory);
+    };
+    VkResult r = device_allocate();
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
         release_free_chunks();
-        r = a.vkAllocateMemory(device_, &alloc, nullptr, &memory);
+        r = device_allocate();
     }
     if (r != VK_SUCCESS) {
         a.vkDestroyBuffer(device_, buffer, nullptr);
@@ -196,13 +201,17 @@ void VulkanMemory::make_room(int64_t missing) noexcept {
             sizes.push_back(it->first);
         }
     }
-    if (cached.empty() || !waited_idle()) return;  // work queued on a cached chunk may still run
+    if (cached.empty()) return;
+    AddHostTime timed(counts_.give_back_ms);
+    if (!waited_idle()) return;  // work queued on a cached chunk may still run
+    ++counts_.give_backs;
     const Api& a = api();
     for (size_t k : blocks_to_give_back(sizes, missing)) {
         auto c = chunks_.find(cached[k]->second);
         a.vkDestroyBuffer(device_, c->second.buffer, nullptr);
         a.vkFreeMemory(device_, c->second.memory, nullptr);
         reserved_ -= c->second.size;
+        ++counts_.blocks_given_back;
         chunks_.erase(c);
         pool.erase(cached[k]);
     }
@@ -220,7 +229,9 @@ bool VulkanMemory::waited_idle() noexcept {
 }
 
 void VulkanMemory::release_free_chunks() noexcept {
+    AddHostTime timed(counts_.give_back_ms);
     if (!waited_idle()) return;
+    const int64_t before = counts_.blocks_given_back;
     const Api& a = api();
     auto& pool = free_[0];  // a live recording's pool keeps its blocks
     for (auto it = pool.begin(); it != pool.end();) {
@@ -229,12 +240,14 @@ void VulkanMemory::release_free_chunks() noexcept {
             a.vkDestroyBuffer(device_, c->second.buffer, nullptr);
             a.vkFreeMemory(device_, c->second.memory, nullptr);
             reserved_ -= c->second.size;
+            ++counts_.blocks_given_back;
             chunks_.erase(c);
             it = pool.erase(it);
         } else {
             ++it;
         }
     }
+    if (counts_.blocks_given_back > before) ++counts_.give_backs;
 }
 
 VulkanMemory::Location VulkanMemory::locate(const void* address) const {

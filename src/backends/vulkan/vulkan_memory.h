@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backends/vulkan/physical_devices.h"
+#include "core/allocator_counts.h"
 
 namespace kiln::vulkan {
 
@@ -54,6 +55,8 @@ public:
     int64_t limit() const { return limit_; }
     // Dedicated allocations no block uses go back to the driver (slabs stay: their blocks are cached).
     void release_cached() noexcept { release_free_chunks(); }
+    // vkAllocateMemory calls, and give-backs of cached allocations (make_room, release_cached), so far.
+    const AllocatorCounts& counts() const { return counts_; }
     // The largest allocation (0: none stated); the bytes of `elem`-byte values one kernel operand may span.
     int64_t max_allocation() const { return max_allocation_; }
     int64_t max_binding(int64_t elem) const;
@@ -96,6 +99,7 @@ private:
     int64_t max_allocation_ = 0;
     bool forced_allocation_ = false;
     int64_t max_binding_ = 0;  // KILN_VULKAN_MAX_BINDING (0: only the kernels' index range)
+    AllocatorCounts counts_;
     std::map<uint64_t, Chunk> chunks_;  // by base address
     std::unordered_map<uint64_t, Block> live_;  // by address
     std::vector<std::multimap<int64_t, uint64_t>> free_{1};  // per pool: block size -> address
