@@ -116,5 +116,69 @@ TEST(CudaAllocator, AtItsCapGivesBackOnlyWhatItMust) {
     for (void* p : {twenty, big, small}) a.deallocate(p);
 }
 
+// KILN_CUDA_SPLIT_BLOCKS=1: at the cap a request is cut from a larger free block instead of a cached block going
+// back to the driver (session 28's capped q4_K run gave back a cached 40 MiB block for a 16 MiB request); freed,
+// the parts merge and serve the whole size again; a segment whose blocks are all free is what goes back.
+TEST(CudaAllocator, SplitBlocksAreCutAtTheCapAndMergeWhenFreed) {
+    if (cuda_devices().empty()) GTEST_SKIP() << "no CUDA GPU on this machine";
+    KILN_CUDA_CHECK(cudaSetDevice(0));
+    constexpr int64_t MiB = int64_t(1) << 20;
+    CudaAllocator a(0);
+    a.set_split_blocks(true);
+    a.set_limit(64 * MiB);
+    char* forty = static_cast<char*>(a.allocate(40 * MiB));
+    void* twenty = a.allocate(20 * MiB);
+    a.deallocate(forty);
+    ASSERT_EQ(a.reserved_bytes(), 60 * MiB);
+    const AllocatorCounts before = a.counts();
+    // 60 + 16 is past the cap: cut from the free 40 MiB block, and 24 MiB more from what is left of it.
+    char* sixteen = static_cast<char*>(a.allocate(16 * MiB));
+    char* twenty_four = static_cast<char*>(a.allocate(24 * MiB));
+    EXPECT_EQ(sixteen, forty);
+    EXPECT_EQ(twenty_four, forty + 16 * MiB);
+    EXPECT_EQ(a.counts().since(before).device_allocations, 0);
+    EXPECT_EQ(a.counts().since(before).give_backs, 0);
+    EXPECT_EQ(a.live_bytes(), 60 * MiB);
+    EXPECT_EQ(a.reserved_bytes(), 60 * MiB);
+    // Two parts of one allocation, written apart.
+    KILN_CUDA_CHECK(cudaMemset(sixteen, 1, size_t(16 * MiB)));
+    KILN_CUDA_CHECK(cudaMemset(twenty_four, 2, size_t(24 * MiB)));
+    unsigned char edge[2] = {0, 0};
+    KILN_CUDA_CHECK(cudaMemcpy(edge, twenty_four - 1, 2, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(edge[0], 1);
+    EXPECT_EQ(edge[1], 2);
+    // Freed, the parts are one block again.
+    a.deallocate(sixteen);
+    a.deallocate(twenty_four);
+    EXPECT_EQ(a.allocate(40 * MiB), forty);
+    EXPECT_EQ(a.counts().since(before).device_allocations, 0);
+    // 22 MiB with nothing free that holds it, 18 past the cap: the 20 MiB segment, all free, goes back.
+    a.deallocate(twenty);
+    void* twenty_two = a.allocate(22 * MiB);
+    EXPECT_EQ(a.counts().since(before).give_backs, 1);
+    EXPECT_EQ(a.counts().since(before).blocks_given_back, 1);
+    EXPECT_EQ(a.counts().since(before).device_allocations, 1);
+    EXPECT_EQ(a.reserved_bytes(), 62 * MiB);
+    a.deallocate(twenty_two);
+    a.deallocate(forty);
+    a.release_cached();
+    EXPECT_EQ(a.reserved_bytes(), 0);
+}
+
+// The setting reads as the CUDA backend's others do, off unless 1, naming itself when wrong.
+TEST(CudaAllocator, SplitBlocksSettingIsZeroOrOne) {
+    EXPECT_FALSE(split_blocks_wanted(nullptr));
+    EXPECT_FALSE(split_blocks_wanted(""));
+    EXPECT_FALSE(split_blocks_wanted("0"));
+    EXPECT_TRUE(split_blocks_wanted("1"));
+    try {
+        split_blocks_wanted("yes");
+        ADD_FAILURE() << "KILN_CUDA_SPLIT_BLOCKS=yes was accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+        EXPECT_NE(std::string(e.what()).find("KILN_CUDA_SPLIT_BLOCKS=yes"), std::string::npos) << e.what();
+    }
+}
+
 }  // namespace
 }  // namespace kiln::cuda

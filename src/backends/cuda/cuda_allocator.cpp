@@ -20,10 +20,18 @@ int64_t CudaAllocator::rounded(int64_t bytes) {
     return (bytes + granule - 1) / granule * granule;
 }
 
+bool split_blocks_wanted(const char* setting) {
+    if (!setting || !*setting || std::string(setting) == "0") return false;
+    if (std::string(setting) == "1") return true;
+    fail(ErrorKind::InvalidArgument, std::string("KILN_CUDA_SPLIT_BLOCKS=") + setting +
+                                         ": 1 cuts requests from larger cached blocks, 0 keeps blocks whole (the default)");
+}
+
 CudaAllocator::~CudaAllocator() {
     for (auto& pool : free_)
         for (auto& [size, p] : pool) cudaFree(p);
     for (auto& [p, b] : live_) cudaFree(p);  // tensors that outlive the backend: the process is ending
+    for (const SplitBlocks::Segment& s : split_.segments()) cudaFree(reinterpret_cast<void*>(s.base));
 }
 
 int CudaAllocator::new_pool() {
@@ -35,6 +43,7 @@ int CudaAllocator::new_pool() {
 void* CudaAllocator::allocate(int64_t bytes) {
     count_allocation(name_, bytes);  // KILN_FAIL_ALLOCATION_AT (core/allocation_faults.h)
     const int64_t size = rounded(bytes);
+    if (split_on_ && size >= kMiB) return allocate_split(bytes, size);
     auto& pool = free_[current_];
     // A cached block at most a quarter (plus one granule) larger: reuse without wasting much.
     auto it = pool.lower_bound(size);
@@ -45,13 +54,31 @@ void* CudaAllocator::allocate(int64_t bytes) {
         pool.erase(it);
         return p;
     }
-    if (limit_ > 0 && reserved_ + size > limit_) {
-        make_room(size);
-        if (reserved_ + size > limit_)
-            throw Error(ErrorKind::OutOfMemory, "cuda:" + std::to_string(device_) + ": the memory limit of " +
-                                                    mib(limit_) + " (--vram) is reached: asked for " + mib(bytes) +
-                                                    ", kiln holds " + mib(reserved_));
-    }
+    fit_limit(bytes, size);
+    void* p = from_driver(bytes, size);
+    live_[p] = Block{size, current_};
+    live_bytes_ += size;
+    return p;
+}
+
+void* CudaAllocator::allocate_split(int64_t bytes, int64_t size) {
+    if (const uint64_t cut = split_.take(current_, size)) return reinterpret_cast<void*>(cut);
+    fit_limit(bytes, size);
+    void* p = from_driver(bytes, size);
+    split_.add_segment(current_, reinterpret_cast<uint64_t>(p), size, size);
+    return p;
+}
+
+void CudaAllocator::fit_limit(int64_t bytes, int64_t size) {
+    if (limit_ <= 0 || reserved_ + size <= limit_) return;
+    make_room(size);
+    if (reserved_ + size > limit_)
+        throw Error(ErrorKind::OutOfMemory, "cuda:" + std::to_string(device_) + ": the memory limit of " + mib(limit_) +
+                                                " (--vram) is reached: asked for " + mib(bytes) + ", kiln holds " +
+                                                mib(reserved_));
+}
+
+void* CudaAllocator::from_driver(int64_t bytes, int64_t size) {
     void* p = nullptr;
     auto device_malloc = [&] {
         AddHostTime timed(counts_.device_allocation_ms);
@@ -74,12 +101,19 @@ void* CudaAllocator::allocate(int64_t bytes) {
     }
     KILN_CUDA_CHECK(err);
     reserved_ += size;
-    live_[p] = Block{size, current_};
-    live_bytes_ += size;
     return p;
 }
 
 void CudaAllocator::deallocate(void* p) noexcept {
+    if (split_.is_live(reinterpret_cast<uint64_t>(p))) {
+        const SplitBlocks::Released r = split_.release(reinterpret_cast<uint64_t>(p));
+        if (r.segment_free && released_[size_t(r.pool)]) {
+            cudaDeviceSynchronize();  // as below
+            cudaFree(reinterpret_cast<void*>(r.segment));
+            reserved_ -= split_.remove_segment(r.segment);
+        }
+        return;
+    }
     auto it = live_.find(p);
     if (it == live_.end()) return;
     const Block b = it->second;
@@ -103,20 +137,27 @@ void CudaAllocator::release_pool(int pool) noexcept {
         reserved_ -= size;
     }
     free_[pool].clear();
+    for (const SplitBlocks::Segment& s : split_.free_segments([pool](int of) { return of == pool; })) {
+        cudaFree(reinterpret_cast<void*>(s.base));
+        reserved_ -= split_.remove_segment(s.base);
+    }
     released_[pool] = true;
 }
 
 void CudaAllocator::make_room(int64_t size) noexcept {
+    // What may go back: cached whole blocks, and segments whose cut blocks are all free again.
     std::vector<std::pair<int, std::multimap<int64_t, void*>::iterator>> cached;
     std::vector<int64_t> sizes;
     for (size_t i = 0; i < free_.size(); ++i) {
-        if (i != 0 && !released_[i]) continue;  // a live recording's pool keeps its blocks
+        if (!givable(int(i))) continue;  // a live recording's pool keeps its blocks
         for (auto it = free_[i].begin(); it != free_[i].end(); ++it) {
             cached.emplace_back(int(i), it);
             sizes.push_back(it->first);
         }
     }
-    if (cached.empty()) return;
+    const std::vector<SplitBlocks::Segment> segments = split_.free_segments([this](int pool) { return givable(pool); });
+    for (const SplitBlocks::Segment& s : segments) sizes.push_back(s.bytes);
+    if (sizes.empty()) return;
     AddHostTime timed(counts_.give_back_ms);
     ++counts_.give_backs;
     // Stream order: work queued on a cached block may still run. A wait that fails (inside a graph capture, say)
@@ -126,14 +167,18 @@ void CudaAllocator::make_room(int64_t size) noexcept {
         return;
     }
     for (size_t k : blocks_to_give_back(sizes, reserved_ + size - limit_)) {
-        const auto& [pool, it] = cached[k];
-        if (cudaFree(it->second) != cudaSuccess) {
+        void* p = k < cached.size() ? cached[k].second->second : reinterpret_cast<void*>(segments[k - cached.size()].base);
+        if (cudaFree(p) != cudaSuccess) {
             cudaGetLastError();
             return;
         }
-        reserved_ -= it->first;
         ++counts_.blocks_given_back;
-        free_[pool].erase(it);
+        if (k < cached.size()) {
+            reserved_ -= cached[k].second->first;
+            free_[size_t(cached[k].first)].erase(cached[k].second);
+        } else {
+            reserved_ -= split_.remove_segment(segments[k - cached.size()].base);
+        }
     }
 }
 
@@ -142,13 +187,18 @@ void CudaAllocator::release_cached() noexcept {
     cudaDeviceSynchronize();
     const int64_t before = counts_.blocks_given_back;
     for (size_t i = 0; i < free_.size(); ++i) {
-        if (i != 0 && !released_[i]) continue;  // a live recording's pool keeps its blocks
+        if (!givable(int(i))) continue;  // a live recording's pool keeps its blocks
         for (auto& [size, p] : free_[i]) {
             cudaFree(p);
             reserved_ -= size;
             ++counts_.blocks_given_back;
         }
         free_[i].clear();
+    }
+    for (const SplitBlocks::Segment& s : split_.free_segments([this](int pool) { return givable(pool); })) {
+        cudaFree(reinterpret_cast<void*>(s.base));
+        reserved_ -= split_.remove_segment(s.base);
+        ++counts_.blocks_given_back;
     }
     if (counts_.blocks_given_back > before) ++counts_.give_backs;
 }

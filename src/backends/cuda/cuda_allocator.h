@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/allocator_counts.h"
+#include "core/split_blocks.h"
 
 namespace kiln::cuda {
 
@@ -42,7 +43,7 @@ public:
     // Every free block of pool 0 and of released pools back to the device (a live recording's pool keeps its
     // blocks). Synchronises the device.
     void release_cached() noexcept;
-    int64_t live_bytes() const { return live_bytes_; }
+    int64_t live_bytes() const { return live_bytes_ + split_.live_bytes(); }
     // cudaMalloc calls, and give-backs of cached blocks (make_room, release_cached), since the allocator was made.
     const AllocatorCounts& counts() const { return counts_; }
 
@@ -50,9 +51,21 @@ public:
     // blocks of near sizes are interchangeable.
     static int64_t rounded(int64_t bytes);
 
+    // Requests of 1 MiB and more cut from larger free blocks, which merge again when freed (core/split_blocks.h),
+    // instead of taking a cached block at most a quarter larger than they are: off by default until measured
+    // across caps (docs/MEMORY.md, KILN_CUDA_SPLIT_BLOCKS). Blocks already given keep the way they were given.
+    void set_split_blocks(bool on) { split_on_ = on; }
+
 private:
     // Gives cached blocks back (those release_cached may) until `size` more bytes fit the limit.
     void make_room(int64_t size) noexcept;
+    // Room for `size` more bytes under the limit, by make_room, else OutOfMemory naming the cap.
+    void fit_limit(int64_t bytes, int64_t size);
+    // `size` bytes from the driver (the cache given back and asked again when it has none), else OutOfMemory.
+    void* from_driver(int64_t bytes, int64_t size);
+    void* allocate_split(int64_t bytes, int64_t size);
+    // Whether a segment of `pool` may go back to the driver now (pool 0, or a released recording's).
+    bool givable(int pool) const { return pool == 0 || released_[size_t(pool)]; }
     struct Block {
         int64_t size;
         int pool;
@@ -65,6 +78,12 @@ private:
     std::vector<bool> released_{false};
     int64_t reserved_ = 0, live_bytes_ = 0, limit_ = 0;
     AllocatorCounts counts_;
+    bool split_on_ = false;
+    SplitBlocks split_{2 * (int64_t(1) << 20)};  // the blocks of 1 MiB and more, where split_on_
 };
+
+// KILN_CUDA_SPLIT_BLOCKS's value (null: unset): unset, "" or "0" leave blocks whole (the default), "1" cuts them
+// (CudaAllocator::set_split_blocks); anything else is InvalidArgument naming it.
+bool split_blocks_wanted(const char* setting);
 
 }  // namespace kiln::cuda

@@ -1,0 +1,99 @@
+#include "core/split_blocks.h"
+
+#include <iterator>
+
+namespace kiln {
+
+uint64_t SplitBlocks::take(int pool, int64_t size) {
+    auto pool_free = free_.find(pool);
+    if (pool_free == free_.end()) return 0;
+    const auto fit = pool_free->second.lower_bound({size, 0});
+    if (fit == pool_free->second.end()) return 0;
+    const uint64_t address = fit->second;
+    pool_free->second.erase(fit);
+    Block& b = blocks_.at(address);
+    if (b.bytes - size >= min_remainder_) {
+        const Block rest{b.bytes - size, b.segment, b.pool, true};
+        blocks_.emplace(address + uint64_t(size), rest);
+        mark_free(address + uint64_t(size), rest);
+        b.bytes = size;
+    }
+    b.free = false;
+    live_bytes_ += b.bytes;
+    return address;
+}
+
+void SplitBlocks::add_segment(int pool, uint64_t base, int64_t bytes, int64_t live) {
+    segments_[base] = Segment{base, bytes, pool};
+    segment_bytes_ += bytes;
+    blocks_[base] = Block{live, base, pool, false};
+    live_bytes_ += live;
+    if (bytes > live) {
+        const Block rest{bytes - live, base, pool, true};
+        blocks_[base + uint64_t(live)] = rest;
+        mark_free(base + uint64_t(live), rest);
+    }
+}
+
+SplitBlocks::Released SplitBlocks::release(uint64_t address) {
+    auto it = blocks_.find(address);
+    if (it == blocks_.end() || it->second.free) return {};
+    Block& b = it->second;
+    const Released released{b.bytes, b.segment, false, b.pool};
+    live_bytes_ -= b.bytes;
+    b.free = true;
+    // The next block of the same segment, if free, joins this one; this one joins the previous, if free.
+    if (auto next = std::next(it); next != blocks_.end() && next->second.segment == b.segment && next->second.free) {
+        unmark_free(next->first, next->second);
+        b.bytes += next->second.bytes;
+        blocks_.erase(next);
+    }
+    if (it != blocks_.begin()) {
+        auto prev = std::prev(it);
+        if (prev->second.segment == b.segment && prev->second.free) {
+            unmark_free(prev->first, prev->second);
+            prev->second.bytes += b.bytes;
+            blocks_.erase(it);
+            it = prev;
+        }
+    }
+    mark_free(it->first, it->second);
+    const Segment& s = segments_.at(released.segment);
+    return {released.bytes, released.segment, it->first == s.base && it->second.bytes == s.bytes, released.pool};
+}
+
+std::vector<SplitBlocks::Segment> SplitBlocks::free_segments(const std::function<bool(int)>& pool_ok) const {
+    std::vector<Segment> whole;
+    for (const auto& [base, s] : segments_) {
+        if (!pool_ok(s.pool)) continue;
+        const Block& first = blocks_.at(base);
+        if (first.free && first.bytes == s.bytes) whole.push_back(s);
+    }
+    return whole;
+}
+
+int64_t SplitBlocks::remove_segment(uint64_t base) {
+    const auto s = segments_.find(base);
+    if (s == segments_.end()) return 0;
+    const auto b = blocks_.find(base);
+    if (!b->second.free || b->second.bytes != s->second.bytes) return 0;
+    const int64_t bytes = s->second.bytes;
+    unmark_free(base, b->second);
+    blocks_.erase(b);
+    segment_bytes_ -= bytes;
+    segments_.erase(s);
+    return bytes;
+}
+
+bool SplitBlocks::is_live(uint64_t address) const {
+    const auto it = blocks_.find(address);
+    return it != blocks_.end() && !it->second.free;
+}
+
+std::vector<SplitBlocks::Segment> SplitBlocks::segments() const {
+    std::vector<Segment> all;
+    for (const auto& [base, s] : segments_) all.push_back(s);
+    return all;
+}
+
+}  // namespace kiln

@@ -1,0 +1,71 @@
+// The bookkeeping of a caching device allocator that cuts requests out of larger free blocks (issue 21; docs/MEMORY.md,
+// "What a capped run pays at its allocator"). Segments are what the driver gave (one cudaMalloc each); blocks are
+// parts of a segment, each free or live, all of the segment's pool. A request takes the smallest free block of its
+// pool that holds it (best fit) and leaves the rest free when the rest is worth keeping; a freed block merges with
+// the free blocks beside it in its segment, so a segment whose blocks are all free again is whole and can go back to
+// the driver. Without this a cache under a --vram cap fills with blocks of the wrong sizes and gives them back to
+// the driver at every step. No device call is made here: the allocator makes them (so this is tested on the CPU).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+namespace kiln {
+
+class SplitBlocks {
+public:
+    // A cut leaves a free block only where at least `min_remainder` bytes remain; else the request takes the
+    // whole block (and frees it whole).
+    explicit SplitBlocks(int64_t min_remainder) : min_remainder_(min_remainder) {}
+
+    // A live block of `size` bytes from a free block of `pool`: its address, or 0 where no free block holds it.
+    uint64_t take(int pool, int64_t size);
+    // A segment the driver gave for `pool`, [base, base + bytes), whose first `live` bytes (> 0) become a live
+    // block at base; the rest, if any, is free.
+    void add_segment(int pool, uint64_t base, int64_t bytes, int64_t live);
+
+    struct Released {
+        int64_t bytes = 0;      // the block's size (0: not a live block of here)
+        uint64_t segment = 0;   // its segment's base
+        bool segment_free = false;  // every block of the segment is free now
+        int pool = 0;
+    };
+    // The live block at `address` becomes free, merged with the free blocks beside it.
+    Released release(uint64_t address);
+
+    struct Segment {
+        uint64_t base;
+        int64_t bytes;
+        int pool;
+    };
+    // The segments every block of which is free, of the pools `pool_ok` accepts.
+    std::vector<Segment> free_segments(const std::function<bool(int)>& pool_ok) const;
+    // Forgets a segment every block of which is free (gone back to the driver): its bytes, 0 where it is not one.
+    int64_t remove_segment(uint64_t base);
+
+    bool is_live(uint64_t address) const;
+    int64_t live_bytes() const { return live_bytes_; }
+    int64_t segment_bytes() const { return segment_bytes_; }
+    std::vector<Segment> segments() const;  // all of them (the process is ending: every one goes back)
+
+private:
+    struct Block {
+        int64_t bytes;
+        uint64_t segment;
+        int pool;
+        bool free;
+    };
+    void mark_free(uint64_t address, const Block& b) { free_[b.pool].insert({b.bytes, address}); }
+    void unmark_free(uint64_t address, const Block& b) { free_[b.pool].erase({b.bytes, address}); }
+
+    int64_t min_remainder_;
+    std::map<uint64_t, Block> blocks_;  // by address: a segment's blocks are neighbours here
+    std::map<int, std::set<std::pair<int64_t, uint64_t>>> free_;  // per pool: (bytes, address) of free blocks
+    std::map<uint64_t, Segment> segments_;  // by base
+    int64_t live_bytes_ = 0, segment_bytes_ = 0;
+};
+
+}  // namespace kiln
