@@ -1,8 +1,19 @@
 #include "core/split_blocks.h"
 
 #include <iterator>
+#include <string>
+
+#include "kiln/error.h"
 
 namespace kiln {
+
+bool split_blocks_wanted(const char* name, const char* value) {
+    const std::string v = value ? value : "";
+    if (v.empty() || v == "0") return false;
+    if (v == "1") return true;
+    fail(ErrorKind::InvalidArgument,
+         std::string(name) + "=" + v + ": 1 cuts requests from larger cached blocks, 0 keeps blocks whole (the default)");
+}
 
 uint64_t SplitBlocks::take(int pool, int64_t size) {
     auto pool_free = free_.find(pool);
@@ -83,6 +94,18 @@ int64_t SplitBlocks::remove_segment(uint64_t base) {
     segment_bytes_ -= bytes;
     segments_.erase(s);
     return bytes;
+}
+
+void SplitBlocks::move_pool(int from, int to) {
+    if (from == to) return;
+    for (auto& [base, s] : segments_)
+        if (s.pool == from) s.pool = to;
+    for (auto& [address, b] : blocks_)
+        if (b.pool == from) b.pool = to;
+    const auto moved = free_.find(from);
+    if (moved == free_.end()) return;
+    free_[to].insert(moved->second.begin(), moved->second.end());
+    free_.erase(from);
 }
 
 bool SplitBlocks::is_live(uint64_t address) const {

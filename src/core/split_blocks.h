@@ -46,6 +46,10 @@ public:
     // Forgets a segment every block of which is free (gone back to the driver): its bytes, 0 where it is not one.
     int64_t remove_segment(uint64_t base);
 
+    // Every segment of pool `from`, its blocks free and live, becomes pool `to`'s (a recording's pool released into
+    // the ordinary one, as Vulkan's allocator does).
+    void move_pool(int from, int to);
+
     bool is_live(uint64_t address) const;
     int64_t live_bytes() const { return live_bytes_; }
     int64_t segment_bytes() const { return segment_bytes_; }
@@ -67,5 +71,10 @@ private:
     std::map<uint64_t, Segment> segments_;  // by base
     int64_t live_bytes_ = 0, segment_bytes_ = 0;
 };
+
+// A backend's setting for it (KILN_CUDA_SPLIT_BLOCKS, KILN_VULKAN_SPLIT_BLOCKS), named `name`, of value `value`
+// (null: unset): unset, "" or "0" keep blocks whole (the default), "1" cuts them; anything else is
+// InvalidArgument naming the setting.
+bool split_blocks_wanted(const char* name, const char* value);
 
 }  // namespace kiln

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "kiln/error.h"
+
 namespace kiln {
 namespace {
 
@@ -72,6 +76,19 @@ TEST(SplitBlocks, PoolsKeepTheirBlocks) {
     ASSERT_EQ(s.free_segments([](int pool) { return pool == 1; }).size(), 1u);
 }
 
+TEST(SplitBlocks, AMovedPoolsBlocksServeTheOtherPool) {
+    SplitBlocks s(MiB);
+    s.add_segment(2, 32 * MiB, 8 * MiB, 4 * MiB);  // 4 MiB live, 4 free, of pool 2
+    s.move_pool(2, 0);
+    EXPECT_EQ(s.take(2, MiB), 0u);
+    EXPECT_EQ(s.take(0, 4 * MiB), 36 * MiB) << "the free part moved";
+    s.release(32 * MiB);  // the live part, freed after the move, is pool 0's too
+    EXPECT_EQ(s.take(0, 4 * MiB), 32 * MiB);
+    s.release(32 * MiB);
+    s.release(36 * MiB);
+    ASSERT_EQ(s.free_segments([](int pool) { return pool == 0; }).size(), 1u);
+}
+
 TEST(SplitBlocks, OnlyWholeFreeSegmentsAreRemoved) {
     SplitBlocks s(MiB);
     s.add_segment(0, 8 * MiB, 8 * MiB, 2 * MiB);
@@ -86,6 +103,21 @@ TEST(SplitBlocks, OnlyWholeFreeSegmentsAreRemoved) {
     EXPECT_EQ(s.segment_bytes(), 0);
     EXPECT_EQ(s.take(0, MiB), 0u) << "its free blocks went with it";
     EXPECT_TRUE(s.segments().empty());
+}
+
+// KILN_CUDA_SPLIT_BLOCKS and KILN_VULKAN_SPLIT_BLOCKS: off unless 1, naming the setting when wrong.
+TEST(SplitBlocks, TheSettingIsZeroOrOne) {
+    EXPECT_FALSE(split_blocks_wanted("KILN_CUDA_SPLIT_BLOCKS", nullptr));
+    EXPECT_FALSE(split_blocks_wanted("KILN_CUDA_SPLIT_BLOCKS", ""));
+    EXPECT_FALSE(split_blocks_wanted("KILN_CUDA_SPLIT_BLOCKS", "0"));
+    EXPECT_TRUE(split_blocks_wanted("KILN_VULKAN_SPLIT_BLOCKS", "1"));
+    try {
+        split_blocks_wanted("KILN_VULKAN_SPLIT_BLOCKS", "yes");
+        ADD_FAILURE() << "KILN_VULKAN_SPLIT_BLOCKS=yes was accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+        EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_SPLIT_BLOCKS=yes"), std::string::npos) << e.what();
+    }
 }
 
 }  // namespace

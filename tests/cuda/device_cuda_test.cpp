@@ -165,20 +165,5 @@ TEST(CudaAllocator, SplitBlocksAreCutAtTheCapAndMergeWhenFreed) {
     EXPECT_EQ(a.reserved_bytes(), 0);
 }
 
-// The setting reads as the CUDA backend's others do, off unless 1, naming itself when wrong.
-TEST(CudaAllocator, SplitBlocksSettingIsZeroOrOne) {
-    EXPECT_FALSE(split_blocks_wanted(nullptr));
-    EXPECT_FALSE(split_blocks_wanted(""));
-    EXPECT_FALSE(split_blocks_wanted("0"));
-    EXPECT_TRUE(split_blocks_wanted("1"));
-    try {
-        split_blocks_wanted("yes");
-        ADD_FAILURE() << "KILN_CUDA_SPLIT_BLOCKS=yes was accepted";
-    } catch (const Error& e) {
-        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
-        EXPECT_NE(std::string(e.what()).find("KILN_CUDA_SPLIT_BLOCKS=yes"), std::string::npos) << e.what();
-    }
-}
-
 }  // namespace
 }  // namespace kiln::cuda

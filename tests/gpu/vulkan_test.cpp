@@ -520,12 +520,24 @@ TEST(VulkanTimeline, OneSpanPerOpCallInsideTheWallTime) {
 #endif
 
 #if KILN_HAS_VULKAN
+// Sets VulkanMemory's way of serving large requests (KILN_VULKAN_SPLIT_BLOCKS) for one test, back as it was after:
+// each test of the allocator's policy states the one it checks, whatever the environment asked.
+struct SplitBlocksFor {
+    vulkan::VulkanBackend& vk;
+    bool was;
+    SplitBlocksFor(vulkan::VulkanBackend& b, bool on) : vk(b), was(b.memory().split_blocks()) {
+        vk.memory().set_split_blocks(on);
+    }
+    ~SplitBlocksFor() { vk.memory().set_split_blocks(was); }
+};
+
 // --vram on Vulkan (VulkanMemory::set_limit): what kiln holds stays under the cap, cache included; past it the
 // cached dedicated allocations go back first (so a request that fits once they are gone succeeds), then the
 // request is OutOfMemory naming the cap; lifting the cap lets it through.
 TEST(VulkanMemoryLimit, HoldsAndGivesTheCacheBackFirst) {
     KILN_VULKAN_OR_SKIP(gpu);
     auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    const SplitBlocksFor whole(vk, false);
     vk.synchronize();
     constexpr int64_t kMiB = int64_t(1) << 20;
     // Dedicated allocations (8 MiB and more): a cached 24 MiB block, then a cap with room for 16 MiB only.
@@ -555,6 +567,7 @@ TEST(VulkanMemoryLimit, HoldsAndGivesTheCacheBackFirst) {
 TEST(VulkanMemoryLimit, GivesBackOnlyWhatARequestNeeds) {
     KILN_VULKAN_OR_SKIP(gpu);
     auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    const SplitBlocksFor whole(vk, false);
     vk.synchronize();
     vk.release_cached_memory();
     constexpr int64_t kMiB = int64_t(1) << 20;
@@ -577,6 +590,53 @@ TEST(VulkanMemoryLimit, GivesBackOnlyWhatARequestNeeds) {
     ASSERT_TRUE(vk.set_memory_limit(0));
     vk.deallocate(forty);
     vk.deallocate(sixteen);
+    vk.release_cached_memory();
+}
+
+// KILN_VULKAN_SPLIT_BLOCKS=1 (VulkanMemory::set_split_blocks): at the cap a request is cut from a larger free
+// allocation instead of one going back to the driver; the parts hold their own values, merge when freed, and an
+// allocation whose parts are all free is what goes back.
+TEST(VulkanMemoryLimit, SplitBlocksAreCutAtTheCapAndMergeWhenFreed) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    vk.synchronize();
+    vk.release_cached_memory();
+    constexpr int64_t kMiB = int64_t(1) << 20;
+    const SplitBlocksFor split(vk, true);
+    char* forty = static_cast<char*>(vk.allocate(40 * kMiB));
+    void* twenty = vk.allocate(20 * kMiB);
+    vk.deallocate(forty);
+    const int64_t base = vk.reserved_bytes();
+    const AllocatorCounts before = vk.allocator_counts();
+    ASSERT_TRUE(vk.set_memory_limit(base + 4 * kMiB));
+    char* sixteen = static_cast<char*>(vk.allocate(16 * kMiB));
+    char* twenty_four = static_cast<char*>(vk.allocate(24 * kMiB));
+    EXPECT_EQ(sixteen, forty);
+    EXPECT_EQ(twenty_four, forty + 16 * kMiB);
+    EXPECT_EQ(vk.allocator_counts().since(before).device_allocations, 0);
+    EXPECT_EQ(vk.allocator_counts().since(before).give_backs, 0);
+    EXPECT_EQ(vk.reserved_bytes(), base);
+    const std::vector<uint8_t> ones(16 * kMiB, 1), twos(24 * kMiB, 2);
+    vk.upload(sixteen, ones.data(), int64_t(ones.size()));
+    vk.upload(twenty_four, twos.data(), int64_t(twos.size()));
+    uint8_t edge[2] = {0, 0};
+    vk.download(edge, twenty_four - 1, 2);
+    EXPECT_EQ(edge[0], 1);
+    EXPECT_EQ(edge[1], 2);
+    vk.deallocate(sixteen);
+    vk.deallocate(twenty_four);
+    EXPECT_EQ(vk.allocate(40 * kMiB), forty) << "the parts merged";
+    // 22 MiB with nothing free that holds it, past the cap: the 20 MiB allocation, all free, goes back.
+    vk.deallocate(twenty);
+    void* twenty_two = vk.allocate(22 * kMiB);
+    const AllocatorCounts counted = vk.allocator_counts().since(before);
+    EXPECT_EQ(counted.give_backs, 1);
+    EXPECT_EQ(counted.blocks_given_back, 1);
+    EXPECT_EQ(counted.device_allocations, 1);
+    EXPECT_EQ(vk.reserved_bytes(), base + 2 * kMiB);
+    ASSERT_TRUE(vk.set_memory_limit(0));
+    vk.deallocate(twenty_two);
+    vk.deallocate(forty);
     vk.release_cached_memory();
 }
 #endif

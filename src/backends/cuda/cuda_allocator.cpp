@@ -20,13 +20,6 @@ int64_t CudaAllocator::rounded(int64_t bytes) {
     return (bytes + granule - 1) / granule * granule;
 }
 
-bool split_blocks_wanted(const char* setting) {
-    if (!setting || !*setting || std::string(setting) == "0") return false;
-    if (std::string(setting) == "1") return true;
-    fail(ErrorKind::InvalidArgument, std::string("KILN_CUDA_SPLIT_BLOCKS=") + setting +
-                                         ": 1 cuts requests from larger cached blocks, 0 keeps blocks whole (the default)");
-}
-
 CudaAllocator::~CudaAllocator() {
     for (auto& pool : free_)
         for (auto& [size, p] : pool) cudaFree(p);

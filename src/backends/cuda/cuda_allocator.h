@@ -82,8 +82,5 @@ private:
     SplitBlocks split_{2 * (int64_t(1) << 20)};  // the blocks of 1 MiB and more, where split_on_
 };
 
-// KILN_CUDA_SPLIT_BLOCKS's value (null: unset): unset, "" or "0" leave blocks whole (the default), "1" cuts them
-// (CudaAllocator::set_split_blocks); anything else is InvalidArgument naming it.
-bool split_blocks_wanted(const char* setting);
 
 }  // namespace kiln::cuda

@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "backends/vulkan/vulkan_device_ops.h"
+#include "core/split_blocks.h"
 #include "kiln/error.h"
 #include "ops/op_observer.h"
 
@@ -205,6 +206,7 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index)
     staging_bytes_ = kStagingBytes;
 
     memory_ = std::make_unique<VulkanMemory>(device_, physical_, device_name(device()), [this] { synchronize(); });
+    memory_->set_split_blocks(split_blocks_wanted("KILN_VULKAN_SPLIT_BLOCKS", std::getenv("KILN_VULKAN_SPLIT_BLOCKS")));
     kernels_ = std::make_unique<VulkanKernels>(device_, physical_);
     uint32_t families = 0;
     a.vkGetPhysicalDeviceQueueFamilyProperties(physical_.handle, &families, nullptr);

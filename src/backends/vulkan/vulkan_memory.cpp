@@ -144,6 +144,7 @@ int VulkanMemory::new_pool() {
 void VulkanMemory::release_pool(int pool) noexcept {
     if (pool <= 0 || pool >= static_cast<int>(free_.size())) return;
     free_[0].merge(free_[pool]);
+    split_.move_pool(pool, 0);
     released_[pool] = true;
 }
 
@@ -154,6 +155,14 @@ void* VulkanMemory::allocate(int64_t bytes) {
                                  (forced_allocation_ ? "KILN_VULKAN_MAX_ALLOCATION" : "maxMemoryAllocationSize") + ")");
     // Rounded up to a granule, but never past the limit (a request just under it still fits).
     const int64_t size = max_allocation_ > 0 ? std::min(rounded(bytes), max_allocation_) : rounded(bytes);
+    const int64_t slab = max_allocation_ > 0 ? std::min(kSlab, max_allocation_) : kSlab;
+    if (split_on_ && !(size < kSmall && size <= slab)) {
+        if (const uint64_t cut = split_.take(current_, size)) return reinterpret_cast<void*>(cut);
+        const uint64_t address = new_chunk(size, false);
+        const int64_t chunk = chunks_.at(address).size;
+        split_.add_segment(current_, address, chunk, chunk);
+        return reinterpret_cast<void*>(address);
+    }
     auto& pool = free_[current_];
     // A cached block at most a quarter (plus one granule) larger: reuse without wasting much.
     auto it = pool.lower_bound(size);
@@ -165,7 +174,6 @@ void* VulkanMemory::allocate(int64_t bytes) {
     }
     uint64_t address;
     int64_t block = size;
-    const int64_t slab = max_allocation_ > 0 ? std::min(kSlab, max_allocation_) : kSlab;
     if (size < kSmall && size <= slab) {
         if (slab_next_ + size > slab_end_) {
             if (slab_end_ > slab_next_) free_[0].emplace(int64_t(slab_end_ - slab_next_), slab_next_);  // the tail
@@ -183,6 +191,10 @@ void* VulkanMemory::allocate(int64_t bytes) {
 }
 
 void VulkanMemory::deallocate(void* p) noexcept {
+    if (split_.is_live(reinterpret_cast<uint64_t>(p))) {
+        split_.release(reinterpret_cast<uint64_t>(p));
+        return;
+    }
     auto it = live_.find(reinterpret_cast<uint64_t>(p));
     if (it == live_.end()) return;
     const Block b = it->second;
@@ -201,20 +213,32 @@ void VulkanMemory::make_room(int64_t missing) noexcept {
             sizes.push_back(it->first);
         }
     }
-    if (cached.empty()) return;
+    // Allocations whose cut blocks are all free again may go too.
+    const std::vector<SplitBlocks::Segment> segments = split_.free_segments([](int of) { return of == 0; });
+    for (const SplitBlocks::Segment& s : segments) sizes.push_back(s.bytes);
+    if (sizes.empty()) return;
     AddHostTime timed(counts_.give_back_ms);
     if (!waited_idle()) return;  // work queued on a cached chunk may still run
     ++counts_.give_backs;
-    const Api& a = api();
     for (size_t k : blocks_to_give_back(sizes, missing)) {
-        auto c = chunks_.find(cached[k]->second);
-        a.vkDestroyBuffer(device_, c->second.buffer, nullptr);
-        a.vkFreeMemory(device_, c->second.memory, nullptr);
-        reserved_ -= c->second.size;
-        ++counts_.blocks_given_back;
-        chunks_.erase(c);
-        pool.erase(cached[k]);
+        if (k < cached.size()) {
+            free_chunk(cached[k]->second);
+            pool.erase(cached[k]);
+        } else {
+            split_.remove_segment(segments[k - cached.size()].base);
+            free_chunk(segments[k - cached.size()].base);
+        }
     }
+}
+
+void VulkanMemory::free_chunk(uint64_t address) noexcept {
+    const Api& a = api();
+    auto c = chunks_.find(address);
+    a.vkDestroyBuffer(device_, c->second.buffer, nullptr);
+    a.vkFreeMemory(device_, c->second.memory, nullptr);
+    reserved_ -= c->second.size;
+    ++counts_.blocks_given_back;
+    chunks_.erase(c);
 }
 
 bool VulkanMemory::waited_idle() noexcept {
@@ -232,20 +256,19 @@ void VulkanMemory::release_free_chunks() noexcept {
     AddHostTime timed(counts_.give_back_ms);
     if (!waited_idle()) return;
     const int64_t before = counts_.blocks_given_back;
-    const Api& a = api();
     auto& pool = free_[0];  // a live recording's pool keeps its blocks
     for (auto it = pool.begin(); it != pool.end();) {
         auto c = chunks_.find(it->second);
         if (c != chunks_.end() && !c->second.slab && c->second.size == it->first) {
-            a.vkDestroyBuffer(device_, c->second.buffer, nullptr);
-            a.vkFreeMemory(device_, c->second.memory, nullptr);
-            reserved_ -= c->second.size;
-            ++counts_.blocks_given_back;
-            chunks_.erase(c);
+            free_chunk(it->second);
             it = pool.erase(it);
         } else {
             ++it;
         }
+    }
+    for (const SplitBlocks::Segment& s : split_.free_segments([](int of) { return of == 0; })) {
+        split_.remove_segment(s.base);
+        free_chunk(s.base);
     }
     if (counts_.blocks_given_back > before) ++counts_.give_backs;
 }

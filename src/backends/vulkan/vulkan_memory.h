@@ -19,6 +19,7 @@
 
 #include "backends/vulkan/physical_devices.h"
 #include "core/allocator_counts.h"
+#include "core/split_blocks.h"
 
 namespace kiln::vulkan {
 
@@ -69,6 +70,12 @@ public:
     bool forced_binding() const { return max_binding_ > 0; }
     int64_t driver_max_allocation() const { return static_cast<int64_t>(physical_.max_allocation); }
 
+    // Requests of 4 MiB and more cut from larger free allocations, which merge again when freed
+    // (core/split_blocks.h), instead of each taking a cached allocation at most a quarter larger or one of its own:
+    // off by default until measured on a GPU (docs/MEMORY.md, KILN_VULKAN_SPLIT_BLOCKS).
+    void set_split_blocks(bool on) { split_on_ = on; }
+    bool split_blocks() const { return split_on_; }
+
     int new_pool();
     void set_current_pool(int pool) { current_ = pool; }
     // The pool's free blocks join pool 0, and its live blocks will when they are freed.
@@ -87,6 +94,7 @@ private:
     };
     uint64_t new_chunk(int64_t size, bool slab);  // its address; OutOfMemory when the driver refuses
     void release_free_chunks() noexcept;  // dedicated chunks no block uses back to the driver
+    void free_chunk(uint64_t address) noexcept;  // one back to the driver (after a wait for the device)
     void make_room(int64_t missing) noexcept;  // some of them, until `missing` bytes went
     bool waited_idle() noexcept;  // wait_idle_, false where it could not (inside a recording)
     [[noreturn]] void out_of_memory(int64_t bytes, const std::string& why) const;
@@ -100,6 +108,8 @@ private:
     bool forced_allocation_ = false;
     int64_t max_binding_ = 0;  // KILN_VULKAN_MAX_BINDING (0: only the kernels' index range)
     AllocatorCounts counts_;
+    bool split_on_ = false;
+    SplitBlocks split_{int64_t(2) << 20};  // the dedicated allocations' blocks, where split_on_
     std::map<uint64_t, Chunk> chunks_;  // by base address
     std::unordered_map<uint64_t, Block> live_;  // by address
     std::vector<std::multimap<int64_t, uint64_t>> free_{1};  // per pool: block size -> address
