@@ -16,12 +16,12 @@ bool split_blocks_wanted(const char* name, const char* value) {
 }
 
 uint64_t SplitBlocks::take(int pool, int64_t size) {
-    auto pool_free = free_.find(pool);
-    if (pool_free == free_.end()) return 0;
-    const auto fit = pool_free->second.lower_bound({size, 0});
-    if (fit == pool_free->second.end()) return 0;
+    if (pool < 0 || size_t(pool) >= free_.size()) return 0;
+    auto& pool_free = free_[size_t(pool)];
+    const auto fit = pool_free.lower_bound({size, 0});
+    if (fit == pool_free.end()) return 0;
     const uint64_t address = fit->second;
-    pool_free->second.erase(fit);
+    pool_free.erase(fit);
     Block& b = blocks_.at(address);
     if (b.bytes - size >= min_remainder_) {
         const Block rest{b.bytes - size, b.segment, b.pool, true};
@@ -102,10 +102,10 @@ void SplitBlocks::move_pool(int from, int to) {
         if (s.pool == from) s.pool = to;
     for (auto& [address, b] : blocks_)
         if (b.pool == from) b.pool = to;
-    const auto moved = free_.find(from);
-    if (moved == free_.end()) return;
-    free_[to].insert(moved->second.begin(), moved->second.end());
-    free_.erase(from);
+    if (size_t(from) >= free_.size()) return;
+    std::set<std::pair<int64_t, uint64_t>> moved = std::move(free_[size_t(from)]);
+    free_[size_t(from)].clear();
+    free_of(to).insert(moved.begin(), moved.end());
 }
 
 bool SplitBlocks::is_live(uint64_t address) const {
