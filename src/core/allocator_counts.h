@@ -1,8 +1,9 @@
 // What a GPU backend's caching allocator asked of the driver (`--profile` prints it per device): allocations the
-// driver served (cudaMalloc, vkAllocateMemory) and give-backs, where cached blocks went back to the driver to make
-// room under a --vram cap or after the driver refused (each waits for the device first), with the host time
-// they took. In the steady state a run makes none of either; a run that does at every step is paying for it
-// (docs/MEMORY.md: SD 1.5 q4_K txt2img under --vram 1G on an H200, ~230 give-backs an image).
+// driver served (cudaMalloc, vkAllocateMemory; the time of every attempt, refused ones too) and give-backs,
+// where cached blocks went back to the driver to make room under a --vram cap, after the driver refused, or when
+// a stage released the cache (each after a wait for the device; the time of waits that gave nothing back is
+// not counted). In the steady state a run makes none of either; a run that does at every step is paying for it
+// (docs/MEMORY.md: SD 1.5 q4_K txt2img under --vram 1G on an H200, hundreds of give-backs an image).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -25,17 +26,26 @@ struct AllocatorCounts {
     }
 };
 
-// Adds the host milliseconds of its lifetime to `ms`.
-class AddHostTime {
+// One occasion of giving cached blocks back: counted in `counts`, with its host time from construction on,
+// where at least one block went (given()).
+class GiveBackCount {
 public:
-    explicit AddHostTime(double& ms) : ms_(ms), start_(std::chrono::steady_clock::now()) {}
-    ~AddHostTime() { ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count(); }
-    AddHostTime(const AddHostTime&) = delete;
-    AddHostTime& operator=(const AddHostTime&) = delete;
+    explicit GiveBackCount(AllocatorCounts& counts) : counts_(counts), start_(std::chrono::steady_clock::now()) {}
+    ~GiveBackCount() {
+        if (blocks_ == 0) return;
+        ++counts_.give_backs;
+        counts_.blocks_given_back += blocks_;
+        counts_.give_back_ms +=
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+    }
+    GiveBackCount(const GiveBackCount&) = delete;
+    GiveBackCount& operator=(const GiveBackCount&) = delete;
+    void given() { ++blocks_; }
 
 private:
-    double& ms_;
+    AllocatorCounts& counts_;
     std::chrono::steady_clock::time_point start_;
+    int64_t blocks_ = 0;
 };
 
 }  // namespace kiln

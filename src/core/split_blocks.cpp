@@ -35,6 +35,10 @@ uint64_t SplitBlocks::take(int pool, int64_t size) {
 }
 
 void SplitBlocks::add_segment(int pool, uint64_t base, int64_t bytes, int64_t live) {
+    require(pool >= 0 && live > 0 && live <= bytes, ErrorKind::InvalidArgument,
+            "SplitBlocks::add_segment: pool " + std::to_string(pool) + ", " + std::to_string(live) + " live of " +
+                std::to_string(bytes) + " bytes");
+    free_of(pool);  // its free list exists before release (a noexcept caller's) needs it
     segments_[base] = Segment{base, bytes, pool};
     segment_bytes_ += bytes;
     blocks_[base] = Block{live, base, pool, false};
@@ -97,7 +101,7 @@ int64_t SplitBlocks::remove_segment(uint64_t base) {
 }
 
 void SplitBlocks::move_pool(int from, int to) {
-    if (from == to) return;
+    if (from == to || from < 0 || to < 0) return;
     for (auto& [base, s] : segments_)
         if (s.pool == from) s.pool = to;
     for (auto& [address, b] : blocks_)

@@ -52,16 +52,21 @@ TEST(SplitBlocks, FreedBlocksMergeWithBothNeighboursOfTheirSegmentOnly) {
     const uint64_t second = s.take(0, 4 * MiB), third = s.take(0, 4 * MiB);
     ASSERT_EQ(second, a + 4 * MiB);
     ASSERT_EQ(third, a + 8 * MiB);
+    EXPECT_EQ(s.release(b).bytes, 12 * MiB);  // free beside a's last block, of another segment
     EXPECT_FALSE(s.release(a).segment_free);
-    EXPECT_FALSE(s.release(third).segment_free);
+    EXPECT_FALSE(s.release(third).segment_free) << "b, free beside it, is another segment";
+    EXPECT_EQ(s.take(0, 13 * MiB), 0u) << "a's last block and b's segment side by side are not one block";
+    EXPECT_EQ(s.take(0, 12 * MiB), b);
     EXPECT_EQ(s.take(0, 5 * MiB), 0u) << "two free blocks of 4 MiB apart are not one of 8";
     const SplitBlocks::Released r = s.release(second);  // joins both
     EXPECT_TRUE(r.segment_free);
     EXPECT_EQ(r.segment, a);
     EXPECT_EQ(s.free_segments(any_pool).size(), 1u);
-    EXPECT_EQ(s.release(b).bytes, 12 * MiB);
-    EXPECT_EQ(s.take(0, 13 * MiB), 0u) << "two whole segments side by side are not one block";
     EXPECT_EQ(s.take(0, 12 * MiB), a);
+    s.release(a);
+    s.release(b);
+    EXPECT_EQ(s.live_bytes(), 0);
+    EXPECT_EQ(s.free_segments(any_pool).size(), 2u);
 }
 
 TEST(SplitBlocks, PoolsKeepTheirBlocks) {
@@ -87,6 +92,7 @@ TEST(SplitBlocks, AMovedPoolsBlocksServeTheOtherPool) {
     s.release(32 * MiB);
     s.release(36 * MiB);
     ASSERT_EQ(s.free_segments([](int pool) { return pool == 0; }).size(), 1u);
+    EXPECT_EQ(s.live_bytes(), 0);
 }
 
 TEST(SplitBlocks, OnlyWholeFreeSegmentsAreRemoved) {
@@ -103,6 +109,13 @@ TEST(SplitBlocks, OnlyWholeFreeSegmentsAreRemoved) {
     EXPECT_EQ(s.segment_bytes(), 0);
     EXPECT_EQ(s.take(0, MiB), 0u) << "its free blocks went with it";
     EXPECT_TRUE(s.segments().empty());
+    EXPECT_EQ(s.live_bytes(), 0);
+    try {
+        s.add_segment(-1, 64 * MiB, MiB, MiB);
+        ADD_FAILURE() << "a negative pool was taken";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    }
 }
 
 // KILN_CUDA_SPLIT_BLOCKS and KILN_VULKAN_SPLIT_BLOCKS: off unless 1, naming the setting when wrong.

@@ -329,6 +329,10 @@ TEST_P(BlockWeights, WeightsAskedInChangingOrdersAndRewritten) {
     check(0, w[0], "0, 1 freed");
     check(2, w[2], "2 after 0");
     check(3, w[3], "3 after 2");
+    // Another weight of 1's size and format, most likely where 1 was (the caching allocator): its own values.
+    w[1] = blocks({out, in}, 321, DType::Q8_0);
+    wd[1] = w[1].to_device(gpu, DType::Q8_0);
+    in_order("a new weight 1");
 }
 
 // The same for convolutions, whose transients CUDA widens straight into channels-last order and marks so

@@ -293,10 +293,10 @@ TEST(ProfileReport, NamesStagesOpKindsAndMemoryCategories) {
 TEST(ProfileReport, AllocatorCountsOfTheRun) {
     EXPECT_EQ(format_allocator_counts("cuda:0", {}), "");
     const AllocatorCounts start{10, 5.0, 1, 2, 0.5};
-    const AllocatorCounts end{13, 5.75, 1, 2, 0.5};
+    const AllocatorCounts end{13, 5.81, 1, 2, 0.5};
     EXPECT_EQ(format_allocator_counts("cuda:0", end.since(start)),
               "allocator (cuda:0): 3 allocations from the driver (0.8 ms)\n");
-    const AllocatorCounts churn{12, 70.25, 7, 9, 242.5};
+    const AllocatorCounts churn{12, 70.23, 7, 9, 242.47};
     EXPECT_EQ(format_allocator_counts("vulkan:1", churn),
               "allocator (vulkan:1): 12 allocations from the driver (70.2 ms); 7 give-backs of 9 cached blocks, "
               "each after a wait for the device (242.5 ms)\n");

@@ -75,8 +75,9 @@ void* CudaAllocator::from_driver(int64_t bytes, int64_t size) {
     void* p = nullptr;
     auto device_malloc = [&] {
         AddHostTime timed(counts_.device_allocation_ms);
-        ++counts_.device_allocations;
-        return cudaMalloc(&p, static_cast<size_t>(size));
+        const cudaError_t e = cudaMalloc(&p, static_cast<size_t>(size));
+        if (e == cudaSuccess) ++counts_.device_allocations;
+        return e;
     };
     cudaError_t err = device_malloc();
     if (err == cudaErrorMemoryAllocation) {
@@ -99,12 +100,7 @@ void* CudaAllocator::from_driver(int64_t bytes, int64_t size) {
 
 void CudaAllocator::deallocate(void* p) noexcept {
     if (split_.is_live(reinterpret_cast<uint64_t>(p))) {
-        const SplitBlocks::Released r = split_.release(reinterpret_cast<uint64_t>(p));
-        if (r.segment_free && released_[size_t(r.pool)]) {
-            cudaDeviceSynchronize();  // as below
-            cudaFree(reinterpret_cast<void*>(r.segment));
-            reserved_ -= split_.remove_segment(r.segment);
-        }
+        split_.release(reinterpret_cast<uint64_t>(p));  // a released pool's segments are pool 0's (release_pool)
         return;
     }
     auto it = live_.find(p);
@@ -134,6 +130,9 @@ void CudaAllocator::release_pool(int pool) noexcept {
         cudaFree(reinterpret_cast<void*>(s.base));
         reserved_ -= split_.remove_segment(s.base);
     }
+    // Segments still partly live: their free parts serve ordinary work from now on (the graph that named them is
+    // gone and the device has finished), and the live parts join them when freed.
+    split_.move_pool(pool, 0);
     released_[pool] = true;
 }
 
@@ -151,8 +150,7 @@ void CudaAllocator::make_room(int64_t size) noexcept {
     const std::vector<SplitBlocks::Segment> segments = split_.free_segments([this](int pool) { return givable(pool); });
     for (const SplitBlocks::Segment& s : segments) sizes.push_back(s.bytes);
     if (sizes.empty()) return;
-    AddHostTime timed(counts_.give_back_ms);
-    ++counts_.give_backs;
+    GiveBackCount count(counts_);
     // Stream order: work queued on a cached block may still run. A wait that fails (inside a graph capture, say)
     // gives nothing back: the request is then OutOfMemory, which a recording answers by running eagerly.
     if (cudaDeviceSynchronize() != cudaSuccess) {
@@ -165,7 +163,7 @@ void CudaAllocator::make_room(int64_t size) noexcept {
             cudaGetLastError();
             return;
         }
-        ++counts_.blocks_given_back;
+        count.given();
         if (k < cached.size()) {
             reserved_ -= cached[k].second->first;
             free_[size_t(cached[k].first)].erase(cached[k].second);
@@ -176,24 +174,22 @@ void CudaAllocator::make_room(int64_t size) noexcept {
 }
 
 void CudaAllocator::release_cached() noexcept {
-    AddHostTime timed(counts_.give_back_ms);
+    GiveBackCount count(counts_);
     cudaDeviceSynchronize();
-    const int64_t before = counts_.blocks_given_back;
     for (size_t i = 0; i < free_.size(); ++i) {
         if (!givable(int(i))) continue;  // a live recording's pool keeps its blocks
         for (auto& [size, p] : free_[i]) {
             cudaFree(p);
             reserved_ -= size;
-            ++counts_.blocks_given_back;
+            count.given();
         }
         free_[i].clear();
     }
     for (const SplitBlocks::Segment& s : split_.free_segments([this](int pool) { return givable(pool); })) {
         cudaFree(reinterpret_cast<void*>(s.base));
         reserved_ -= split_.remove_segment(s.base);
-        ++counts_.blocks_given_back;
+        count.given();
     }
-    if (counts_.blocks_given_back > before) ++counts_.give_backs;
 }
 
 }  // namespace kiln::cuda

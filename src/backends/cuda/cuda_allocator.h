@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/allocator_counts.h"
+#include "core/host_timer.h"
 #include "core/split_blocks.h"
 
 namespace kiln::cuda {
@@ -40,8 +41,8 @@ public:
     // (core/cache_give_back.h chooses which); else it is OutOfMemory naming the cap (--vram).
     void set_limit(int64_t bytes) { limit_ = bytes; }
     int64_t limit() const { return limit_; }
-    // Every free block of pool 0 and of released pools back to the device (a live recording's pool keeps its
-    // blocks). Synchronises the device.
+    // Every free block of pool 0 and of released pools back to the device, and every cut segment whose blocks are
+    // all free (a live recording's pool keeps its blocks). Synchronises the device.
     void release_cached() noexcept;
     int64_t live_bytes() const { return live_bytes_ + split_.live_bytes(); }
     // cudaMalloc calls, and give-backs of cached blocks (make_room, release_cached), since the allocator was made.
@@ -81,6 +82,5 @@ private:
     bool split_on_ = false;
     SplitBlocks split_{2 * (int64_t(1) << 20)};  // the blocks of 1 MiB and more, where split_on_
 };
-
 
 }  // namespace kiln::cuda

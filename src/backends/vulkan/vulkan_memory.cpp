@@ -108,8 +108,9 @@ uint64_t VulkanMemory::new_chunk(int64_t size, bool slab) {
     VkDeviceMemory memory = VK_NULL_HANDLE;
     auto device_allocate = [&] {
         AddHostTime timed(counts_.device_allocation_ms);
-        ++counts_.device_allocations;
-        return a.vkAllocateMemory(device_, &alloc, nullptr, &memory);
+        const VkResult result = a.vkAllocateMemory(device_, &alloc, nullptr, &memory);
+        if (result == VK_SUCCESS) ++counts_.device_allocations;
+        return result;
     };
     VkResult r = device_allocate();
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
@@ -217,10 +218,10 @@ void VulkanMemory::make_room(int64_t missing) noexcept {
     const std::vector<SplitBlocks::Segment> segments = split_.free_segments([](int of) { return of == 0; });
     for (const SplitBlocks::Segment& s : segments) sizes.push_back(s.bytes);
     if (sizes.empty()) return;
-    AddHostTime timed(counts_.give_back_ms);
+    GiveBackCount count(counts_);
     if (!waited_idle()) return;  // work queued on a cached chunk may still run
-    ++counts_.give_backs;
     for (size_t k : blocks_to_give_back(sizes, missing)) {
+        count.given();
         if (k < cached.size()) {
             free_chunk(cached[k]->second);
             pool.erase(cached[k]);
@@ -237,7 +238,6 @@ void VulkanMemory::free_chunk(uint64_t address) noexcept {
     a.vkDestroyBuffer(device_, c->second.buffer, nullptr);
     a.vkFreeMemory(device_, c->second.memory, nullptr);
     reserved_ -= c->second.size;
-    ++counts_.blocks_given_back;
     chunks_.erase(c);
 }
 
@@ -253,14 +253,14 @@ bool VulkanMemory::waited_idle() noexcept {
 }
 
 void VulkanMemory::release_free_chunks() noexcept {
-    AddHostTime timed(counts_.give_back_ms);
+    GiveBackCount count(counts_);
     if (!waited_idle()) return;
-    const int64_t before = counts_.blocks_given_back;
     auto& pool = free_[0];  // a live recording's pool keeps its blocks
     for (auto it = pool.begin(); it != pool.end();) {
         auto c = chunks_.find(it->second);
         if (c != chunks_.end() && !c->second.slab && c->second.size == it->first) {
             free_chunk(it->second);
+            count.given();
             it = pool.erase(it);
         } else {
             ++it;
@@ -269,8 +269,8 @@ void VulkanMemory::release_free_chunks() noexcept {
     for (const SplitBlocks::Segment& s : split_.free_segments([](int of) { return of == 0; })) {
         split_.remove_segment(s.base);
         free_chunk(s.base);
+        count.given();
     }
-    if (counts_.blocks_given_back > before) ++counts_.give_backs;
 }
 
 VulkanMemory::Location VulkanMemory::locate(const void* address) const {

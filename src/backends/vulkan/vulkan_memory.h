@@ -19,6 +19,7 @@
 
 #include "backends/vulkan/physical_devices.h"
 #include "core/allocator_counts.h"
+#include "core/host_timer.h"
 #include "core/split_blocks.h"
 
 namespace kiln::vulkan {
@@ -94,7 +95,7 @@ private:
     };
     uint64_t new_chunk(int64_t size, bool slab);  // its address; OutOfMemory when the driver refuses
     void release_free_chunks() noexcept;  // dedicated chunks no block uses back to the driver
-    void free_chunk(uint64_t address) noexcept;  // one back to the driver (after a wait for the device)
+    void free_chunk(uint64_t address) noexcept;  // one back to the driver (after a wait for the device; not counted)
     void make_room(int64_t missing) noexcept;  // some of them, until `missing` bytes went
     bool waited_idle() noexcept;  // wait_idle_, false where it could not (inside a recording)
     [[noreturn]] void out_of_memory(int64_t bytes, const std::string& why) const;
@@ -109,7 +110,8 @@ private:
     int64_t max_binding_ = 0;  // KILN_VULKAN_MAX_BINDING (0: only the kernels' index range)
     AllocatorCounts counts_;
     bool split_on_ = false;
-    SplitBlocks split_{int64_t(2) << 20};  // the dedicated allocations' blocks, where split_on_
+    SplitBlocks split_{int64_t(4) << 20};  // the dedicated allocations' blocks, where split_on_ (a rest under
+                                           // 4 MiB would serve no request: those go to slabs)
     std::map<uint64_t, Chunk> chunks_;  // by base address
     std::unordered_map<uint64_t, Block> live_;  // by address
     std::vector<std::multimap<int64_t, uint64_t>> free_{1};  // per pool: block size -> address
