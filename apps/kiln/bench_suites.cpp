@@ -4,7 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <functional>
+#include <memory>
+#include <set>
+#include <string>
 
 #include "core/backend.h"
 #include "core/memory.h"
@@ -158,6 +162,11 @@ SuiteRun make_txt2img_run(const StableDiffusionModel& m, const SuiteSettings& s,
     req.steps = s.steps;
     req.seed = 42;
     req.vram_budget = s.vram_budget;
+    // What the generation says of its memory (a plan that leaves weights off the device, a retry after running out)
+    // goes to stderr as kiln txt2img says it, each line once: a bench that fell back to a leaner plan says so.
+    req.notice = [said = std::make_shared<std::set<std::string>>()](const std::string& line) {
+        if (said->insert(line).second) std::fprintf(stderr, "kiln: %s\n", line.c_str());
+    };
     validate_request(req);
     return {"txt2img " + size_str(s.width, s.height) + ", " + std::to_string(s.steps) + " steps of " +
                 default_sampler(m) + " with guidance 7.5 (UNet batch 2), text encode and VAE decode",

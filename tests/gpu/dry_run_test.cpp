@@ -300,6 +300,30 @@ TEST_P(DryRunCall, LeavesNoTrace) {
     EXPECT_LT(kiln::test::relative_error(got, want), 2e-5);
 }
 
+// Block weights (q8_0) off the device: the dry call widens each for its product (DeviceWeight) without reading it,
+// so planning a streamed run moves no weight and does not fail; and its peak is a real call's with the weights
+// resident, the transient weights included (1% as above).
+TEST_P(DryRunCall, OffloadedBlockWeightsStayOffloaded) {
+    Backend& gpu = this->gpu();
+    if (!has_dry_run(gpu)) GTEST_SKIP() << device_name(gpu.device()) << " has no dry run";
+    if (!gpu.supports(DType::Q8_0)) GTEST_SKIP() << device_name(gpu.device()) << " takes no q8_0 blocks";
+    LoadOptions o;
+    o.device = gpu.device();
+    o.precision = DType::F32;
+    o.weights = DType::Q8_0;
+    o.offload_weights = true;
+    const StableDiffusionModel moving = load_model(data_path("sd15-mini/diffusers"), o);
+    const int64_t dry = unet_call_peak_bytes(moving, 64, 48, 2);
+    const StageEstimate streamed = streamed_denoise(moving, 64, 48, 1);
+    EXPECT_EQ(moving.unet->device_weights().resident_bytes(), 0) << "planning brought a weight to the device";
+    EXPECT_GT(streamed.total(0), 0);
+    o.offload_weights = false;
+    const StableDiffusionModel resident = load_model(data_path("sd15-mini/diffusers"), o);
+    const int64_t real = real_call_peak(resident, gpu, host_inputs(resident.unet->config(), 64, 48, 2));
+    ASSERT_GT(real, 0);
+    EXPECT_NEAR(double(dry), double(real), 0.01 * double(real));
+}
+
 // The plans take the dry call for the denoise stage and the dry decode for the whole decode where the backend has
 // a dry run, and say so.
 TEST_P(DryRunCall, PlansTakeTheDryCall) {
