@@ -7,12 +7,15 @@
 
 namespace kiln {
 
-bool split_blocks_wanted(const char* name, const char* value) {
+SplitPolicy split_policy_setting(const char* name, const char* value, SplitPolicy by_default) {
     const std::string v = value ? value : "";
-    if (v.empty() || v == "0") return false;
-    if (v == "1") return true;
-    fail(ErrorKind::InvalidArgument,
-         std::string(name) + "=" + v + ": 1 cuts requests from larger cached blocks, 0 keeps blocks whole (the default)");
+    if (v.empty()) return by_default;
+    if (v == "0") return SplitPolicy::Never;
+    if (v == "1") return SplitPolicy::Always;
+    if (v == "uncapped") return SplitPolicy::WhileUncapped;
+    fail(ErrorKind::InvalidArgument, std::string(name) + "=" + v +
+                                         ": 1 cuts requests from larger cached blocks, 0 keeps blocks whole, uncapped "
+                                         "cuts them only without a --vram cap");
 }
 
 uint64_t SplitBlocks::take(int pool, int64_t size) {

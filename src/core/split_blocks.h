@@ -78,9 +78,23 @@ private:
     int64_t live_bytes_ = 0, segment_bytes_ = 0;
 };
 
+// When an allocator cuts requests from larger free blocks. Measured on an H200 (docs/MEMORY.md, "What a capped run
+// pays at its allocator"): without a cap cutting holds far less (SD 1.5 txt2img: 1.6-1.7 GiB less on the driver)
+// at the same speed; under a CUDA cap the blocks a long-lived tensor pins inside freed segments can leave a
+// large request no room that giving whole blocks back would have made (the VAE decode then goes to bands).
+enum class SplitPolicy {
+    Never,
+    Always,
+    WhileUncapped,  // while the allocator has no --vram cap; requests under a cap are served whole
+};
+// Whether a request is cut under `policy` while the allocator's cap is `limit` (0: none).
+inline bool cuts_blocks(SplitPolicy policy, int64_t limit) {
+    return policy == SplitPolicy::Always || (policy == SplitPolicy::WhileUncapped && limit <= 0);
+}
+
 // A backend's setting for it (KILN_CUDA_SPLIT_BLOCKS, KILN_VULKAN_SPLIT_BLOCKS), named `name`, of value `value`
-// (null: unset): unset, "" or "0" keep blocks whole (the default), "1" cuts them; anything else is
-// InvalidArgument naming the setting.
-bool split_blocks_wanted(const char* name, const char* value);
+// (null or "": unset, giving `by_default`): "0" never cuts, "1" always, "uncapped" only without a cap; anything
+// else is InvalidArgument naming the setting.
+SplitPolicy split_policy_setting(const char* name, const char* value, SplitPolicy by_default);
 
 }  // namespace kiln

@@ -118,19 +118,31 @@ TEST(SplitBlocks, OnlyWholeFreeSegmentsAreRemoved) {
     }
 }
 
-// KILN_CUDA_SPLIT_BLOCKS and KILN_VULKAN_SPLIT_BLOCKS: off unless 1, naming the setting when wrong.
-TEST(SplitBlocks, TheSettingIsZeroOrOne) {
-    EXPECT_FALSE(split_blocks_wanted("KILN_CUDA_SPLIT_BLOCKS", nullptr));
-    EXPECT_FALSE(split_blocks_wanted("KILN_CUDA_SPLIT_BLOCKS", ""));
-    EXPECT_FALSE(split_blocks_wanted("KILN_CUDA_SPLIT_BLOCKS", "0"));
-    EXPECT_TRUE(split_blocks_wanted("KILN_VULKAN_SPLIT_BLOCKS", "1"));
+// KILN_CUDA_SPLIT_BLOCKS and KILN_VULKAN_SPLIT_BLOCKS: the backend's default when unset, 0, 1 or uncapped, naming the
+// setting when wrong.
+TEST(SplitBlocks, TheSettingIsZeroOneOrUncapped) {
+    EXPECT_EQ(split_policy_setting("KILN_CUDA_SPLIT_BLOCKS", nullptr, SplitPolicy::WhileUncapped),
+              SplitPolicy::WhileUncapped);
+    EXPECT_EQ(split_policy_setting("KILN_CUDA_SPLIT_BLOCKS", "", SplitPolicy::Always), SplitPolicy::Always);
+    EXPECT_EQ(split_policy_setting("KILN_CUDA_SPLIT_BLOCKS", "0", SplitPolicy::Always), SplitPolicy::Never);
+    EXPECT_EQ(split_policy_setting("KILN_VULKAN_SPLIT_BLOCKS", "1", SplitPolicy::Never), SplitPolicy::Always);
+    EXPECT_EQ(split_policy_setting("KILN_VULKAN_SPLIT_BLOCKS", "uncapped", SplitPolicy::Never),
+              SplitPolicy::WhileUncapped);
     try {
-        split_blocks_wanted("KILN_VULKAN_SPLIT_BLOCKS", "yes");
+        split_policy_setting("KILN_VULKAN_SPLIT_BLOCKS", "yes", SplitPolicy::Never);
         ADD_FAILURE() << "KILN_VULKAN_SPLIT_BLOCKS=yes was accepted";
     } catch (const Error& e) {
         EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
         EXPECT_NE(std::string(e.what()).find("KILN_VULKAN_SPLIT_BLOCKS=yes"), std::string::npos) << e.what();
     }
+}
+
+// Under WhileUncapped a request is cut only while the allocator has no cap.
+TEST(SplitBlocks, WhileUncappedCutsOnlyWithoutACap) {
+    EXPECT_TRUE(cuts_blocks(SplitPolicy::WhileUncapped, 0));
+    EXPECT_FALSE(cuts_blocks(SplitPolicy::WhileUncapped, int64_t(1) << 30));
+    EXPECT_TRUE(cuts_blocks(SplitPolicy::Always, int64_t(1) << 30));
+    EXPECT_FALSE(cuts_blocks(SplitPolicy::Never, 0));
 }
 
 }  // namespace

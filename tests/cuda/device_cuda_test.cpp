@@ -124,7 +124,7 @@ TEST(CudaAllocator, SplitBlocksAreCutAtTheCapAndMergeWhenFreed) {
     KILN_CUDA_CHECK(cudaSetDevice(0));
     constexpr int64_t MiB = int64_t(1) << 20;
     CudaAllocator a(0);
-    a.set_split_blocks(true);
+    a.set_split_policy(SplitPolicy::Always);
     a.set_limit(64 * MiB);
     char* forty = static_cast<char*>(a.allocate(40 * MiB));
     void* twenty = a.allocate(20 * MiB);

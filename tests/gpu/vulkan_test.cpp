@@ -524,11 +524,11 @@ TEST(VulkanTimeline, OneSpanPerOpCallInsideTheWallTime) {
 // each test of the allocator's policy states the one it checks, whatever the environment asked.
 struct SplitBlocksFor {
     vulkan::VulkanBackend& vk;
-    bool was;
-    SplitBlocksFor(vulkan::VulkanBackend& b, bool on) : vk(b), was(b.memory().split_blocks()) {
-        vk.memory().set_split_blocks(on);
+    SplitPolicy was;
+    SplitBlocksFor(vulkan::VulkanBackend& b, bool on) : vk(b), was(b.memory().split_policy()) {
+        vk.memory().set_split_policy(on ? SplitPolicy::Always : SplitPolicy::Never);
     }
-    ~SplitBlocksFor() { vk.memory().set_split_blocks(was); }
+    ~SplitBlocksFor() { vk.memory().set_split_policy(was); }
 };
 
 // --vram on Vulkan (VulkanMemory::set_limit): what kiln holds stays under the cap, cache included; past it the
@@ -593,7 +593,7 @@ TEST(VulkanMemoryLimit, GivesBackOnlyWhatARequestNeeds) {
     vk.release_cached_memory();
 }
 
-// KILN_VULKAN_SPLIT_BLOCKS=1 (VulkanMemory::set_split_blocks): at the cap a request is cut from a larger free
+// Blocks cut from larger ones (VulkanMemory's default; KILN_VULKAN_SPLIT_BLOCKS): at the cap a request is cut from a larger free
 // allocation instead of one going back to the driver; the parts hold their own values, merge when freed, and an
 // allocation whose parts are all free is what goes back.
 TEST(VulkanMemoryLimit, SplitBlocksAreCutAtTheCapAndMergeWhenFreed) {

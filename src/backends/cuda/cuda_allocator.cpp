@@ -36,7 +36,7 @@ int CudaAllocator::new_pool() {
 void* CudaAllocator::allocate(int64_t bytes) {
     count_allocation(name_, bytes);  // KILN_FAIL_ALLOCATION_AT (core/allocation_faults.h)
     const int64_t size = rounded(bytes);
-    if (split_on_ && size >= kMiB) return allocate_split(bytes, size);
+    if (size >= kMiB && cuts_blocks(split_policy_, limit_)) return allocate_split(bytes, size);
     auto& pool = free_[current_];
     // A cached block at most a quarter (plus one granule) larger: reuse without wasting much.
     auto it = pool.lower_bound(size);

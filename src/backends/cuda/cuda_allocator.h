@@ -52,10 +52,10 @@ public:
     // blocks of near sizes are interchangeable.
     static int64_t rounded(int64_t bytes);
 
-    // Requests of 1 MiB and more cut from larger free blocks, which merge again when freed (core/split_blocks.h),
-    // instead of taking a cached block at most a quarter larger than they are: off by default until measured
-    // across caps (docs/MEMORY.md, KILN_CUDA_SPLIT_BLOCKS). Blocks already given keep the way they were given.
-    void set_split_blocks(bool on) { split_on_ = on; }
+    // When requests of 1 MiB and more are cut from larger free blocks, which merge again when freed
+    // (core/split_blocks.h), instead of taking a cached block at most a quarter larger than they are (the backend's
+    // default: while there is no cap; KILN_CUDA_SPLIT_BLOCKS). Blocks already given keep the way they were given.
+    void set_split_policy(SplitPolicy policy) { split_policy_ = policy; }
 
 private:
     // Gives cached blocks back (those release_cached may) until `size` more bytes fit the limit.
@@ -79,8 +79,8 @@ private:
     std::vector<bool> released_{false};
     int64_t reserved_ = 0, live_bytes_ = 0, limit_ = 0;
     AllocatorCounts counts_;
-    bool split_on_ = false;
-    SplitBlocks split_{2 * (int64_t(1) << 20)};  // the blocks of 1 MiB and more, where split_on_
+    SplitPolicy split_policy_ = SplitPolicy::Never;
+    SplitBlocks split_{2 * (int64_t(1) << 20)};  // the blocks of 1 MiB and more that were cut (split_policy_)
 };
 
 }  // namespace kiln::cuda

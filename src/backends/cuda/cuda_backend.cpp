@@ -98,7 +98,8 @@ CudaBackend::CudaBackend(int index)
     graphs_enabled_ = !(env && std::strcmp(env, "0") == 0) && !sync_ops_;
     upload_ahead_wanted_ = detail::on_off_setting("KILN_CUDA_UPLOAD_AHEAD", std::getenv("KILN_CUDA_UPLOAD_AHEAD"),
                                                   "copies streamed weights ahead", "in line");
-    allocator_.set_split_blocks(split_blocks_wanted("KILN_CUDA_SPLIT_BLOCKS", std::getenv("KILN_CUDA_SPLIT_BLOCKS")));
+    allocator_.set_split_policy(split_policy_setting("KILN_CUDA_SPLIT_BLOCKS", std::getenv("KILN_CUDA_SPLIT_BLOCKS"),
+                                                    SplitPolicy::WhileUncapped));
     if (dequantize_ahead_wanted(std::getenv("KILN_CUDA_DEQUANT_AHEAD")))
         dequantize_ahead_ = std::make_unique<DequantizeAhead>(*this);
 }

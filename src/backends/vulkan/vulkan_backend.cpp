@@ -206,7 +206,8 @@ VulkanBackend::VulkanBackend(const PhysicalDevice& physical, int index)
     staging_bytes_ = kStagingBytes;
 
     memory_ = std::make_unique<VulkanMemory>(device_, physical_, device_name(device()), [this] { synchronize(); });
-    memory_->set_split_blocks(split_blocks_wanted("KILN_VULKAN_SPLIT_BLOCKS", std::getenv("KILN_VULKAN_SPLIT_BLOCKS")));
+    memory_->set_split_policy(
+        split_policy_setting("KILN_VULKAN_SPLIT_BLOCKS", std::getenv("KILN_VULKAN_SPLIT_BLOCKS"), SplitPolicy::Always));
     kernels_ = std::make_unique<VulkanKernels>(device_, physical_);
     uint32_t families = 0;
     a.vkGetPhysicalDeviceQueueFamilyProperties(physical_.handle, &families, nullptr);

@@ -157,7 +157,7 @@ void* VulkanMemory::allocate(int64_t bytes) {
     // Rounded up to a granule, but never past the limit (a request just under it still fits).
     const int64_t size = max_allocation_ > 0 ? std::min(rounded(bytes), max_allocation_) : rounded(bytes);
     const int64_t slab = max_allocation_ > 0 ? std::min(kSlab, max_allocation_) : kSlab;
-    if (split_on_ && !(size < kSmall && size <= slab)) {
+    if (cuts_blocks(split_policy_, limit_) && !(size < kSmall && size <= slab)) {
         if (const uint64_t cut = split_.take(current_, size)) return reinterpret_cast<void*>(cut);
         const uint64_t address = new_chunk(size, false);
         const int64_t chunk = chunks_.at(address).size;

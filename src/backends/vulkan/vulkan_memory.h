@@ -71,11 +71,11 @@ public:
     bool forced_binding() const { return max_binding_ > 0; }
     int64_t driver_max_allocation() const { return static_cast<int64_t>(physical_.max_allocation); }
 
-    // Requests of 4 MiB and more cut from larger free allocations, which merge again when freed
-    // (core/split_blocks.h), instead of each taking a cached allocation at most a quarter larger or one of its own:
-    // off by default until measured on a GPU (docs/MEMORY.md, KILN_VULKAN_SPLIT_BLOCKS).
-    void set_split_blocks(bool on) { split_on_ = on; }
-    bool split_blocks() const { return split_on_; }
+    // When requests of 4 MiB and more are cut from larger free allocations, which merge again when freed
+    // (core/split_blocks.h), instead of each taking a cached allocation at most a quarter larger or one of its own
+    // (the backend's default: always; KILN_VULKAN_SPLIT_BLOCKS; docs/MEMORY.md).
+    void set_split_policy(SplitPolicy policy) { split_policy_ = policy; }
+    SplitPolicy split_policy() const { return split_policy_; }
 
     int new_pool();
     void set_current_pool(int pool) { current_ = pool; }
@@ -109,8 +109,8 @@ private:
     bool forced_allocation_ = false;
     int64_t max_binding_ = 0;  // KILN_VULKAN_MAX_BINDING (0: only the kernels' index range)
     AllocatorCounts counts_;
-    bool split_on_ = false;
-    SplitBlocks split_{int64_t(4) << 20};  // the dedicated allocations' blocks, where split_on_ (a rest under
+    SplitPolicy split_policy_ = SplitPolicy::Never;
+    SplitBlocks split_{int64_t(4) << 20};  // the dedicated allocations' blocks, where cut (split_policy_; a rest under
                                            // 4 MiB would serve no request: those go to slabs)
     std::map<uint64_t, Chunk> chunks_;  // by base address
     std::unordered_map<uint64_t, Block> live_;  // by address
