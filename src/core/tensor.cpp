@@ -200,8 +200,13 @@ Tensor Tensor::to_device(Backend& backend, DType dtype) const {
                 std::string("quantizing a ") + dtype_name(dtype_) + " tensor to " + dtype_name(dtype) + " on " +
                     device_name(backend.device()) + " (quantize on the host)");
         // A dry run (core/dry_run.h) counts the copy and moves nothing: the source, a weight perhaps offloaded (a
-        // block weight widened for a product), is not read.
-        if (!backend.allocations_are_real()) return out;
+        // block weight widened for a product), is not read. What the backend cannot convert fails as it would.
+        if (!backend.allocations_are_real()) {
+            require(backend.supports(dtype_) && backend.supports(dtype), ErrorKind::Unsupported,
+                    std::string("converting ") + dtype_name(dtype_) + " to " + dtype_name(dtype) + " on " +
+                        device_name(backend.device()) + " (the backend does not take both)");
+            return out;
+        }
         if (dtype == dtype_) {
             backend.copy(out.device_->data(), device_->data(), device_->bytes());
             return out;

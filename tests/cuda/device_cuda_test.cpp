@@ -165,5 +165,50 @@ TEST(CudaAllocator, SplitBlocksAreCutAtTheCapAndMergeWhenFreed) {
     EXPECT_EQ(a.reserved_bytes(), 0);
 }
 
+// The default, cutting only without a cap (SplitPolicy::WhileUncapped), across a cap set and lifted mid-run (a run
+// that ran out goes on under --vram auto): under the cap a whole request is served from a cut segment's free room
+// before the driver is asked; with the cap lifted, a whole block cached under it becomes a segment to cut from.
+TEST(CudaAllocator, ACapSetAndLiftedMidRunReusesWhatIsHeld) {
+    if (cuda_devices().empty()) GTEST_SKIP() << "no CUDA GPU on this machine";
+    KILN_CUDA_CHECK(cudaSetDevice(0));
+    constexpr int64_t MiB = int64_t(1) << 20;
+    CudaAllocator a(0);
+    a.set_split_policy(SplitPolicy::WhileUncapped);
+    char* forty = static_cast<char*>(a.allocate(40 * MiB));  // cut path: a segment of its own
+    void* eight = a.allocate(8 * MiB);
+    a.deallocate(forty);
+    a.set_limit(48 * MiB);
+    AllocatorCounts before = a.counts();
+    // 48 + 16 is past the cap; the free 40 MiB segment holds it: no give-back, no new allocation.
+    char* sixteen = static_cast<char*>(a.allocate(16 * MiB));
+    EXPECT_EQ(sixteen, forty);
+    EXPECT_EQ(a.counts().since(before).device_allocations, 0);
+    EXPECT_EQ(a.counts().since(before).give_backs, 0);
+    EXPECT_EQ(a.reserved_bytes(), 48 * MiB);
+    a.deallocate(sixteen);
+    a.deallocate(eight);
+    a.release_cached();
+    ASSERT_EQ(a.reserved_bytes(), 0);
+
+    // Under the cap a 20 MiB block is served whole and cached when freed; lifted, a 12 MiB and then an 8 MiB
+    // request are cut from it.
+    a.set_limit(64 * MiB);
+    char* twenty = static_cast<char*>(a.allocate(20 * MiB));
+    a.deallocate(twenty);
+    a.set_limit(0);
+    before = a.counts();
+    char* twelve = static_cast<char*>(a.allocate(12 * MiB));
+    char* eight_more = static_cast<char*>(a.allocate(8 * MiB));
+    EXPECT_EQ(twelve, twenty);
+    EXPECT_EQ(eight_more, twenty + 12 * MiB);
+    EXPECT_EQ(a.counts().since(before).device_allocations, 0);
+    EXPECT_EQ(a.reserved_bytes(), 20 * MiB);
+    EXPECT_EQ(a.live_bytes(), 20 * MiB);
+    a.deallocate(twelve);
+    a.deallocate(eight_more);
+    a.release_cached();
+    EXPECT_EQ(a.reserved_bytes(), 0);
+}
+
 }  // namespace
 }  // namespace kiln::cuda

@@ -300,17 +300,18 @@ TEST_P(DryRunCall, LeavesNoTrace) {
     EXPECT_LT(kiln::test::relative_error(got, want), 2e-5);
 }
 
-// Block weights (q8_0) off the device: the dry call widens each for its product (DeviceWeight) without reading it,
+// Block weights (q4_K; q5_0 where sd15-mini's rows are too short: formats every backend widens, where Vulkan may
+// read q8_0 in its products) off the device: the dry call widens each for its product (DeviceWeight) without reading it,
 // so planning a streamed run moves no weight and does not fail; and its peak is a real call's with the weights
 // resident, the transient weights included (1% as above).
 TEST_P(DryRunCall, OffloadedBlockWeightsStayOffloaded) {
     Backend& gpu = this->gpu();
     if (!has_dry_run(gpu)) GTEST_SKIP() << device_name(gpu.device()) << " has no dry run";
-    if (!gpu.supports(DType::Q8_0)) GTEST_SKIP() << device_name(gpu.device()) << " takes no q8_0 blocks";
+    if (!gpu.supports(DType::Q4_K)) GTEST_SKIP() << device_name(gpu.device()) << " takes no q4_K blocks";
     LoadOptions o;
     o.device = gpu.device();
     o.precision = DType::F32;
-    o.weights = DType::Q8_0;
+    o.weights = DType::Q4_K;
     o.offload_weights = true;
     const StableDiffusionModel moving = load_model(data_path("sd15-mini/diffusers"), o);
     const int64_t dry = unet_call_peak_bytes(moving, 64, 48, 2);

@@ -47,6 +47,10 @@ void* CudaAllocator::allocate(int64_t bytes) {
         pool.erase(it);
         return p;
     }
+    // Under a cap set after blocks were cut (WhileUncapped, a run that ran out and goes on under --vram auto): the
+    // free room of their segments serves before the driver is asked, as make_room could not give it back.
+    if (size >= kMiB)
+        if (const uint64_t cut = split_.take(current_, size)) return reinterpret_cast<void*>(cut);
     fit_limit(bytes, size);
     void* p = from_driver(bytes, size);
     live_[p] = Block{size, current_};
@@ -56,6 +60,16 @@ void* CudaAllocator::allocate(int64_t bytes) {
 
 void* CudaAllocator::allocate_split(int64_t bytes, int64_t size) {
     if (const uint64_t cut = split_.take(current_, size)) return reinterpret_cast<void*>(cut);
+    // A whole block cached while requests were served whole (a cap since lifted) becomes a segment to cut from,
+    // rather than staying cached beside a new allocation.
+    auto& pool = free_[current_];
+    if (auto it = pool.lower_bound(size); it != pool.end()) {
+        void* p = it->second;
+        const int64_t block = it->first;
+        pool.erase(it);
+        split_.add_segment(current_, reinterpret_cast<uint64_t>(p), block, block - size < kMinRest ? block : size);
+        return p;
+    }
     fit_limit(bytes, size);
     void* p = from_driver(bytes, size);
     split_.add_segment(current_, reinterpret_cast<uint64_t>(p), size, size);
