@@ -76,6 +76,17 @@ Placement resolve_placement(const std::string& device, const std::string& precis
 // describe() words it for a notice line. InvalidArgument on the CPU, Unsupported where the backend cannot cap.
 VramBudget apply_vram_limit(const std::string& vram, const Device& device);
 
+// --weights of txt2img, img2img, bench and plan: its help and its values.
+inline constexpr const char* kWeightsHelp =
+    "f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_K | q3_K | q4_K | q5_K | q6_K: precision of the "
+    "weights in memory (default: as the file stores them; q*: 2- to 8-bit blocks for the linear and conv weights, "
+    "docs/QUANT.md)";
+inline const std::vector<std::string>& weights_choices() {
+    static const std::vector<std::string> choices = {"f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1", "q5_0",
+                                                     "q5_1", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"};
+    return choices;
+}
+
 // --weights as a dtype: empty (keep the file's) gives none; CLI11 has checked the spelling.
 inline std::optional<DType> weights_option(const std::string& s) {
     if (s.empty()) return std::nullopt;

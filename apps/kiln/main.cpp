@@ -43,12 +43,8 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", kiln::cli::kVersion);
 
     kiln::cli::GenerateOptions gen;
-    const char* kWeightsHelp =
-        "f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_K | q3_K | q4_K | q5_K | q6_K: precision of the "
-        "weights in memory (default: as the file stores them; q*: 2- to 8-bit blocks for the linear and conv weights, "
-        "docs/QUANT.md)";
-    const std::vector<std::string> kWeightsChoices = {"f32",  "f16",  "bf16", "q8_0", "q4_0", "q4_1", "q5_0",
-                                                      "q5_1", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"};
+    using kiln::cli::kWeightsHelp;
+    const std::vector<std::string>& kWeightsChoices = kiln::cli::weights_choices();
     const char* kDeviceHelp = "cpu | cuda[:N] | vulkan[:N] | auto (a GPU when there is one, CUDA before Vulkan; kiln info --devices lists them)";
     const char* kPrecisionHelp = "fp16 | bf16 | fp32: activations on a GPU (default fp16; the CPU computes in fp32)";
     auto add_generation_options = [&](CLI::App* cmd, bool img2img) {

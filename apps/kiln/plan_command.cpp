@@ -64,6 +64,8 @@ CLI::App* add_plan_command(CLI::App& app, PlanOptions& o) {
     cmd->add_option("--lora", o.loras, "FILE[:WEIGHT]: a LoRA file to count (repeatable)");
     cmd->add_option("--lora-dir", o.lora_dir, "where the prompt's <lora:NAME:W> tags find NAME.safetensors");
     cmd->add_option("--unet", o.unet, "FILE: the UNet from this file, as txt2img takes it");
+    cmd->add_option("--weights", o.weights, std::string(kWeightsHelp) + "; as txt2img takes it")
+        ->check(CLI::IsMember(weights_choices()));
     return cmd;
 }
 
@@ -85,6 +87,7 @@ int run_plan(const PlanOptions& o) {
     load.precision = placement.precision;
     load.offload_weights = gpu;  // only their sizes are needed: none stays on the device
     load.unet_path = o.unet;
+    load.weights = weights_option(o.weights);
     // The LoRA files as txt2img finds them, not merged: the plan adds their copies (pipeline/lora_memory.h).
     GenerationRequest r;
     r.prompt = o.prompt;

@@ -23,6 +23,7 @@ struct PlanOptions {
     std::string prompt_syntax = "a1111";
     std::vector<std::string> loras;  // --lora FILE[:WEIGHT]
     std::string unet;                // --unet FILE, as txt2img's
+    std::string weights;             // --weights, as txt2img's (a quantized load's sizes)
     std::string lora_dir;
 };
 

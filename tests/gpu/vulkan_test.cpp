@@ -593,9 +593,9 @@ TEST(VulkanMemoryLimit, GivesBackOnlyWhatARequestNeeds) {
     vk.release_cached_memory();
 }
 
-// Blocks cut from larger ones (VulkanMemory's default; KILN_VULKAN_SPLIT_BLOCKS): at the cap a request is cut from a larger free
-// allocation instead of one going back to the driver; the parts hold their own values, merge when freed, and an
-// allocation whose parts are all free is what goes back.
+// Blocks cut from larger ones (VulkanMemory's default; KILN_VULKAN_SPLIT_BLOCKS): at the cap a request is cut from
+// a larger free allocation instead of one going back to the driver; the parts hold their own values, merge when
+// freed, and an allocation whose parts are all free is what goes back.
 TEST(VulkanMemoryLimit, SplitBlocksAreCutAtTheCapAndMergeWhenFreed) {
     KILN_VULKAN_OR_SKIP(gpu);
     auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);

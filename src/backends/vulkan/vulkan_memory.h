@@ -2,8 +2,9 @@
 // state). Every block is named by its buffer device address, which the backend hands out as the tensor's
 // pointer: offsets into a tensor are plain arithmetic on the host and shaders read through the address, so
 // no descriptor sets and no maxStorageBufferRange limit. Requests under 4 MiB are cut from 64 MiB slabs
-// (drivers allow only a few thousand allocations); larger ones get an allocation of their own, which can
-// be given back to the driver when memory runs short.
+// (drivers allow only a few thousand allocations); larger ones are cut from larger free allocations or get one
+// of their own (set_split_policy), and an allocation whose parts are all free can be given back to the driver
+// when memory runs short.
 // Limits (docs/VULKAN.md, "Allocation limits"), each an OutOfMemory error naming it: one allocation
 // (maxMemoryAllocationSize / maxBufferSize, or KILN_VULKAN_MAX_ALLOCATION), one kernel operand (max_binding: the
 // kernels' 32-bit indices, or KILN_VULKAN_MAX_BINDING), the heap budget (VK_EXT_memory_budget).
