@@ -47,8 +47,9 @@ public:
         return conv2d(y, w, b, stride, padding);
     }
     // Per channel c of x [1, C, H, W], over its rows [row, row + rows): adds the sum and the sum of squares of
-    // the values, accumulated in double, to sum[c] and sum_sq[c] (GroupNorm statistics gathered band by band,
-    // models/vae/vae_tiled_decode.cpp). Where the backend has no kernel, the values come to the host for it.
+    // the values to sum[c] and sum_sq[c] (GroupNorm statistics gathered band by band,
+    // models/vae/vae_tiled_decode.cpp), in double (CUDA, and here) or in float32 within chunks of at most 1024
+    // values added in double (Vulkan). Where the backend has no kernel, the values come to the host for it.
     virtual void add_channel_sums(const Tensor& x, int64_t row, int64_t rows, std::vector<double>& sum,
                                   std::vector<double>& sum_sq) const {
         const Tensor host = x.to_host();

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/backend.h"
+#include "core/memory.h"
 #include "kiln/error.h"
 #include "pipeline/memory_check.h"
 #include "pipeline/memory_plan.h"
@@ -95,7 +96,12 @@ bool tiled_decode_fits_device(const StableDiffusionModel& model, int width, int 
     const int64_t elem = int64_t(dtype_size(model.vae->weight_dtype()));
     const Parking p = tiled_parking_bytes(model, width, height, batch, elem);
     const int64_t limit = gpu.max_allocation_bytes();
-    return p.most <= gpu.memory_info().free / 2 && (limit == 0 || p.largest <= limit);
+    int64_t free = gpu.memory_info().free;
+    // Under a cap the driver's free memory is not what kiln may take: the cap less kiln's tensors (cached blocks
+    // go back to make room) is.
+    if (const int64_t cap = gpu.memory_limit(); cap > 0)
+        free = std::min(free, cap - memory_stats().device(device_name(model.device)).total.current);
+    return p.most <= free / 2 && (limit == 0 || p.largest <= limit);
 }
 
 namespace {

@@ -33,8 +33,8 @@ int64_t estimate_vae_decode_bytes(const StableDiffusionModel& model, int width, 
 int64_t largest_vae_decode_tensor_bytes(const StableDiffusionModel& model, int width, int height, int batch);
 
 // Whether a tiled decode on the model's GPU keeps its activations there: when the most it parks at once fits in
-// half of the device's free memory, and its largest tensor in one allocation (Vulkan drivers cap it, 4 GiB on
-// NVIDIA's).
+// half of the device's free memory (under a --vram cap, of what the cap leaves beside kiln's tensors), and its
+// largest tensor in one allocation (Vulkan drivers cap it, 4 GiB on NVIDIA's).
 bool tiled_decode_fits_device(const StableDiffusionModel& model, int width, int height, int batch);
 
 // The decoded image [N, 3, H, W] on the host (float32, about [-1, 1]) of raw latents (already divided by the VAE

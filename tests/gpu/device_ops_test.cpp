@@ -126,6 +126,32 @@ TEST_P(DeviceOps, Conv2dAndFusedNorm) {
 // and SiLU's: u_s each of |x scale| + |shift|, which bounds every intermediate; SiLU's slope is below 1.1, so
 // 4 u_s x 1.1 of the convolution over those magnitudes (factor 5 over abs_in below). Vulkan applies the affine and
 // SiLU as the convolution reads (scale and shift rounded to t, the rest float32): fewer roundings, the same bound.
+// add_channel_sums over runs longer than one chunk (Vulkan's are 1024 values: 3 chunks here, the last partial), rows
+// inside the tensor, values shifted off zero (a mean well above the spread, as activations have), against the host's
+// sums in double; the bound: each value's way through a chunk in float32 (4 a thread, a tree of 8, its square) is at
+// most 14 roundings of 2^-24, and the chunks add in double.
+TEST_P(DeviceOps, ChannelSumsOverManyChunks) {
+    Backend* gpu = &this->gpu();
+    for (DType t : kiln::test::gpu_dtypes(*gpu)) {
+        const Tensor x = random({1, 3, 40, 61}, 44, t, 2.0f, 5.0f);
+        const Tensor xd = x.to_device(*gpu, t);
+        std::vector<double> sum(3, 1.0), sum_sq(3, 2.0);  // added to, not overwritten
+        ops::device_ops(xd).add_channel_sums(xd, 3, 34, sum, sum_sq);
+        for (int64_t c = 0; c < 3; ++c) {
+            double s = 1.0, q = 2.0, magnitude = 0.0;
+            for (int64_t i = 3 * 61; i < 37 * 61; ++i) {
+                const double v = x[c * 40 * 61 + i];
+                s += v;
+                q += v * v;
+                magnitude += std::fabs(v);
+            }
+            const double roundings = 14 * std::ldexp(1.0, -24);
+            EXPECT_NEAR(sum[c], s, roundings * magnitude) << dtype_name(t) << " channel " << c;
+            EXPECT_NEAR(sum_sq[c], q, roundings * q) << dtype_name(t) << " channel " << c;
+        }
+    }
+}
+
 TEST_P(DeviceOps, TiledDecodePieces) {
     Backend* gpu = &this->gpu();
     for (DType t : kiln::test::gpu_dtypes(*gpu)) {
@@ -145,17 +171,21 @@ TEST_P(DeviceOps, TiledDecodePieces) {
         const Tensor xd = x.to_device(*gpu, t), wd = w.to_device(*gpu, t), bd = b.to_device(*gpu, t);
         expect_close(ops::conv2d_affine_silu(xd, scale, shift, wd, &bd, 1, 1).to_host(), ref, bound_scale, 54.0, t, 5,
                      std::string("conv2d_affine_silu ") + dtype_name(t));
-        // Sums of rows 2-5 of each channel, against the host's over the same (rounded) values.
+        // Sums of rows 2-5 of each channel, against the host's in double over the same (rounded) values. A backend
+        // may add a chunk's values in float32 (Vulkan: 256 threads, then a tree of 8 levels, each value squared
+        // once): at most 10 roundings of 2^-24 on each value's way, so 10 * 2^-24 of the sum of magnitudes.
         std::vector<double> sum(6, 0.0), sum_sq(6, 0.0);
         ops::device_ops(xd).add_channel_sums(xd, 2, 4, sum, sum_sq);
         for (int64_t c = 0; c < 6; ++c) {
-            double s = 0.0, q = 0.0;
+            double s = 0.0, q = 0.0, magnitude = 0.0;
             for (int64_t i = 2 * 5; i < 6 * 5; ++i) {
                 s += x[c * 35 + i];
                 q += double(x[c * 35 + i]) * x[c * 35 + i];
+                magnitude += std::fabs(x[c * 35 + i]);
             }
-            EXPECT_NEAR(sum[c], s, 1e-9 * (1 + std::fabs(q))) << dtype_name(t) << " channel " << c;
-            EXPECT_NEAR(sum_sq[c], q, 1e-9 * (1 + q)) << dtype_name(t) << " channel " << c;
+            const double roundings = 10 * std::ldexp(1.0, -24);
+            EXPECT_NEAR(sum[c], s, roundings * magnitude) << dtype_name(t) << " channel " << c;
+            EXPECT_NEAR(sum_sq[c], q, roundings * q) << dtype_name(t) << " channel " << c;
         }
         // Rows 1-3 of every channel into a [1, 6, 3, 5] tensor: bit-exact copies.
         Tensor band = Tensor::empty_on(*gpu, {1, 6, 3, 5}, t);

@@ -14,6 +14,8 @@
 #include "kiln/error.h"
 #include "pipeline/generate.h"
 #include "pipeline/gpu_memory_plan.h"
+#include "pipeline/vae_tiling.h"
+#include "core/memory.h"
 #include "ops/ops.h"
 #if KILN_HAS_VULKAN
 #include "backends/vulkan/vulkan_backend.h"
@@ -271,4 +273,18 @@ TEST_P(WeightOffload, PlansOrderFromFastestToLeanest) {
         EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory);
         EXPECT_NE(std::string(e.what()).find("--vram "), std::string::npos) << e.what();
     }
+}
+
+// Whether a tiled decode parks its activations on the GPU follows a --vram cap, not the driver's free memory: a cap
+// just above what kiln holds leaves no room to park, so the bands park on the host.
+TEST_P(WeightOffload, TiledDecodeParksWithinTheCap) {
+    Backend& gpu = this->gpu();
+    const StableDiffusionModel m = kiln::test::load_fixture_f32("sd15-mini", gpu.device(), false);
+    const int64_t before = gpu.memory_limit();
+    ASSERT_TRUE(gpu.set_memory_limit(0));
+    EXPECT_TRUE(tiled_decode_fits_device(m, 64, 48, 1)) << "no room on an uncapped GPU for a 64x48 decode";
+    const int64_t held = memory_stats().device(device_name(gpu.device())).total.current;
+    ASSERT_TRUE(gpu.set_memory_limit(held + 1024));
+    EXPECT_FALSE(tiled_decode_fits_device(m, 64, 48, 1)) << "parked past the cap";
+    gpu.set_memory_limit(before);
 }

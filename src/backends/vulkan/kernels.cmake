@@ -67,6 +67,8 @@ set(KILN_VULKAN_KERNELS
   "conv2d_q8_small_f16|conv2d.comp|SMALL,T_F16,W_Q8"
   "conv2d_q8_direct_f32|conv2d.comp|DIRECT,W_Q8"
   "conv2d_q8_direct_f16|conv2d.comp|DIRECT,T_F16,W_Q8"
+  "channel_sums_f32|channel_sums.comp"
+  "channel_sums_f16|channel_sums.comp|T_F16"
   "group_norm_stats_f32|group_norm_stats.comp"
   "group_norm_stats_f16|group_norm_stats.comp|T_F16"
   "group_norm_apply_f32|group_norm_apply.comp"

@@ -115,6 +115,10 @@ struct NormStatsParams {
     float eps;
     uint32_t chunks, chunk, phase, groups;
 };
+struct ChannelSumsParams {
+    uint64_t x, ws;
+    uint32_t offset, stride, count, chunk, chunks, runs;
+};
 struct NormApplyParams {
     uint64_t x, y, stats, gamma, beta;
     uint32_t n, c, spatial, groups, to_nlc;
@@ -766,6 +770,34 @@ void VulkanDeviceOps::activation_(Tensor& x, ops::DeviceActivation f) const {
     Timed scope(backend_, kinds[int(f)]);
     UnaryParams p{bind(x), u32(x.numel(), "activation", x), uint32_t(f), 1.0f};
     backend_.dispatch(kernel("unary", x).c_str(), p, element_groups(x.numel()));
+}
+
+void VulkanDeviceOps::add_channel_sums(const Tensor& x, int64_t row, int64_t rows, std::vector<double>& sum,
+                                       std::vector<double>& sum_sq) const {
+    if (x.rank() != 4 || x.dim(0) != 1 || row < 0 || rows < 0 || row + rows > x.dim(2) ||
+        int64_t(sum.size()) != x.dim(1) || int64_t(sum_sq.size()) != x.dim(1))
+        bad_device_operands("add_channel_sums", x,
+                            device_operand("x", x) + " must be [1, C, H, W] with rows " + std::to_string(row) + " to " +
+                                std::to_string(row + rows) + " in it and C sums");
+    const int64_t c = x.dim(1), plane = x.dim(2) * x.dim(3), length = rows * x.dim(3);
+    if (c == 0 || length == 0) return;
+    // Chunks of 1024 values: four a thread, then the workgroup's tree, in float32 (the whole decode's own GroupNorm
+    // statistics are float32 too); the chunks add up in double here. The band's values stay on the device.
+    constexpr int64_t kChunk = 1024;
+    const int64_t chunks = (length + kChunk - 1) / kChunk;
+    const Tensor ws = Tensor::empty_on(backend_, {2 * c * chunks}, DType::F32);
+    ChannelSumsParams p{bind(x), bind(ws), u32(row * x.dim(3), "add_channel_sums", x), u32(plane, "add_channel_sums", x),
+                        u32(length, "add_channel_sums", x), uint32_t(kChunk), uint32_t(chunks), uint32_t(c)};
+    u32(x.numel(), "add_channel_sums", x);
+    const RowGrid grid = row_grid(c * chunks);
+    backend_.dispatch(kernel("channel_sums", x).c_str(), p, grid.x, grid.y);
+    std::vector<float> host(size_t(2 * c * chunks));
+    backend_.download(host.data(), ws.device_data(), int64_t(host.size() * sizeof(float)));
+    for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t k = 0; k < chunks; ++k) {
+            sum[size_t(ch)] += host[size_t(2 * (ch * chunks + k))];
+            sum_sq[size_t(ch)] += host[size_t(2 * (ch * chunks + k) + 1)];
+        }
 }
 
 void VulkanDeviceOps::scale_(Tensor& x, float s) const {

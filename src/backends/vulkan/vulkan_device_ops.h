@@ -73,6 +73,8 @@ public:
     void add_(Tensor& a, const Tensor& b) const override;
     void add_channel_bias_(Tensor& x, const Tensor& bias_nc) const override;
     void scale_(Tensor& x, float s) const override;
+    void add_channel_sums(const Tensor& x, int64_t row, int64_t rows, std::vector<double>& sum,
+                          std::vector<double>& sum_sq) const override;
     Tensor nchw_to_nlc(const Tensor& x) const override;
     Tensor nlc_to_nchw(const Tensor& x, int64_t h, int64_t w) const override;
     Tensor columns(const Tensor& x, int64_t begin, int64_t count) const override;
