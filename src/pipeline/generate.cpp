@@ -323,7 +323,8 @@ GenerationResult generate_with(const StableDiffusionModel& model, const Generati
         // about one element in five.
         for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = latents[i] / model.vae_scale;
         place_for("vae_decode");
-        Tensor decoded = decode_latents(model, latents, vae_tiling, r.notice, vae_band);
+        Tensor decoded = decode_latents(model, latents, vae_tiling, r.notice, vae_band,
+                                        gpu_plan.vae_tiled && r.vae_tiling != VaeTiling::On);
         model.vae->pages().drop();
         if (gpu) report_stage();
         // A reduced-precision VAE that overflowed gives NaN or infinity, which would be a black picture.

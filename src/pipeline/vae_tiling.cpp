@@ -176,7 +176,8 @@ bool try_whole(const std::function<Result()>& pass, Result& out, std::string& un
 }
 
 Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
-                      const std::function<void(const std::string&)>& notice, int64_t band_bytes) {
+                      const std::function<void(const std::string&)>& notice, int64_t band_bytes,
+                      bool park_where_it_fits) {
     const bool gpu = !model.device.is_cpu();
     const int64_t max_tensor = gpu ? backend_for(model.device).max_allocation_bytes() : 0;
     // On a GPU a band's tensors stay within one allocation too.
@@ -188,7 +189,21 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
             return model.vae->decode_tiled(one, band, park_on_device);
         });
     };
-    if (tiling == VaeTiling::On) return tiled_each(false);
+    if (tiling == VaeTiling::On) {
+        // A plan's bands park on the GPU where one image's parking fits beside the rest (a round trip through
+        // the host a band costs more than the decode: docs/VULKAN.md, "The tiled decode's statistics on the device").
+        // Where the GPU runs out all the same, the host parks them, as before.
+        const int f = model.vae->config().downsample_factor();
+        if (park_where_it_fits && !model.device.is_cpu() &&
+            tiled_decode_fits_device(model, int(latents.dim(3)) * f, int(latents.dim(2)) * f, 1)) {
+            try {
+                return tiled_each(true);
+            } catch (const Error& e) {
+                if (e.kind() != ErrorKind::OutOfMemory) throw;
+            }
+        }
+        return tiled_each(false);
+    }
     if (tiling == VaeTiling::Off) return model.vae->decode(latents).to_host();
     const int f = model.vae->config().downsample_factor();
     const int width = int(latents.dim(3)) * f, height = int(latents.dim(2)) * f, n = int(latents.dim(0));

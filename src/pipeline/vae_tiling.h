@@ -42,9 +42,12 @@ bool tiled_decode_fits_device(const StableDiffusionModel& model, int width, int 
 // on a GPU one at a time once the whole batch ran out of memory. `notice` hears one line when Auto falls back to bands after the GPU ran out of memory, or goes to bands
 // at once because the whole decode's largest tensor is more than one allocation may be. On a GPU the bands'
 // tensors stay within that limit too.
-// band_bytes > 0 sizes the bands (a --vram budget's plan), else default_vae_band_bytes.
+// band_bytes > 0 sizes the bands (a --vram budget's plan), else default_vae_band_bytes. Bands park their
+// activations on the host, but for `park_where_it_fits` (bands a budget's plan chose, not --vae-tiling on): then
+// on the GPU where tiled_decode_fits_device says they fit.
 Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
-                      const std::function<void(const std::string&)>& notice, int64_t band_bytes = 0);
+                      const std::function<void(const std::string&)>& notice, int64_t band_bytes = 0,
+                      bool park_where_it_fits = false);
 
 // The posterior of images [N, 3, H, W] in [-1, 1] (Vae::encode), whole or in bands (Vae::encode_tiled) as
 // `tiling` says; Auto as decode_latents chooses: on the CPU by the estimate against free memory, on a GPU the whole
