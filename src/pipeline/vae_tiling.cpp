@@ -192,17 +192,25 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
     if (tiling == VaeTiling::On) {
         // A plan's bands park on the GPU where one image's parking fits beside the rest (a round trip through
         // the host a band costs more than the decode: docs/VULKAN.md, "The tiled decode's statistics on the device").
-        // Where the GPU runs out all the same, the host parks them, as before.
+        // Where the GPU runs out all the same, the host parks that image's, as before, and the notice says so.
         const int f = model.vae->config().downsample_factor();
-        if (park_where_it_fits && !model.device.is_cpu() &&
-            tiled_decode_fits_device(model, int(latents.dim(3)) * f, int(latents.dim(2)) * f, 1)) {
+        if (!park_where_it_fits || model.device.is_cpu() ||
+            !tiled_decode_fits_device(model, int(latents.dim(3)) * f, int(latents.dim(2)) * f, 1))
+            return tiled_each(false);
+        const int64_t band = band_size(model, band_bytes);
+        bool said = false;
+        return decode_in_chunks(latents, 1, [&](const Tensor& one) {
             try {
-                return tiled_each(true);
+                return model.vae->decode_tiled(one, band, true);
             } catch (const Error& e) {
                 if (e.kind() != ErrorKind::OutOfMemory) throw;
+                if (notice && !said)
+                    notice(std::string("the VAE decode's bands ran out of memory with their activations on ") +
+                           device_name(model.device) + " (" + e.what() + "); parking them on the host instead");
+                said = true;
+                return model.vae->decode_tiled(one, band, false);
             }
-        }
-        return tiled_each(false);
+        });
     }
     if (tiling == VaeTiling::Off) return model.vae->decode(latents).to_host();
     const int f = model.vae->config().downsample_factor();

@@ -66,8 +66,8 @@ void* CudaAllocator::allocate_split(int64_t bytes, int64_t size) {
     if (auto it = pool.lower_bound(size); it != pool.end()) {
         void* p = it->second;
         const int64_t block = it->first;
-        pool.erase(it);
         split_.add_segment(current_, reinterpret_cast<uint64_t>(p), block, block - size < kMinRest ? block : size);
+        pool.erase(it);  // after: were add_segment to throw, the block would stay cached, not lost
         return p;
     }
     fit_limit(bytes, size);
