@@ -593,6 +593,43 @@ TEST(VulkanMemoryLimit, GivesBackOnlyWhatARequestNeeds) {
     vk.release_cached_memory();
 }
 
+// A new slab refused at the cap (--vram) leaves the old slab's tail to its bump pointer alone. It used to go to the
+// cache before the new slab was asked for, and stay there after the refusal: then a later small request took it from
+// the cache and another from the bump pointer, two tensors in the same bytes (a wrong VAE decode after one that ran
+// out). Small requests of falling sizes under a cap that admits no new slab, each size until refused: every block
+// they get is its own.
+TEST(VulkanMemoryLimit, ARefusedSlabLeavesItsTailServedOnce) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    vk.synchronize();
+    std::vector<std::pair<uintptr_t, int64_t>> blocks;  // address, bytes
+    // An odd size first (a slab there is, then), so that the slab's tail, when the 64 KiB requests run out, is not a
+    // multiple of them; the cap: what is held now, so that no new slab comes.
+    blocks.emplace_back(reinterpret_cast<uintptr_t>(vk.allocate(1280)), 1280);
+    ASSERT_GT(vk.reserved_bytes(), 0);
+    ASSERT_TRUE(vk.set_memory_limit(vk.reserved_bytes()));
+    int refusals = 0;
+    for (int64_t size = 64 << 10; size >= 256; size /= 2) {
+        for (int n = 0; n < 100000; ++n) {
+            try {
+                blocks.emplace_back(reinterpret_cast<uintptr_t>(vk.allocate(size)), size);
+            } catch (const Error& e) {
+                EXPECT_EQ(e.kind(), ErrorKind::OutOfMemory) << e.what();
+                ++refusals;
+                break;
+            }
+        }
+    }
+    ASSERT_TRUE(vk.set_memory_limit(0));
+    EXPECT_GT(refusals, 0) << "the cap refused no slab: the test saw nothing";
+    std::sort(blocks.begin(), blocks.end());
+    for (size_t i = 1; i < blocks.size(); ++i)
+        EXPECT_LE(blocks[i - 1].first + uintptr_t(blocks[i - 1].second), blocks[i].first)
+            << "two blocks share bytes: " << blocks[i - 1].second << " at " << blocks[i - 1].first << ", "
+            << blocks[i].second << " at " << blocks[i].first;
+    for (const auto& [address, bytes] : blocks) vk.deallocate(reinterpret_cast<void*>(address));
+}
+
 // Blocks cut from larger ones (VulkanMemory's default; KILN_VULKAN_SPLIT_BLOCKS): at the cap a request is cut from
 // a larger free allocation instead of one going back to the driver; the parts hold their own values, merge when
 // freed, and an allocation whose parts are all free is what goes back.

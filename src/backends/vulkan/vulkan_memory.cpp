@@ -177,9 +177,13 @@ void* VulkanMemory::allocate(int64_t bytes) {
     int64_t block = size;
     if (size < kSmall && size <= slab) {
         if (slab_next_ + size > slab_end_) {
+            // The new slab first: where it is refused (a --vram cap), the old slab's tail must stay its bump region
+            // alone. Cached first, it was served twice after the refusal, once from the cache and once from the
+            // bump pointer: two tensors in the same bytes, a wrong decode after one that ran out.
+            const uint64_t fresh = new_chunk(slab, true);
             if (slab_end_ > slab_next_) free_[0].emplace(int64_t(slab_end_ - slab_next_), slab_next_);  // the tail
-            slab_next_ = new_chunk(slab, true);
-            slab_end_ = slab_next_ + slab;
+            slab_next_ = fresh;
+            slab_end_ = fresh + slab;
         }
         address = slab_next_;
         slab_next_ += size;
