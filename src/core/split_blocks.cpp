@@ -42,6 +42,7 @@ void SplitBlocks::add_segment(int pool, uint64_t base, int64_t bytes, int64_t li
             "SplitBlocks::add_segment: pool " + std::to_string(pool) + ", " + std::to_string(live) + " live of " +
                 std::to_string(bytes) + " bytes");
     free_of(pool);  // its free list exists before release (a noexcept caller's) needs it
+    if (bytes - live < min_remainder_) live = bytes;
     segments_[base] = Segment{base, bytes, pool};
     segment_bytes_ += bytes;
     blocks_[base] = Block{live, base, pool, false};

@@ -23,8 +23,9 @@ public:
 
     // A live block of `size` bytes from a free block of `pool`: its address, or 0 where no free block holds it.
     uint64_t take(int pool, int64_t size);
-    // A segment the driver gave for `pool`, [base, base + bytes), whose first `live` bytes (> 0) become a live
-    // block at base; the rest, if any, is free.
+    // A segment for `pool`, [base, base + bytes) (one the driver gave, or a whole cached block), whose first `live`
+    // bytes (> 0) become a live block at base; the rest is free where it is at least `min_remainder`, else the live
+    // block takes it too, as a cut does.
     void add_segment(int pool, uint64_t base, int64_t bytes, int64_t live);
 
     struct Released {

@@ -95,6 +95,18 @@ TEST(SplitBlocks, AMovedPoolsBlocksServeTheOtherPool) {
     EXPECT_EQ(s.live_bytes(), 0);
 }
 
+// A segment whose rest would be under the minimum is live whole, as a cut leaves it: 9 of 10 MiB live with a minimum
+// of 2 leaves no 1 MiB free block, and the live block frees as 10 MiB.
+TEST(SplitBlocks, ASegmentsShortRestIsLiveWithIt) {
+    SplitBlocks s(2 * MiB);
+    s.add_segment(0, 64 * MiB, 10 * MiB, 9 * MiB);
+    EXPECT_EQ(s.live_bytes(), 10 * MiB);
+    EXPECT_EQ(s.take(0, MiB), 0u);
+    EXPECT_EQ(s.release(64 * MiB).bytes, 10 * MiB);
+    s.add_segment(0, 128 * MiB, 10 * MiB, 8 * MiB);  // a rest of 2 MiB is kept free
+    EXPECT_EQ(s.take(0, 2 * MiB), 136 * MiB);
+}
+
 TEST(SplitBlocks, OnlyWholeFreeSegmentsAreRemoved) {
     SplitBlocks s(MiB);
     s.add_segment(0, 8 * MiB, 8 * MiB, 2 * MiB);

@@ -66,7 +66,7 @@ void* CudaAllocator::allocate_split(int64_t bytes, int64_t size) {
     if (auto it = pool.lower_bound(size); it != pool.end()) {
         void* p = it->second;
         const int64_t block = it->first;
-        split_.add_segment(current_, reinterpret_cast<uint64_t>(p), block, block - size < kMinRest ? block : size);
+        split_.add_segment(current_, reinterpret_cast<uint64_t>(p), block, size);
         pool.erase(it);  // after: were add_segment to throw, the block would stay cached, not lost
         return p;
     }

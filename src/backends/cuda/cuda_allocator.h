@@ -80,8 +80,7 @@ private:
     int64_t reserved_ = 0, live_bytes_ = 0, limit_ = 0;
     AllocatorCounts counts_;
     SplitPolicy split_policy_ = SplitPolicy::Never;
-    static constexpr int64_t kMinRest = int64_t(2) << 20;  // a cut leaves a free rest only of this much or more
-    SplitBlocks split_{kMinRest};  // the blocks of 1 MiB and more that were cut (split_policy_)
+    SplitBlocks split_{int64_t(2) << 20};  // the blocks of 1 MiB and more that were cut (split_policy_)
 };
 
 }  // namespace kiln::cuda
