@@ -182,35 +182,33 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
     const int64_t max_tensor = gpu ? backend_for(model.device).max_allocation_bytes() : 0;
     // On a GPU a band's tensors stay within one allocation too.
     const int64_t band = band_size(model, band_bytes);
+    // One image in bands, parked on the GPU where asked; where the GPU runs out all the same, parked on the host
+    // (as --vae-tiling on parks), and the notice says so once.
+    bool said_host = false;
+    const auto tiled_one = [&](const Tensor& one, bool park_on_device) {
+        if (!park_on_device) return model.vae->decode_tiled(one, band, false);
+        try {
+            return model.vae->decode_tiled(one, band, true);
+        } catch (const Error& e) {
+            if (e.kind() != ErrorKind::OutOfMemory) throw;
+            if (notice && !said_host)
+                notice(std::string("the VAE decode's bands ran out of memory with their activations on ") +
+                       device_name(model.device) + " (" + e.what() + "); parking them on the host instead");
+            said_host = true;
+            return model.vae->decode_tiled(one, band, false);
+        }
+    };
     // In bands, a batch's images one at a time: what is parked is one image's (images are independent, and the
     // banded passes work image by image anyway).
     const auto tiled_each = [&](bool park_on_device) {
-        return decode_in_chunks(latents, 1, [&](const Tensor& one) {
-            return model.vae->decode_tiled(one, band, park_on_device);
-        });
+        return decode_in_chunks(latents, 1, [&](const Tensor& one) { return tiled_one(one, park_on_device); });
     };
     if (tiling == VaeTiling::On) {
-        // A plan's bands park on the GPU where one image's parking fits beside the rest (a round trip through
-        // the host a band costs more than the decode: docs/VULKAN.md, "The tiled decode's statistics on the device").
-        // Where the GPU runs out all the same, the host parks that image's, as before, and the notice says so.
+        // A plan's bands park on the GPU where one image's parking fits beside the rest (a round trip through the
+        // host a band costs more than the decode: docs/VULKAN.md, "The tiled decode's statistics on the device").
         const int f = model.vae->config().downsample_factor();
-        if (!park_where_it_fits || model.device.is_cpu() ||
-            !tiled_decode_fits_device(model, int(latents.dim(3)) * f, int(latents.dim(2)) * f, 1))
-            return tiled_each(false);
-        const int64_t band = band_size(model, band_bytes);
-        bool said = false;
-        return decode_in_chunks(latents, 1, [&](const Tensor& one) {
-            try {
-                return model.vae->decode_tiled(one, band, true);
-            } catch (const Error& e) {
-                if (e.kind() != ErrorKind::OutOfMemory) throw;
-                if (notice && !said)
-                    notice(std::string("the VAE decode's bands ran out of memory with their activations on ") +
-                           device_name(model.device) + " (" + e.what() + "); parking them on the host instead");
-                said = true;
-                return model.vae->decode_tiled(one, band, false);
-            }
-        });
+        return tiled_each(park_where_it_fits && gpu &&
+                          tiled_decode_fits_device(model, int(latents.dim(3)) * f, int(latents.dim(2)) * f, 1));
     }
     if (tiling == VaeTiling::Off) return model.vae->decode(latents).to_host();
     const int f = model.vae->config().downsample_factor();
@@ -250,7 +248,7 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
     if (notice)
         notice(bands_notice(model, "decode", "decoding", width, height, too_large, largest, max_tensor, park_on_device,
                             unsupported));
-    return model.vae->decode_tiled(latents, band, park_on_device);
+    return tiled_one(latents, park_on_device);
 }
 
 Vae::Posterior encode_image(const StableDiffusionModel& model, const Tensor& image, VaeTiling tiling,

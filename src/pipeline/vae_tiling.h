@@ -44,7 +44,8 @@ bool tiled_decode_fits_device(const StableDiffusionModel& model, int width, int 
 // tensors stay within that limit too.
 // band_bytes > 0 sizes the bands (a --vram budget's plan), else default_vae_band_bytes. Bands park their
 // activations on the host, but for `park_where_it_fits` (bands a budget's plan chose, not --vae-tiling on): then
-// on the GPU where tiled_decode_fits_device says they fit.
+// on the GPU where tiled_decode_fits_device says they fit. Bands parked on the GPU (these, and Auto's) that run
+// out of memory all the same park on the host instead, with a notice.
 Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
                       const std::function<void(const std::string&)>& notice, int64_t band_bytes = 0,
                       bool park_where_it_fits = false);
