@@ -593,11 +593,9 @@ TEST(VulkanMemoryLimit, GivesBackOnlyWhatARequestNeeds) {
     vk.release_cached_memory();
 }
 
-// A new slab refused at the cap (--vram) leaves the old slab's tail to its bump pointer alone. It used to go to the
-// cache before the new slab was asked for, and stay there after the refusal: then a later small request took it from
-// the cache and another from the bump pointer, two tensors in the same bytes (a wrong VAE decode after one that ran
-// out). Small requests of falling sizes under a cap that admits no new slab, each size until refused: every block
-// they get is its own.
+// Small requests under a cap that admits no new slab, falling sizes, each size until refused: every block they get
+// is its own. (Session 29: a refused slab left the old slab's tail both cached and to its bump pointer, two tensors
+// in the same bytes, a wrong VAE decode after one that ran out. Slabs have no bump pointer since session 30.)
 TEST(VulkanMemoryLimit, ARefusedSlabLeavesItsTailServedOnce) {
     KILN_VULKAN_OR_SKIP(gpu);
     auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
@@ -628,6 +626,34 @@ TEST(VulkanMemoryLimit, ARefusedSlabLeavesItsTailServedOnce) {
             << "two blocks share bytes: " << blocks[i - 1].second << " at " << blocks[i - 1].first << ", "
             << blocks[i].second << " at " << blocks[i].first;
     for (const auto& [address, bytes] : blocks) vk.deallocate(reinterpret_cast<void*>(address));
+}
+
+// Small blocks (under 4 MiB) freed merge back into their slab, and a slab whose blocks are all free goes back to
+// the driver when a request under the cap needs its room (session 30: they stayed cached in pieces, so a component's
+// weights moved off the device left memory no larger request could have: an SD 1.5 q4_K decode under --vram 1G ran
+// out with 119 MiB of such pieces held). Slabs filled with 256 KiB blocks, freed, then one request as large as them.
+TEST(VulkanMemoryLimit, FreedSmallBlocksGiveTheirSlabsBack) {
+    KILN_VULKAN_OR_SKIP(gpu);
+    auto& vk = static_cast<vulkan::VulkanBackend&>(*gpu);
+    vk.synchronize();
+    vk.release_cached_memory();
+    constexpr int64_t kMiB = int64_t(1) << 20;
+    const int64_t base = vk.reserved_bytes();
+    std::vector<void*> small;
+    while (vk.reserved_bytes() < base + 100 * kMiB) small.push_back(vk.allocate(256 << 10));
+    const int64_t slabs = vk.reserved_bytes() - base;
+    // Freed in an interleaved order, so that merging has to join neighbours freed apart.
+    for (size_t i = 0; i < small.size(); i += 2) vk.deallocate(small[i]);
+    for (size_t i = 1; i < small.size(); i += 2) vk.deallocate(small[i]);
+    ASSERT_TRUE(vk.set_memory_limit(base + slabs));
+    const AllocatorCounts before = vk.allocator_counts();
+    void* large = nullptr;
+    EXPECT_NO_THROW(large = vk.allocate(slabs - 4 * kMiB)) << "the freed slabs stayed";
+    EXPECT_GT(vk.allocator_counts().since(before).blocks_given_back, 0);
+    EXPECT_LE(vk.reserved_bytes(), base + slabs);
+    ASSERT_TRUE(vk.set_memory_limit(0));
+    if (large) vk.deallocate(large);
+    vk.release_cached_memory();
 }
 
 // Blocks cut from larger ones (VulkanMemory's default; KILN_VULKAN_SPLIT_BLOCKS): at the cap a request is cut from

@@ -82,7 +82,7 @@ void CudaAllocator::fit_limit(int64_t bytes, int64_t size) {
     if (reserved_ + size > limit_)
         throw Error(ErrorKind::OutOfMemory, "cuda:" + std::to_string(device_) + ": the memory limit of " + mib(limit_) +
                                                 " (--vram) is reached: asked for " + mib(bytes) + ", kiln holds " +
-                                                mib(reserved_));
+                                                mib(reserved_) + " (" + mib(live_bytes()) + " of it in use)");
 }
 
 void* CudaAllocator::from_driver(int64_t bytes, int64_t size) {

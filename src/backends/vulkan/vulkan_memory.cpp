@@ -72,7 +72,8 @@ uint64_t VulkanMemory::new_chunk(int64_t size, bool slab) {
         make_room(reserved_ + size - limit_);
         if (reserved_ + size > limit_)
             fail(ErrorKind::OutOfMemory, name_ + ": the memory limit of " + mib(limit_) + " (--vram) is reached: asked for " +
-                                             mib(size) + ", kiln holds " + mib(reserved_));
+                                             mib(size) + ", kiln holds " + mib(reserved_) + " (" +
+                                             mib(split_.live_bytes() + live_plain_bytes_) + " of it in use)");
     }
     // The driver's budget (VK_EXT_memory_budget): past it a driver may page or fail later, so kiln stops there.
     if (physical_.memory_budget && size > heap_memory(physical_, reserved_).free) {
@@ -144,7 +145,13 @@ int VulkanMemory::new_pool() {
 
 void VulkanMemory::release_pool(int pool) noexcept {
     if (pool <= 0 || pool >= static_cast<int>(free_.size())) return;
-    free_[0].merge(free_[pool]);
+    for (const auto& [bytes, address] : free_[pool]) {
+        if (small_.is_live(address))
+            small_.release(address);
+        else
+            free_[0].emplace(bytes, address);
+    }
+    free_[pool].clear();
     split_.move_pool(pool, 0);
     released_[pool] = true;
 }
@@ -156,8 +163,9 @@ void* VulkanMemory::allocate(int64_t bytes) {
                                  (forced_allocation_ ? "KILN_VULKAN_MAX_ALLOCATION" : "maxMemoryAllocationSize") + ")");
     // Rounded up to a granule, but never past the limit (a request just under it still fits).
     const int64_t size = max_allocation_ > 0 ? std::min(rounded(bytes), max_allocation_) : rounded(bytes);
-    const int64_t slab = max_allocation_ > 0 ? std::min(kSlab, max_allocation_) : kSlab;
-    if (cuts_blocks(split_policy_, limit_) && !(size < kSmall && size <= slab)) {
+    const int64_t slab = slab_bytes();
+    const bool small = size < kSmall && size <= slab;
+    if (!small && cuts_blocks(split_policy_, limit_)) {
         if (const uint64_t cut = split_.take(current_, size)) return reinterpret_cast<void*>(cut);
         const uint64_t address = new_chunk(size, false);
         const int64_t chunk = chunks_.at(address).size;
@@ -165,46 +173,60 @@ void* VulkanMemory::allocate(int64_t bytes) {
         return reinterpret_cast<void*>(address);
     }
     auto& pool = free_[current_];
-    // A cached block at most a quarter (plus one granule) larger: reuse without wasting much.
+    // A cached block at most a quarter (plus one granule) larger: reuse without wasting much. (Pool 0 holds no small
+    // blocks: freed there, they merge back into their slab.)
     auto it = pool.lower_bound(size);
     if (it != pool.end() && it->first <= size + size / 4 + 2 * kMiB) {
         const uint64_t address = it->second;
         live_[address] = Block{it->first, current_};
+        live_plain_bytes_ += it->first;
         pool.erase(it);
         return reinterpret_cast<void*>(address);
     }
     uint64_t address;
     int64_t block = size;
-    if (size < kSmall && size <= slab) {
-        if (slab_next_ + size > slab_end_) {
-            // The new slab first: where it is refused (a --vram cap), the old slab's tail must stay its bump region
-            // alone. Cached first, it was served twice after the refusal, once from the cache and once from the
-            // bump pointer: two tensors in the same bytes, a wrong decode after one that ran out.
-            const uint64_t fresh = new_chunk(slab, true);
-            if (slab_end_ > slab_next_) free_[0].emplace(int64_t(slab_end_ - slab_next_), slab_next_);  // the tail
-            slab_next_ = fresh;
-            slab_end_ = fresh + slab;
+    if (small) {
+        // Cut from a slab's free space (best fit), where freed blocks merge again, so that a slab whose blocks are
+        // all free can go back to the driver (a component's weights moved off the device free whole slabs).
+        address = small_.take(0, size);
+        if (!address) {
+            address = new_chunk(slab, true);
+            small_.add_segment(0, address, slab, size);
         }
-        address = slab_next_;
-        slab_next_ += size;
     } else {
         address = new_chunk(size, false);
         block = chunks_.at(address).size;
     }
     live_[address] = Block{block, current_};
+    live_plain_bytes_ += block;
     return reinterpret_cast<void*>(address);
 }
 
+int64_t VulkanMemory::slab_bytes() const {
+    // Under a cap a slab is at most a sixteenth of it (whole MiB, at least the largest request slabs serve): a cap
+    // below 64 MiB could hold no slab at all.
+    int64_t slab = kSlab;
+    if (limit_ > 0) slab = std::clamp(limit_ / 16 / kMiB * kMiB, kSmall, kSlab);
+    return max_allocation_ > 0 ? std::min(slab, max_allocation_) : slab;
+}
+
 void VulkanMemory::deallocate(void* p) noexcept {
-    if (split_.is_live(reinterpret_cast<uint64_t>(p))) {
-        split_.release(reinterpret_cast<uint64_t>(p));
+    const uint64_t address = reinterpret_cast<uint64_t>(p);
+    if (split_.is_live(address)) {
+        split_.release(address);
         return;
     }
-    auto it = live_.find(reinterpret_cast<uint64_t>(p));
+    auto it = live_.find(address);
     if (it == live_.end()) return;
     const Block b = it->second;
-    free_[released_[b.pool] ? 0 : b.pool].emplace(b.size, it->first);
+    live_plain_bytes_ -= b.size;
     live_.erase(it);
+    const int pool = released_[b.pool] ? 0 : b.pool;
+    // A live recording's blocks stay its own (its command buffers name them); a small block of pool 0 merges back.
+    if (pool == 0 && small_.is_live(address))
+        small_.release(address);
+    else
+        free_[pool].emplace(b.size, address);
 }
 
 void VulkanMemory::make_room(int64_t missing) noexcept {
@@ -218,8 +240,10 @@ void VulkanMemory::make_room(int64_t missing) noexcept {
             sizes.push_back(it->first);
         }
     }
-    // Allocations whose cut blocks are all free again may go too.
-    const std::vector<SplitBlocks::Segment> segments = split_.free_segments([](int of) { return of == 0; });
+    // Allocations whose cut blocks are all free again may go too, slabs among them.
+    std::vector<SplitBlocks::Segment> segments = split_.free_segments([](int of) { return of == 0; });
+    const size_t cut_segments = segments.size();
+    for (const SplitBlocks::Segment& s : small_.free_segments([](int of) { return of == 0; })) segments.push_back(s);
     for (const SplitBlocks::Segment& s : segments) sizes.push_back(s.bytes);
     if (sizes.empty()) return;
     GiveBackCount count(counts_);
@@ -230,8 +254,9 @@ void VulkanMemory::make_room(int64_t missing) noexcept {
             free_chunk(cached[k]->second);
             pool.erase(cached[k]);
         } else {
-            split_.remove_segment(segments[k - cached.size()].base);
-            free_chunk(segments[k - cached.size()].base);
+            const size_t segment = k - cached.size();
+            (segment < cut_segments ? split_ : small_).remove_segment(segments[segment].base);
+            free_chunk(segments[segment].base);
         }
     }
 }
@@ -270,11 +295,12 @@ void VulkanMemory::release_free_chunks() noexcept {
             ++it;
         }
     }
-    for (const SplitBlocks::Segment& s : split_.free_segments([](int of) { return of == 0; })) {
-        split_.remove_segment(s.base);
-        free_chunk(s.base);
-        count.given();
-    }
+    for (SplitBlocks* blocks : {&split_, &small_})
+        for (const SplitBlocks::Segment& s : blocks->free_segments([](int of) { return of == 0; })) {
+            blocks->remove_segment(s.base);
+            free_chunk(s.base);
+            count.given();
+        }
 }
 
 VulkanMemory::Location VulkanMemory::locate(const void* address) const {

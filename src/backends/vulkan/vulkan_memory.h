@@ -2,9 +2,9 @@
 // state). Every block is named by its buffer device address, which the backend hands out as the tensor's
 // pointer: offsets into a tensor are plain arithmetic on the host and shaders read through the address, so
 // no descriptor sets and no maxStorageBufferRange limit. Requests under 4 MiB are cut from 64 MiB slabs
-// (drivers allow only a few thousand allocations); larger ones are cut from larger free allocations or get one
-// of their own (set_split_policy), and an allocation whose parts are all free can be given back to the driver
-// when memory runs short.
+// (smaller under a --vram cap; drivers allow only a few thousand allocations) and merge again when freed; larger
+// ones are cut from larger free allocations or get one of their own (set_split_policy). An allocation whose parts
+// are all free, a slab too, can be given back to the driver when memory runs short.
 // Limits (docs/VULKAN.md, "Allocation limits"), each an OutOfMemory error naming it: one allocation
 // (maxMemoryAllocationSize / maxBufferSize, or KILN_VULKAN_MAX_ALLOCATION), one kernel operand (max_binding: the
 // kernels' 32-bit indices, or KILN_VULKAN_MAX_BINDING), the heap budget (VK_EXT_memory_budget).
@@ -56,7 +56,7 @@ public:
     // request is OutOfMemory naming the cap.
     void set_limit(int64_t bytes) { limit_ = bytes; }
     int64_t limit() const { return limit_; }
-    // Dedicated allocations no block uses go back to the driver (slabs stay: their blocks are cached).
+    // Dedicated allocations and slabs no block uses go back to the driver.
     void release_cached() noexcept { release_free_chunks(); }
     // vkAllocateMemory calls, and give-backs of cached allocations (make_room, release_cached), so far.
     const AllocatorCounts& counts() const { return counts_; }
@@ -94,6 +94,7 @@ private:
         int64_t size;
         bool slab;
     };
+    int64_t slab_bytes() const;  // the size of a new slab
     uint64_t new_chunk(int64_t size, bool slab);  // its address; OutOfMemory when the driver refuses
     void release_free_chunks() noexcept;  // dedicated chunks no block uses back to the driver
     void free_chunk(uint64_t address) noexcept;  // one back to the driver (after a wait for the device; not counted)
@@ -114,11 +115,12 @@ private:
     SplitBlocks split_{int64_t(4) << 20};  // the dedicated allocations' blocks, where cut (split_policy_; a rest under
                                            // 4 MiB would serve no request: those go to slabs)
     std::map<uint64_t, Chunk> chunks_;  // by base address
-    std::unordered_map<uint64_t, Block> live_;  // by address
+    SplitBlocks small_{512};  // the slabs' blocks (pool 0 here; a live recording keeps its freed ones in free_)
+    std::unordered_map<uint64_t, Block> live_;  // by address: the blocks not cut by split_
+    int64_t live_plain_bytes_ = 0;  // the bytes of live_'s blocks
     std::vector<std::multimap<int64_t, uint64_t>> free_{1};  // per pool: block size -> address
     std::vector<bool> released_{false};
     int current_ = 0;
-    uint64_t slab_next_ = 0, slab_end_ = 0;  // the unused end of the newest slab
     int64_t reserved_ = 0;
     int64_t limit_ = 0;
 };
