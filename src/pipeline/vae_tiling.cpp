@@ -177,7 +177,7 @@ bool try_whole(const std::function<Result()>& pass, Result& out, std::string& un
 
 Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
                       const std::function<void(const std::string&)>& notice, int64_t band_bytes,
-                      bool park_where_it_fits) {
+                      bool park_where_it_fits, bool* whole_ran_out) {
     const bool gpu = !model.device.is_cpu();
     const int64_t max_tensor = gpu ? backend_for(model.device).max_allocation_bytes() : 0;
     // On a GPU a band's tensors stay within one allocation too.
@@ -231,6 +231,7 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
     Tensor whole;
     if (!too_large && try_whole<Tensor>([&] { return model.vae->decode(latents).to_host(); }, whole, unsupported))
         return whole;
+    if (whole_ran_out && !too_large && unsupported.empty()) *whole_ran_out = true;
     if (n > 1) {  // a batch: each image as one alone (whole where it fits, else in bands), the notices the first's
         if (notice)
             notice("the VAE decode of a batch of " + std::to_string(n) + " at " + std::to_string(width) + "x" +
@@ -239,7 +240,8 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
                    "; decoding one image at a time");
         bool first = true;
         return decode_in_chunks(latents, 1, [&](const Tensor& one) {
-            const Tensor image = decode_latents(model, one, tiling, first ? notice : nullptr, band_bytes);
+            const Tensor image = decode_latents(model, one, tiling, first ? notice : nullptr, band_bytes, false,
+                                                whole_ran_out);
             first = false;
             return image;
         });

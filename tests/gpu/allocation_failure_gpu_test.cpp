@@ -20,6 +20,7 @@
 #include "gpu_test_util.h"
 #include "kiln/error.h"
 #include "pipeline/generate.h"
+#include "pipeline/gpu_memory_plan.h"
 
 using namespace kiln;
 
@@ -148,4 +149,47 @@ TEST_P(AllocationFailures, WithoutABudgetARunThatRunsOutFitsUnderVramAuto) {
     for (const std::string& line : notices) EXPECT_EQ(line.find("with every weight on"), std::string::npos) << line;
     std::printf("[ allocation failures ] %s: without a budget, N = %lld ran out and ran again under --vram auto\n",
                 device.c_str(), static_cast<long long>(n));
+}
+
+// Under a --vram budget, an image (not the first: that one also picks algorithms) whose whole VAE decode ran out of
+// memory and went to bands moves the later images to the next placement with fewer weights on the device during the
+// decode, the decode whole (session 30: on the H200 an SD 1.5 q4_K decode under --vram 1G ran out in every image and
+// went to bands parked on the host, 1 s an image). Here the decode's failure is injected: the second-to-last device
+// allocation of a generation, which the decode makes.
+TEST_P(AllocationFailures, ADecodeThatRanOutMovesTheNextImagesPlan) {
+    Backend& gpu = this->gpu();
+    const std::string device = device_name(gpu.device());
+    const StableDiffusionModel model = kiln::test::load_fixture_f32("sd15-mini", gpu.device(), false);
+    std::vector<std::string> notices;
+    GenerationRequest r = kiln::test::small_generation(2);
+    r.vram_budget = int64_t(1) << 30;  // every plan fits: the resident one is chosen
+    r.notice = [&](const std::string& line) { notices.push_back(line); };
+    generate(model, r);  // the first generation: remembers nothing
+    // Generations counted until two in a row make the same number of device allocations (the second records its
+    // calls, the third replays them), so that the point lands in the decode.
+    int64_t counts[3];
+    for (int64_t& count : counts) {
+        fail_allocation_at(device, std::numeric_limits<int64_t>::max());
+        EXPECT_FALSE(generate(model, r).vae_decode_ran_out);
+        count = allocations_counted();
+    }
+    fail_allocation_at(device, 0);
+    ASSERT_EQ(counts[1], counts[2]) << device << ": generations of one plan allocate differently";
+    ASSERT_TRUE(notices.empty()) << notices.front();  // resident, whole: nothing to say
+    fail_allocation_at(device, counts[2] - 1);
+    const GenerationResult banded = generate(model, r);
+    fail_allocation_at(device, 0);
+    EXPECT_TRUE(banded.vae_decode_ran_out) << device << ": the injected failure missed the decode";
+    const std::string moved = "the next images: " +
+                              std::string(gpu_weight_placement_name(GpuWeightPlacement::Stages)) +
+                              ", the VAE decode whole";
+    bool said = false;
+    for (const std::string& line : notices) said = said || line.find(moved) != std::string::npos;
+    EXPECT_TRUE(said) << device << ": no notice of the next images' plan";
+    notices.clear();
+    const GenerationResult next = generate(model, r);
+    EXPECT_FALSE(next.vae_decode_ran_out);
+    ASSERT_FALSE(notices.empty()) << device << ": the next image said nothing of its plan";
+    EXPECT_NE(notices.front().find(gpu_weight_placement_name(GpuWeightPlacement::Stages)), std::string::npos)
+        << notices.front();
 }
