@@ -323,9 +323,21 @@ GenerationResult generate_with(const StableDiffusionModel& model, const Generati
         // about one element in five.
         for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = latents[i] / model.vae_scale;
         place_for("vae_decode");
+        // Under a budget's plan that keeps the UNet on the device through the decode, a whole decode that runs out
+        // first moves it off (the next image's denoise stage brings it back), as later images' plans then do: a
+        // decode in bands costs more than that (plan_for_the_decode).
+        const std::function<std::string()> room_for_the_decode = [&]() -> std::string {
+            if (!gpu || r.vram_budget < 0 || !model.unet || model.unet->device_weights().resident_bytes() == 0 ||
+                (gpu_plan.weights != GpuWeightPlacement::Resident && gpu_plan.weights != GpuWeightPlacement::Stages))
+                return "";
+            for (const TextEncoder& te : model.text_encoders) te.model.device_weights().offload();
+            model.unet->device_weights().offload();
+            backend_for(model.device).release_cached_memory();
+            return "the UNet's weights left the device";
+        };
         Tensor decoded = decode_latents(model, latents, vae_tiling, r.notice, vae_band,
                                         gpu_plan.vae_tiled && r.vae_tiling != VaeTiling::On,
-                                        &result.vae_decode_ran_out);
+                                        &result.vae_decode_ran_out, room_for_the_decode);
         model.vae->pages().drop();
         if (gpu) report_stage();
         // A reduced-precision VAE that overflowed gives NaN or infinity, which would be a black picture.
@@ -360,28 +372,23 @@ void notice_plan(const GenerationRequest& r, const GpuMemoryPlan& p) {
 }
 
 // The plan later images take after one (not the first of its call: that one also picks algorithms) whose whole VAE
-// decode ran out under `plan` and went to bands: the next placement that has fewer weights on the device during the
-// decode, with the decode whole, where its predicted peak fits; else `plan` with the decode in bands. (A decode in bands
-// costs more than moving a component: SD 1.5 512x512 on the H200's Vulkan, 139 ms parked on the GPU, 956 on the host,
-// against 41 whole; under --vram 1G with q4_K weights the whole decode ran out in every image, its 843 MiB of tensors
-// finding the cap's free room in pieces. Streaming the UNet changes nothing in the decode: not a candidate.)
+// decode ran out under `plan`: each component on the device only in its stage, the decode whole (what made room for
+// the decode: room_for_the_decode in generate_with), where `plan` kept more on the device and that plan's predicted
+// peak fits; else `plan` with the decode in bands. A decode in bands costs more than moving the UNet for SD 1.5 (on the
+// H200's Vulkan at 512x512: 139 ms parked on the GPU, 956 on the host, 41 whole; a q4_K UNet's upload tens of ms;
+// not measured for SDXL, whose fp16 UNet is 5 GB). Under --vram 1G with q4_K weights the whole decode ran out in
+// every image, its 843 MiB of tensors finding the cap's free room in pieces (docs/MEMORY.md).
 GpuMemoryPlan plan_for_the_decode(const StableDiffusionModel& model, const GenerationRequest& r,
                                   const PlanExtras& extras, const GpuMemoryPlan& plan) {
     const std::vector<GpuMemoryPlan> plans =
         gpu_memory_plans(model, r.width, r.height, r.batch_size, r.vae_tiling, extras);
     const GpuMemoryPlan* next = nullptr;
     for (const GpuMemoryPlan& p : plans)
-        if (p.weights > plan.weights && p.weights != GpuWeightPlacement::Streamed && !p.vae_tiled &&
-            p.peak() <= r.vram_budget) {
+        if (plan.weights < GpuWeightPlacement::EachStage && p.weights == GpuWeightPlacement::EachStage &&
+            !p.vae_tiled && p.peak() <= r.vram_budget)
             next = &p;
-            break;
-        }
-    if (!next)
-        for (const GpuMemoryPlan& p : plans)
-            if (p.weights == plan.weights && p.vae_tiled) {
-                next = &p;
-                break;
-            }
+    for (const GpuMemoryPlan& p : plans)
+        if (!next && p.weights == plan.weights && p.vae_tiled) next = &p;
     if (!next) return plan;
     if (r.notice)
         r.notice(std::string("the VAE decode ran out of memory with ") + gpu_weight_placement_name(plan.weights) +
@@ -415,19 +422,9 @@ GenerationResult generate_planned(const StableDiffusionModel& model, const Gener
     // The plan's figures are estimates: where the device runs out under the budget all the same, the generation
     // runs again (from the same seed, so to the same image) with each leaner placement in turn.
     for (;;) {
+        GenerationResult result;
         try {
-            GenerationResult result = generate_with(model, r, plan, MemoryPlan{});
-            if (r.vram_budget < 0) return result;
-            bool later;
-            {
-                std::lock_guard lock(remembered_mutex);
-                later = !done_once.insert(key).second;
-            }
-            if (!later) return result;
-            const GpuMemoryPlan next = result.vae_decode_ran_out ? plan_for_the_decode(model, r, extras, plan) : plan;
-            std::lock_guard lock(remembered_mutex);
-            worked[key] = next;
-            return result;
+            result = generate_with(model, r, plan, MemoryPlan{});
         } catch (const Error& e) {
             if (e.kind() != ErrorKind::OutOfMemory || r.vram_budget < 0) throw;
             const std::vector<GpuMemoryPlan> plans =
@@ -444,7 +441,26 @@ GenerationResult generate_planned(const StableDiffusionModel& model, const Gener
                          (plan.vae_tiled ? ", the VAE in bands" : "") + " (" + e.what() + "); trying " +
                          gpu_weight_placement_name(next->weights) + (next->vae_tiled ? ", the VAE in bands" : ""));
             plan = *next;
+            continue;
         }
+        if (r.vram_budget < 0) return result;
+        bool later;
+        {
+            std::lock_guard lock(remembered_mutex);
+            later = !done_once.insert(key).second;
+        }
+        if (!later) return result;
+        GpuMemoryPlan next = plan;
+        if (result.vae_decode_ran_out) {
+            try {
+                next = plan_for_the_decode(model, r, extras, plan);
+            } catch (const Error&) {
+                // The image is made: a plan for the next ones that cannot be made keeps the one that worked.
+            }
+        }
+        std::lock_guard lock(remembered_mutex);
+        worked[key] = next;
+        return result;
     }
 }
 

@@ -68,8 +68,9 @@ struct GenerationResult {
     // The webui's "Emphasis" parameter: the mode's name when it is not "Original" and an encoded text held
     // '(' or '[' (modules/sd_hijack_clip.py); empty when the webui writes none.
     std::string emphasis;
-    // On a GPU: the whole VAE decode ran out of device memory, and the image was decoded in bands (slower). Under a
-    // --vram budget later images of the same size take a plan whose decode fits whole where one does.
+    // On a GPU: the whole VAE decode ran out of device memory (it ran whole again after the UNet left the device, or
+    // went to bands or, for a batch, one image at a time). Under a --vram budget later images of the same size take a
+    // plan whose decode fits whole where one does.
     bool vae_decode_ran_out = false;
 };
 

@@ -177,7 +177,7 @@ bool try_whole(const std::function<Result()>& pass, Result& out, std::string& un
 
 Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
                       const std::function<void(const std::string&)>& notice, int64_t band_bytes,
-                      bool park_where_it_fits, bool* whole_ran_out) {
+                      bool park_where_it_fits, bool* whole_ran_out, const std::function<std::string()>& make_room) {
     const bool gpu = !model.device.is_cpu();
     const int64_t max_tensor = gpu ? backend_for(model.device).max_allocation_bytes() : 0;
     // On a GPU a band's tensors stay within one allocation too.
@@ -231,7 +231,17 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
     Tensor whole;
     if (!too_large && try_whole<Tensor>([&] { return model.vae->decode(latents).to_host(); }, whole, unsupported))
         return whole;
-    if (whole_ran_out && !too_large && unsupported.empty()) *whole_ran_out = true;
+    const bool ran_out = !too_large && unsupported.empty();
+    if (whole_ran_out && ran_out) *whole_ran_out = true;
+    if (ran_out && make_room) {
+        if (const std::string moved = make_room(); !moved.empty()) {
+            if (notice)
+                notice("the VAE decode of " + std::to_string(width) + "x" + std::to_string(height) +
+                       " ran out of memory on " + device_name(model.device) + "; " + moved + " to make room for it");
+            if (try_whole<Tensor>([&] { return model.vae->decode(latents).to_host(); }, whole, unsupported))
+                return whole;
+        }
+    }
     if (n > 1) {  // a batch: each image as one alone (whole where it fits, else in bands), the notices the first's
         if (notice)
             notice("the VAE decode of a batch of " + std::to_string(n) + " at " + std::to_string(width) + "x" +

@@ -46,10 +46,13 @@ bool tiled_decode_fits_device(const StableDiffusionModel& model, int width, int 
 // activations on the host, but for `park_where_it_fits` (bands a budget's plan chose, not --vae-tiling on): then
 // on the GPU where tiled_decode_fits_device says they fit. Bands parked on the GPU (these, and Auto's) that run
 // out of memory all the same park on the host instead, with a notice. `whole_ran_out`, where given, is set when
-// Auto's whole decode ran out of device memory (and went to bands).
+// Auto's whole decode ran out of device memory. Where it did, `make_room` (where given) is asked to move what the
+// decode does not need off the device, and says what it moved ("" for nothing): then the whole decode is tried
+// once more before the bands.
 Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, VaeTiling tiling,
                       const std::function<void(const std::string&)>& notice, int64_t band_bytes = 0,
-                      bool park_where_it_fits = false, bool* whole_ran_out = nullptr);
+                      bool park_where_it_fits = false, bool* whole_ran_out = nullptr,
+                      const std::function<std::string()>& make_room = nullptr);
 
 // The posterior of images [N, 3, H, W] in [-1, 1] (Vae::encode), whole or in bands (Vae::encode_tiled) as
 // `tiling` says; Auto as decode_latents chooses: on the CPU by the estimate against free memory, on a GPU the whole

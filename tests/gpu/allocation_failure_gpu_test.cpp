@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -151,12 +152,13 @@ TEST_P(AllocationFailures, WithoutABudgetARunThatRunsOutFitsUnderVramAuto) {
                 device.c_str(), static_cast<long long>(n));
 }
 
-// Under a --vram budget, an image (not the first: that one also picks algorithms) whose whole VAE decode ran out of
-// memory and went to bands moves the later images to the next placement with fewer weights on the device during the
-// decode, the decode whole (session 30: on the H200 an SD 1.5 q4_K decode under --vram 1G ran out in every image and
-// went to bands parked on the host, 1 s an image). Here the decode's failure is injected: the second-to-last device
-// allocation of a generation, which the decode makes.
-TEST_P(AllocationFailures, ADecodeThatRanOutMovesTheNextImagesPlan) {
+// Under a --vram budget, a whole VAE decode that runs out of memory while the plan keeps the UNet on the device
+// moves the UNet off and runs whole again (the same image, bit for bit), and an image (not the first: that one also
+// picks algorithms) whose decode ran out moves the later images to the next placement with fewer weights on the
+// device during the decode, the decode whole (session 30: on the H200 an SD 1.5 q4_K decode under --vram 1G ran out
+// in every image and went to bands parked on the host, 1 s an image). Here the decode's failure is injected: the
+// second-to-last device allocation of a generation, which the decode makes.
+TEST_P(AllocationFailures, ADecodeThatRanOutMovesTheUNetOffAndTheNextImagesPlan) {
     Backend& gpu = this->gpu();
     const std::string device = device_name(gpu.device());
     const StableDiffusionModel model = kiln::test::load_fixture_f32("sd15-mini", gpu.device(), false);
@@ -165,23 +167,31 @@ TEST_P(AllocationFailures, ADecodeThatRanOutMovesTheNextImagesPlan) {
     r.vram_budget = int64_t(1) << 30;  // every plan fits: the resident one is chosen
     r.notice = [&](const std::string& line) { notices.push_back(line); };
     generate(model, r);  // the first generation: remembers nothing
-    // Generations counted until two in a row make the same number of device allocations (the second records its
-    // calls, the third replays them), so that the point lands in the decode.
+    // Three generations counted, the last two making the same number of device allocations (the first of them
+    // records its calls, the next replay them), so that the point lands in the decode.
     int64_t counts[3];
+    Tensor want;
     for (int64_t& count : counts) {
         fail_allocation_at(device, std::numeric_limits<int64_t>::max());
-        EXPECT_FALSE(generate(model, r).vae_decode_ran_out);
+        const GenerationResult result = generate(model, r);
+        EXPECT_FALSE(result.vae_decode_ran_out);
+        want = result.image;
         count = allocations_counted();
     }
     fail_allocation_at(device, 0);
     ASSERT_EQ(counts[1], counts[2]) << device << ": generations of one plan allocate differently";
     ASSERT_TRUE(notices.empty()) << notices.front();  // resident, whole: nothing to say
     fail_allocation_at(device, counts[2] - 1);
-    const GenerationResult banded = generate(model, r);
+    const GenerationResult ran_out = generate(model, r);
     fail_allocation_at(device, 0);
-    EXPECT_TRUE(banded.vae_decode_ran_out) << device << ": the injected failure missed the decode";
+    EXPECT_TRUE(ran_out.vae_decode_ran_out) << device << ": the injected failure missed the decode";
+    EXPECT_EQ(std::memcmp(ran_out.image.data(), want.data(), size_t(want.numel()) * 4), 0)
+        << device << ": the decode whole again after the UNet left is not the image";
+    bool left = false;
+    for (const std::string& line : notices) left = left || line.find("the UNet's weights left the device") != std::string::npos;
+    EXPECT_TRUE(left) << device << ": the UNet did not leave for the decode";
     const std::string moved = "the next images: " +
-                              std::string(gpu_weight_placement_name(GpuWeightPlacement::Stages)) +
+                              std::string(gpu_weight_placement_name(GpuWeightPlacement::EachStage)) +
                               ", the VAE decode whole";
     bool said = false;
     for (const std::string& line : notices) said = said || line.find(moved) != std::string::npos;
@@ -190,6 +200,6 @@ TEST_P(AllocationFailures, ADecodeThatRanOutMovesTheNextImagesPlan) {
     const GenerationResult next = generate(model, r);
     EXPECT_FALSE(next.vae_decode_ran_out);
     ASSERT_FALSE(notices.empty()) << device << ": the next image said nothing of its plan";
-    EXPECT_NE(notices.front().find(gpu_weight_placement_name(GpuWeightPlacement::Stages)), std::string::npos)
+    EXPECT_NE(notices.front().find(gpu_weight_placement_name(GpuWeightPlacement::EachStage)), std::string::npos)
         << notices.front();
 }

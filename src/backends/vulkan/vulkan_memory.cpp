@@ -203,8 +203,8 @@ void* VulkanMemory::allocate(int64_t bytes) {
 }
 
 int64_t VulkanMemory::slab_bytes() const {
-    // Under a cap a slab is at most a sixteenth of it (whole MiB, at least the largest request slabs serve): a cap
-    // below 64 MiB could hold no slab at all.
+    // Under a cap a slab is at most a sixteenth of it (whole MiB, at least 4 MiB): a cap below 64 MiB could hold no
+    // slab at all.
     int64_t slab = kSlab;
     if (limit_ > 0) slab = std::clamp(limit_ / 16 / kMiB * kMiB, kSmall, kSlab);
     return max_allocation_ > 0 ? std::min(slab, max_allocation_) : slab;

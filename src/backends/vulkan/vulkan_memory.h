@@ -51,8 +51,8 @@ public:
     Location locate(const void* address) const;
 
     int64_t reserved_bytes() const { return reserved_; }
-    // Caps what is held from the device, slabs and cache included (--vram; 0: no cap): past it cached dedicated
-    // allocations go back to the driver until the request fits (core/cache_give_back.h chooses which), else the
+    // Caps what is held from the device, slabs and cache included (--vram; 0: no cap): past it cached allocations
+    // and slabs no block uses go back to the driver until the request fits (core/cache_give_back.h chooses which), else the
     // request is OutOfMemory naming the cap.
     void set_limit(int64_t bytes) { limit_ = bytes; }
     int64_t limit() const { return limit_; }
@@ -96,7 +96,7 @@ private:
     };
     int64_t slab_bytes() const;  // the size of a new slab
     uint64_t new_chunk(int64_t size, bool slab);  // its address; OutOfMemory when the driver refuses
-    void release_free_chunks() noexcept;  // dedicated chunks no block uses back to the driver
+    void release_free_chunks() noexcept;  // allocations and slabs no block uses back to the driver
     void free_chunk(uint64_t address) noexcept;  // one back to the driver (after a wait for the device; not counted)
     void make_room(int64_t missing) noexcept;  // some of them, until `missing` bytes went
     bool waited_idle() noexcept;  // wait_idle_, false where it could not (inside a recording)
