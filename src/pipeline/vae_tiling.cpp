@@ -229,8 +229,8 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
     const bool too_large = max_tensor > 0 && largest > max_tensor;
     std::string unsupported;
     Tensor whole;
-    if (!too_large && try_whole<Tensor>([&] { return model.vae->decode(latents).to_host(); }, whole, unsupported))
-        return whole;
+    const std::function<Tensor()> decode_whole = [&] { return model.vae->decode(latents).to_host(); };
+    if (!too_large && try_whole(decode_whole, whole, unsupported)) return whole;
     const bool ran_out = !too_large && unsupported.empty();
     if (whole_ran_out && ran_out) *whole_ran_out = true;
     if (ran_out && make_room) {
@@ -238,8 +238,7 @@ Tensor decode_latents(const StableDiffusionModel& model, const Tensor& latents, 
             if (notice)
                 notice("the VAE decode of " + std::to_string(width) + "x" + std::to_string(height) +
                        " ran out of memory on " + device_name(model.device) + "; " + moved + " to make room for it");
-            if (try_whole<Tensor>([&] { return model.vae->decode(latents).to_host(); }, whole, unsupported))
-                return whole;
+            if (try_whole(decode_whole, whole, unsupported)) return whole;
         }
     }
     if (n > 1) {  // a batch: each image as one alone (whole where it fits, else in bands), the notices the first's
