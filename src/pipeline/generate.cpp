@@ -117,9 +117,11 @@ std::string default_sampler(const StableDiffusionModel& model) {
 namespace {
 
 // One generation with the weights placed by `gpu_plan` on a GPU, and on the CPU by `cpu_plan` (each ignored on
-// the other).
+// the other). `gpu_stage`, where given, follows the GPU stage the generation is in ("text_encode", "denoise", ...),
+// so that a caller knows where one that threw was.
 GenerationResult generate_with(const StableDiffusionModel& model, const GenerationRequest& r,
-                               const GpuMemoryPlan& gpu_plan, const MemoryPlan& cpu_plan) {
+                               const GpuMemoryPlan& gpu_plan, const MemoryPlan& cpu_plan,
+                               std::string* gpu_stage = nullptr) {
     require(!r.init_image || model.vae->has_encoder(), ErrorKind::InvalidArgument,
             "img2img needs the VAE encoder, and the model was loaded without it (LoadOptions::vae_encoder)");
     SamplingRequest sampling;
@@ -152,6 +154,7 @@ GenerationResult generate_with(const StableDiffusionModel& model, const Generati
     auto place_for = [&](const char* stage) {
         if (!gpu) return;
         report_stage();
+        if (gpu_stage) *gpu_stage = stage;
         place_weights_for_stage(model, gpu_plan, stage);
         last_stage = stage;
         if (plan_check) reset_memory_window(device_memory);
@@ -423,15 +426,20 @@ GenerationResult generate_planned(const StableDiffusionModel& model, const Gener
     // runs again (from the same seed, so to the same image) with each leaner placement in turn.
     for (;;) {
         GenerationResult result;
+        std::string stage;
         try {
-            result = generate_with(model, r, plan, MemoryPlan{});
+            result = generate_with(model, r, plan, MemoryPlan{}, &stage);
         } catch (const Error& e) {
             if (e.kind() != ErrorKind::OutOfMemory || r.vram_budget < 0) throw;
             const std::vector<GpuMemoryPlan> plans =
                 gpu_memory_plans(model, r.width, r.height, r.batch_size, r.vae_tiling, extras);
+            // Run out while encoding the prompt or denoising, the same placement with the VAE in bands would run out
+            // there again (the bands change only the VAE's stages): the next placement is tried instead.
+            const bool before_the_vae = stage == "text_encode" || stage == "denoise";
             const GpuMemoryPlan* next = nullptr;
             for (const GpuMemoryPlan& p : plans)
-                if (p.weights > plan.weights || (p.weights == plan.weights && p.vae_tiled && !plan.vae_tiled)) {
+                if (p.weights > plan.weights ||
+                    (!before_the_vae && p.weights == plan.weights && p.vae_tiled && !plan.vae_tiled)) {
                     next = &p;
                     break;
                 }

@@ -203,3 +203,30 @@ TEST_P(AllocationFailures, ADecodeThatRanOutMovesTheUNetOffAndTheNextImagesPlan)
     EXPECT_NE(notices.front().find(gpu_weight_placement_name(GpuWeightPlacement::EachStage)), std::string::npos)
         << notices.front();
 }
+
+// Under a --vram budget, a generation that runs out while it encodes the prompt or denoises goes on with the next
+// placement, not with the same one and the VAE in bands: the bands change only the VAE's stages, so that would run
+// out where it did again (session 30: SD 1.5 q4_K under --vram 1G on the H200 ran out twice at the same point, with
+// every weight resident, then the same in bands). The first device allocation fails: the prompt's encoding.
+TEST_P(AllocationFailures, RunningOutBeforeTheVaeTriesTheNextPlacement) {
+    Backend& gpu = this->gpu();
+    const std::string device = device_name(gpu.device());
+    const StableDiffusionModel model = kiln::test::load_fixture_f32("sd15-mini", gpu.device(), false);
+    std::vector<std::string> notices;
+    GenerationRequest r = kiln::test::small_generation(2);
+    r.vram_budget = int64_t(1) << 30;  // every plan fits: the resident one is chosen
+    r.notice = [&](const std::string& line) { notices.push_back(line); };
+    fail_allocation_at(device, 1);
+    const GenerationResult got = generate(model, r);
+    fail_allocation_at(device, 0);
+    ASSERT_FALSE(notices.empty()) << device << ": the injected failure was not met";
+    const std::string tried = notices.front();
+    EXPECT_NE(tried.find("out of device memory with " +
+                         std::string(gpu_weight_placement_name(GpuWeightPlacement::Resident)) + " ("),
+              std::string::npos)
+        << tried;
+    EXPECT_NE(tried.find("; trying " + std::string(gpu_weight_placement_name(GpuWeightPlacement::Stages))),
+              std::string::npos)
+        << tried;
+    EXPECT_EQ(tried.find("in bands"), std::string::npos) << tried;
+}
