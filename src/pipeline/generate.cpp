@@ -327,14 +327,16 @@ GenerationResult generate_with(const StableDiffusionModel& model, const Generati
         for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = latents[i] / model.vae_scale;
         place_for("vae_decode");
         // Under a budget's plan that keeps the UNet on the device through the decode, a whole decode that runs out
-        // first moves it off (the next image's denoise stage brings it back), as later images' plans then do: a
-        // decode in bands costs more than that (plan_for_the_decode).
+        // first places the weights as each component in its stage would (the UNet and text encoders leave; the next
+        // image's stages bring them back), as later images' plans then do: a decode in bands costs more than that
+        // (plan_for_the_decode).
         const std::function<std::string()> room_for_the_decode = [&]() -> std::string {
             if (!gpu || r.vram_budget < 0 || !model.unet || model.unet->device_weights().resident_bytes() == 0 ||
                 (gpu_plan.weights != GpuWeightPlacement::Resident && gpu_plan.weights != GpuWeightPlacement::Stages))
                 return "";
-            for (const TextEncoder& te : model.text_encoders) te.model.device_weights().offload();
-            model.unet->device_weights().offload();
+            GpuMemoryPlan each_stage = gpu_plan;
+            each_stage.weights = GpuWeightPlacement::EachStage;
+            place_weights_for_stage(model, each_stage, "vae_decode");
             backend_for(model.device).release_cached_memory();
             return "the UNet's weights left the device";
         };
@@ -385,14 +387,14 @@ GpuMemoryPlan plan_for_the_decode(const StableDiffusionModel& model, const Gener
                                   const PlanExtras& extras, const GpuMemoryPlan& plan) {
     const std::vector<GpuMemoryPlan> plans =
         gpu_memory_plans(model, r.width, r.height, r.batch_size, r.vae_tiling, extras);
-    const GpuMemoryPlan* next = nullptr;
-    for (const GpuMemoryPlan& p : plans)
-        if (plan.weights < GpuWeightPlacement::EachStage && p.weights == GpuWeightPlacement::EachStage &&
-            !p.vae_tiled && p.peak() <= r.vram_budget)
-            next = &p;
-    for (const GpuMemoryPlan& p : plans)
-        if (!next && p.weights == plan.weights && p.vae_tiled) next = &p;
-    if (!next) return plan;
+    auto next = std::find_if(plans.begin(), plans.end(), [&](const GpuMemoryPlan& p) {
+        return plan.weights < GpuWeightPlacement::EachStage && p.weights == GpuWeightPlacement::EachStage &&
+               !p.vae_tiled && p.peak() <= r.vram_budget;
+    });
+    if (next == plans.end())
+        next = std::find_if(plans.begin(), plans.end(),
+                            [&](const GpuMemoryPlan& p) { return p.weights == plan.weights && p.vae_tiled; });
+    if (next == plans.end()) return plan;
     if (r.notice)
         r.notice(std::string("the VAE decode ran out of memory with ") + gpu_weight_placement_name(plan.weights) +
                  "; the next images: " + gpu_weight_placement_name(next->weights) +

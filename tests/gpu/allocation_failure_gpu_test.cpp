@@ -38,6 +38,14 @@ int levels_apart(const Tensor& a, const Tensor& b) {
     return most;
 }
 
+// A small generation under a budget every plan fits (so the resident one is chosen), its notices kept in `notices`.
+GenerationRequest budgeted_generation(std::vector<std::string>& notices) {
+    GenerationRequest r = kiln::test::small_generation(2);
+    r.vram_budget = int64_t(1) << 30;
+    r.notice = [&notices](const std::string& line) { notices.push_back(line); };
+    return r;
+}
+
 }  // namespace
 
 class AllocationFailures : public kiln::test::GpuTest {};
@@ -163,9 +171,7 @@ TEST_P(AllocationFailures, ADecodeThatRanOutMovesTheUNetOffAndTheNextImagesPlan)
     const std::string device = device_name(gpu.device());
     const StableDiffusionModel model = kiln::test::load_fixture_f32("sd15-mini", gpu.device(), false);
     std::vector<std::string> notices;
-    GenerationRequest r = kiln::test::small_generation(2);
-    r.vram_budget = int64_t(1) << 30;  // every plan fits: the resident one is chosen
-    r.notice = [&](const std::string& line) { notices.push_back(line); };
+    const GenerationRequest r = budgeted_generation(notices);
     generate(model, r);  // the first generation: remembers nothing
     // Three generations counted, the last two making the same number of device allocations (the first of them
     // records its calls, the next replay them), so that the point lands in the decode.
@@ -213,11 +219,9 @@ TEST_P(AllocationFailures, RunningOutBeforeTheVaeTriesTheNextPlacement) {
     const std::string device = device_name(gpu.device());
     const StableDiffusionModel model = kiln::test::load_fixture_f32("sd15-mini", gpu.device(), false);
     std::vector<std::string> notices;
-    GenerationRequest r = kiln::test::small_generation(2);
-    r.vram_budget = int64_t(1) << 30;  // every plan fits: the resident one is chosen
-    r.notice = [&](const std::string& line) { notices.push_back(line); };
+    const GenerationRequest r = budgeted_generation(notices);
     fail_allocation_at(device, 1);
-    const GenerationResult got = generate(model, r);
+    generate(model, r);  // recovers: the notices say how
     fail_allocation_at(device, 0);
     ASSERT_FALSE(notices.empty()) << device << ": the injected failure was not met";
     const std::string tried = notices.front();
